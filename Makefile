@@ -1,0 +1,59 @@
+# Build of the flce library, its tests, the data tools, the dev/ benchmarks and the trainer.
+#   make                 everything (CUDA code for sm_$(GPU_COMPUTE_CAPABILITY), default 90)
+#   make test            the CPU test suite (no GPU needed; what CI runs)
+#   make test-gpu        the GPU test suite (on a machine with a CUDA GPU)
+#   make data            re-creates the Tiny Shakespeare shards and tokenizer in data/
+# Warnings are errors everywhere: nvcc's own and the host compiler's.
+
+NVCC ?= nvcc
+CC ?= gcc
+GPU_COMPUTE_CAPABILITY ?= 90
+BUILD := build
+
+CFLAGS := -O2 -std=c11 -Wall -Wextra -Werror -Iflce -Itest
+NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMPUTE_CAPABILITY),compute_$(GPU_COMPUTE_CAPABILITY)]
+NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Iflce -Itest
+NVCC_LIBS := -lcublasLt -lcublas
+
+FLCE_HEADERS := flce/flce.h flce/flce_gemm.cuh flce/flce_kernels.cuh
+TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
+
+.PHONY: all lib tests test test-gpu data clean
+
+all: lib tests
+
+lib: $(BUILD)/libflce.a
+
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+# --- the flce library -------------------------------------------------------------------
+$(BUILD)/flce.o: flce/flce.cu $(FLCE_HEADERS) | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/libflce.a: $(BUILD)/flce.o
+	ar rcs $@ $^
+
+$(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# --- tests ------------------------------------------------------------------------------
+$(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
+	$(CC) $(CFLAGS) -DFLCE_HAVE_LIB -c $< -o $@
+
+$(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS)
+
+$(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
+
+test: $(BUILD)/test_cpu
+	$(BUILD)/test_cpu test/fixtures
+
+test-gpu: $(BUILD)/test_gpu
+	$(BUILD)/test_gpu test/fixtures
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,144 @@
+/*
+flce.h - fused linear cross-entropy on CUDA, public C API.
+
+Computes, for hidden states h (N, H), an LM-head weight W (Vp, H) with V <= Vp real
+classes, an optional bias b (Vp) and integer targets y (N):
+
+    z      = h @ W^T + b                      (N, V)   never stored whole
+    z      = softcap * tanh(z / softcap)               if softcap > 0
+    lse_i  = log sum_j exp(z_ij)                       over the V real classes only
+    loss_i = (1 - eps) (lse_i - z_i,y_i) + eps (lse_i - mean_j z_ij) + zl * lse_i^2
+    loss   = mean over non-ignored tokens | sum | none (per-token)
+
+and, in the same call, d_hidden = dL/dh, d_weight = dL/dW, d_bias = dL/db, without ever
+holding the (N, V) logits: tokens are processed in chunks whose size is chosen from the
+caller's workspace. Rows V..Vp-1 of W are padding: never a target, excluded from the
+softmax, and their gradient is zero.
+
+Usage (all pointers are device pointers unless noted):
+
+    flce_context *ctx;  flce_create(&ctx);
+    flce_config cfg;    flce_config_init(&cfg, N, H, V);   // then set options
+    size_t ws_bytes;    flce_workspace_size(&cfg, 256 << 20, &ws_bytes);
+    void *ws;           cudaMalloc(&ws, ws_bytes);
+    flce_tensors t = {0};
+    t.hidden = h; t.weight = W; t.targets = y; t.loss = d_loss;
+    t.d_hidden = dh; t.d_weight = dW;
+    flce_status st = flce_forward_backward(ctx, &cfg, &t, ws, ws_bytes, stream);
+    if (st != FLCE_OK) fprintf(stderr, "%s\n", flce_last_error(ctx));
+    ...
+    flce_destroy(ctx);
+
+No call allocates device memory or synchronises the host after flce_create, so calls can
+be captured into CUDA graphs. Target ids outside [0, V) (other than ignore_index) are
+detected on the device: the row is treated as ignored (nothing is read out of bounds), the
+loss is set to NaN, and the error is reported by flce_check_errors() or by the next call.
+A context is not thread-safe; use one per thread or stream.
+*/
+#ifndef FLCE_H
+#define FLCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    FLCE_OK = 0,
+    FLCE_ERR_NULL_POINTER,      // a required pointer is NULL
+    FLCE_ERR_INVALID_SIZE,      // N, H, V, Vp non-positive or inconsistent
+    FLCE_ERR_INVALID_VALUE,     // an option out of its range (smoothing, softcap, ...)
+    FLCE_ERR_MISALIGNED,        // a pointer or a row stride is not aligned as required
+    FLCE_ERR_WORKSPACE,         // the workspace is too small for even one chunk
+    FLCE_ERR_TARGET,            // a target id outside [0, V) that is not ignore_index
+    FLCE_ERR_CUDA,              // a CUDA runtime call failed
+    FLCE_ERR_CUBLAS,            // a cuBLASLt call failed or found no algorithm
+} flce_status;
+
+typedef enum { FLCE_BF16 = 0, FLCE_FP32 = 1 } flce_dtype;
+typedef enum { FLCE_INT32 = 0, FLCE_INT64 = 1 } flce_index_type;
+typedef enum {
+    FLCE_REDUCTION_MEAN = 0,    // sum of per-token losses / number of non-ignored tokens
+    FLCE_REDUCTION_SUM = 1,
+    FLCE_REDUCTION_NONE = 2,    // per-token losses; loss (if given) receives their sum
+} flce_reduction;
+
+typedef struct {
+    int64_t n_tokens;           // N
+    int64_t hidden;             // H; a multiple of 8 (bf16) or 4 (fp32)
+    int64_t vocab;              // V: real classes
+    int64_t vocab_padded;       // Vp >= V: rows of W (and of d_weight, bias); default V
+    flce_dtype dtype;           // of hidden, weight, bias
+    flce_index_type target_type;
+    int64_t ignore_index;       // default -100
+    flce_reduction reduction;   // default mean
+    float label_smoothing;      // eps in [0, 1); default 0
+    float z_loss_scale;         // zl >= 0; default 0
+    float softcap;              // > 0 enables cap * tanh(z / cap); default 0 (off)
+    float grad_scale;           // multiplies every gradient (upstream grad, 1/grad_accum); default 1
+    int has_bias;               // bias (Vp) is given; default 0
+    // gradient outputs: dtype and whether the call adds into the buffer (1) or overwrites (0)
+    flce_dtype d_hidden_dtype;  int accumulate_d_hidden;
+    flce_dtype d_weight_dtype;  int accumulate_d_weight;
+    flce_dtype d_bias_dtype;    int accumulate_d_bias;
+    int64_t max_chunk_tokens;   // 0 = as large as the workspace allows; else an upper bound
+} flce_config;
+
+typedef struct {
+    // inputs
+    const void *hidden;         // (N, H) dtype, 16-byte aligned
+    const void *weight;         // (Vp, H) dtype, 16-byte aligned
+    const void *bias;           // (Vp) dtype, required iff has_bias
+    const void *targets;        // (N) target_type
+    const float *grad_token_loss; // optional (N): upstream gradient per token, reduction none only
+    // outputs (any may be NULL unless stated)
+    float *loss;                // scalar; required unless reduction is none
+    float *token_loss;          // (N) per-token loss (0 for ignored tokens); required for none
+    float *token_lse;           // (N) per-token log-sum-exp over the V classes
+    void *d_hidden;             // (N, H) d_hidden_dtype, 16-byte aligned
+    void *d_weight;             // (Vp, H) d_weight_dtype, 16-byte aligned; rows >= V get 0
+    void *d_bias;               // (Vp) d_bias_dtype; requires has_bias
+} flce_tensors;
+
+typedef struct flce_context flce_context;
+
+// Fills cfg with defaults for an (n_tokens, hidden, vocab) problem.
+void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_t vocab);
+
+// Checks every field of cfg; on failure writes a message naming the field into msg.
+flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len);
+
+// Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB).
+// The chunk size is the largest that fits; *bytes <= budget_bytes unless even a single
+// chunk does not fit, in which case *bytes is the minimum and FLCE_ERR_WORKSPACE is returned.
+flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
+
+// The number of tokens per chunk a call with this workspace will use (0 if too small).
+int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
+
+// Creates a context (a cuBLASLt handle, a small device error record) on the current device.
+flce_status flce_create(flce_context **ctx);
+void flce_destroy(flce_context *ctx);
+
+// Loss and every requested gradient in one pass over the token chunks, on stream.
+flce_status flce_forward_backward(flce_context *ctx, const flce_config *cfg,
+                                  const flce_tensors *t, void *workspace,
+                                  size_t workspace_bytes, void *cuda_stream);
+
+// Loss (and per-token loss / lse) only, for evaluation; gradient pointers are ignored.
+flce_status flce_forward(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
+                         void *workspace, size_t workspace_bytes, void *cuda_stream);
+
+// Waits for stream, then reports a device-side error (bad target) of earlier calls.
+flce_status flce_check_errors(flce_context *ctx, void *cuda_stream);
+
+// The message of the last failing call of this context ("" if none).
+const char *flce_last_error(const flce_context *ctx);
+const char *flce_status_string(flce_status status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FLCE_H

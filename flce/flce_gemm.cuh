@@ -1,0 +1,157 @@
+/*
+flce_gemm.cuh - the one GEMM entry point of the module: D = alpha op(A) op(B) + beta D in
+cuBLASLt's column-major convention, fp32 accumulation (CUBLAS_COMPUTE_32F: exact fp32 for
+fp32 inputs, no TF32), with a small cache of descriptors and heuristic results so that the
+per-chunk calls of a step pay the heuristic query once per distinct shape.
+
+A row-major (rows, cols) matrix with row stride ld is, to cuBLASLt, a column-major
+(cols, rows) matrix with leading dimension ld; flce.cu states each GEMM in that form.
+*/
+#ifndef FLCE_GEMM_CUH
+#define FLCE_GEMM_CUH
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FLCE_GEMM_CACHE 32
+
+typedef struct {
+    // everything that decides descriptors and algorithm (not the pointers themselves)
+    int transa, transb;
+    int64_t m, n, k, lda, ldb, ldd;
+    cudaDataType_t type_a, type_b, type_d;
+    int beta_zero;
+    int align_a, align_b, align_d;  // pointer alignment in bytes (power of 2, <= 256)
+} flce_gemm_key;
+
+typedef struct {
+    flce_gemm_key key;
+    int used;
+    unsigned long long last_use;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} flce_gemm_entry;
+
+typedef struct {
+    cublasLtHandle_t handle;
+    flce_gemm_entry entries[FLCE_GEMM_CACHE];
+    unsigned long long clock;
+} flce_gemm_cache;
+
+static int flce_ptr_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && (a % (uintptr_t)align) != 0) align /= 2;
+    return align;
+}
+
+static void flce_gemm_entry_release(flce_gemm_entry *e) {
+    if (!e->used) return;
+    if (e->la) cublasLtMatrixLayoutDestroy(e->la);
+    if (e->lb) cublasLtMatrixLayoutDestroy(e->lb);
+    if (e->ld) cublasLtMatrixLayoutDestroy(e->ld);
+    if (e->desc) cublasLtMatmulDescDestroy(e->desc);
+    memset(e, 0, sizeof(*e));
+}
+
+static void flce_gemm_cache_release(flce_gemm_cache *c) {
+    for (int i = 0; i < FLCE_GEMM_CACHE; i++) flce_gemm_entry_release(&c->entries[i]);
+}
+
+// Builds descriptors and picks an algorithm for key; returns a cuBLAS status, and in
+// *no_algo whether the heuristic found none.
+static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry *e,
+                                            const flce_gemm_key *key, size_t ws_bytes,
+                                            int *no_algo) {
+    *no_algo = 0;
+    memset(e, 0, sizeof(*e));
+    e->key = *key;
+    cublasStatus_t st;
+    cublasOperation_t opa = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    st = cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    e->used = 1;  // from here on flce_gemm_entry_release frees whatever was created
+    st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    // stored shapes: A is (m,k) or (k,m) when transposed; B likewise with (k,n)
+    uint64_t a_rows = key->transa ? key->k : key->m, a_cols = key->transa ? key->m : key->k;
+    uint64_t b_rows = key->transb ? key->n : key->k, b_cols = key->transb ? key->k : key->n;
+    st = cublasLtMatrixLayoutCreate(&e->la, key->type_a, a_rows, a_cols, key->lda);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&e->lb, key->type_b, b_rows, b_cols, key->ldb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&e->ld, key->type_d, key->m, key->n, key->ldd);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+
+    cublasLtMatmulPreference_t pref;
+    st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    uint64_t ws = ws_bytes;
+    uint32_t aa = key->align_a, ab = key->align_b, ad = key->align_d;
+    // the heuristic assumes 256-byte aligned pointers unless told otherwise
+    const struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t n; } prefs[] = {
+        {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad)},
+    };
+    for (int i = 0; i < 5 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, prefs[i].attr, prefs[i].v, prefs[i].n);
+    cublasLtMatmulHeuristicResult_t result;
+    int returned = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(c->handle, e->desc, e->la, e->lb, e->ld, e->ld, pref,
+                                            1, &result, &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && returned == 0) *no_algo = 1;
+    if (st == CUBLAS_STATUS_SUCCESS && returned > 0) e->algo = result.algo;
+    return st;
+}
+
+// D (m x n, ldd) = alpha * op(A) * op(B) + beta * D, on stream. On failure returns the cuBLAS
+// status (CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape).
+static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int transa, int transb,
+                                int64_t m, int64_t n, int64_t k, const void *A,
+                                cudaDataType_t type_a, int64_t lda, const void *B,
+                                cudaDataType_t type_b, int64_t ldb, void *D,
+                                cudaDataType_t type_d, int64_t ldd, float alpha, float beta,
+                                void *ws, size_t ws_bytes) {
+    flce_gemm_key key;
+    memset(&key, 0, sizeof(key));
+    key.transa = transa; key.transb = transb;
+    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.type_a = type_a; key.type_b = type_b; key.type_d = type_d;
+    key.beta_zero = beta == 0.0f;
+    key.align_a = flce_ptr_alignment(A);
+    key.align_b = flce_ptr_alignment(B);
+    key.align_d = flce_ptr_alignment(D);
+
+    flce_gemm_entry *e = NULL, *victim = &c->entries[0];
+    for (int i = 0; i < FLCE_GEMM_CACHE; i++) {
+        flce_gemm_entry *x = &c->entries[i];
+        if (x->used && memcmp(&x->key, &key, sizeof(key)) == 0) { e = x; break; }
+        if (!x->used || (victim->used && x->last_use < victim->last_use)) victim = x;
+    }
+    if (e == NULL) {
+        flce_gemm_entry_release(victim);
+        int no_algo = 0;
+        cublasStatus_t st = flce_gemm_entry_build(c, victim, &key, ws_bytes, &no_algo);
+        if (st != CUBLAS_STATUS_SUCCESS || no_algo) {
+            flce_gemm_entry_release(victim);
+            return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+        e = victim;
+    }
+    e->last_use = ++c->clock;
+    return cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta, D, e->ld, D,
+                          e->ld, &e->algo, ws, ws_bytes, stream);
+}
+
+#endif // FLCE_GEMM_CUH

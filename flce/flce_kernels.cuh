@@ -1,0 +1,327 @@
+/*
+flce_kernels.cuh - the CUDA kernels of the fused linear cross-entropy, apart from the GEMMs
+(which cuBLASLt does):
+
+  flce_prepare_kernel   once per call: checks every target, counts the non-ignored tokens
+                        (the divisor of a mean), and computes each target's logit exactly in
+                        fp32 from h and W, so the loss does not inherit the rounding of the
+                        bf16 logits buffer.
+  flce_ce_rows_kernel   once per chunk: one block per row of logits: max / sum-exp / LSE /
+                        loss, and (backward) dlogits = dL/dz written in place of the logits.
+  flce_finalize_kernel  once per call: the loss scalar from the per-token losses (fixed order,
+                        deterministic), NaN and a host-visible error record on a bad target.
+  flce_add_f32_kernel   bf16 gradient outputs from their fp32 accumulators.
+
+Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
+*/
+#ifndef FLCE_KERNELS_CUH
+#define FLCE_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdint.h>
+
+#define FLCE_CE_THREADS 512
+#define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
+
+// Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
+typedef struct {
+    unsigned long long first_bad_token;  // smallest token index with an out-of-range target
+    int n_valid;                         // tokens whose target is not ignore_index (nor bad)
+    int pad;
+} flce_call_scalars;
+
+// What the host sees of a device-side error; lives in mapped pinned memory of the context.
+typedef struct {
+    volatile int code;                   // 0 or FLCE_ERR_TARGET
+    volatile int pad;
+    volatile long long position;         // token index
+    volatile long long value;            // its target id
+} flce_host_status;
+
+// The loss options the row kernel needs, by value.
+typedef struct {
+    float label_smoothing;
+    float z_loss_scale;
+    float softcap;                       // 0 = off
+    float grad_scale;
+    int reduction;                       // flce_reduction
+} flce_loss_params;
+
+// ----------------------------------------------------------------------------------------
+// element access for the two input types
+
+__device__ __forceinline__ float flce_to_float(float x) { return x; }
+__device__ __forceinline__ float flce_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T flce_from_float(float x);
+template <> __device__ __forceinline__ float flce_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 flce_from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// 16 bytes of T as one vector load/store
+template <typename T> struct flce_vec {
+    static constexpr int N = 16 / sizeof(T);
+    union { int4 raw; T v[N]; };
+};
+
+template <typename T>
+__device__ __forceinline__ flce_vec<T> flce_load16(const T *p) {
+    flce_vec<T> r;
+    r.raw = *reinterpret_cast<const int4 *>(p);
+    return r;
+}
+
+// target ids come as int32 or int64; out-of-range ones must never be used as an index
+template <typename Tgt>
+__device__ __forceinline__ int flce_target_state(Tgt t, long long ignore_index, long long V) {
+    long long tl = (long long)t;
+    if (tl == ignore_index) return 0;    // ignored
+    if (tl < 0 || tl >= V) return -1;    // bad
+    return 1;                            // valid
+}
+
+__device__ __forceinline__ float flce_softcap(float z, float cap) {
+    return cap > 0.0f ? cap * tanhf(z / cap) : z;
+}
+
+// ----------------------------------------------------------------------------------------
+// prepare: one warp per token
+
+template <typename T, typename Tgt>
+__global__ void flce_prepare_kernel(const T *hidden, const T *weight, const T *bias,
+                                    const Tgt *targets, int64_t N, int64_t H, int64_t V,
+                                    long long ignore_index, float *target_logit,
+                                    flce_call_scalars *scalars) {
+    const int lane = threadIdx.x % 32;
+    const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int valid = 0;
+    if (i < N) {
+        const Tgt t = targets[i];
+        const int state = flce_target_state(t, ignore_index, V);
+        if (state < 0 && lane == 0) atomicMin(&scalars->first_bad_token, (unsigned long long)i);
+        if (state > 0) {
+            valid = 1;
+            const T *hrow = hidden + i * H;
+            const T *wrow = weight + (int64_t)t * H;
+            constexpr int VEC = flce_vec<T>::N;
+            float acc = 0.0f;
+            for (int64_t k = (int64_t)lane * VEC; k < H; k += 32 * VEC) {
+                flce_vec<T> a = flce_load16(hrow + k), b = flce_load16(wrow + k);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) acc += flce_to_float(a.v[e]) * flce_to_float(b.v[e]);
+            }
+            for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+            if (bias != NULL) acc += flce_to_float(bias[t]);
+            if (lane == 0) target_logit[i] = acc;
+        }
+    }
+    // one atomic per block: integer, so the count is exact and order-independent
+    __shared__ int block_valid;
+    if (threadIdx.x == 0) block_valid = 0;
+    __syncthreads();
+    if (lane == 0 && valid) atomicAdd(&block_valid, 1);
+    __syncthreads();
+    if (threadIdx.x == 0 && block_valid) atomicAdd(&scalars->n_valid, block_valid);
+}
+
+// ----------------------------------------------------------------------------------------
+// the row kernel
+
+// running (max, sum of exp(z - max), sum of z) of a set of logits
+struct flce_row_stats {
+    float m, s, sz;
+};
+
+__device__ __forceinline__ flce_row_stats flce_stats_merge(flce_row_stats a, flce_row_stats b) {
+    flce_row_stats r;
+    r.m = fmaxf(a.m, b.m);
+    // an empty side has m = -inf and s = 0; skip it rather than form exp(-inf - -inf)
+    const float sa = a.s == 0.0f ? 0.0f : a.s * __expf(a.m - r.m);
+    const float sb = b.s == 0.0f ? 0.0f : b.s * __expf(b.m - r.m);
+    r.s = sa + sb;
+    r.sz = a.sz + b.sz;
+    return r;
+}
+
+__device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
+    __shared__ flce_row_stats warp_stats[32];
+    __shared__ flce_row_stats result;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    for (int off = 16; off > 0; off /= 2) {
+        flce_row_stats o;
+        o.m = __shfl_xor_sync(0xffffffffu, st.m, off);
+        o.s = __shfl_xor_sync(0xffffffffu, st.s, off);
+        o.sz = __shfl_xor_sync(0xffffffffu, st.sz, off);
+        st = flce_stats_merge(st, o);
+    }
+    if (lane == 0) warp_stats[warp] = st;
+    __syncthreads();
+    if (warp == 0) {
+        st = lane < n_warps ? warp_stats[lane] : flce_row_stats{-INFINITY, 0.0f, 0.0f};
+        for (int off = 16; off > 0; off /= 2) {
+            flce_row_stats o;
+            o.m = __shfl_xor_sync(0xffffffffu, st.m, off);
+            o.s = __shfl_xor_sync(0xffffffffu, st.s, off);
+            o.sz = __shfl_xor_sync(0xffffffffu, st.sz, off);
+            st = flce_stats_merge(st, o);
+        }
+        if (lane == 0) result = st;
+    }
+    __syncthreads();
+    return result;
+}
+
+// Logit j of a row as the loss sees it: bias added, softcapped, and the target's own logit
+// replaced by its exact fp32 value.
+template <typename T>
+__device__ __forceinline__ float flce_logit(float z, const T *bias, int64_t j, int64_t t,
+                                            float zt_capped, float cap) {
+    if (j == t) return zt_capped;
+    if (bias != NULL) z += flce_to_float(bias[j]);
+    return flce_softcap(z, cap);
+}
+
+// One block per row of a chunk of logits (row r = token row0 + r). Pass 1 reads the row for
+// its statistics; with BACKWARD, pass 2 reads it again and overwrites it with dL/dz (zero in
+// the pad columns V..ldl), which the d_hidden / d_weight GEMMs then consume.
+template <typename T, typename Tgt, bool BACKWARD>
+__global__ void __launch_bounds__(FLCE_CE_THREADS)
+flce_ce_rows_kernel(T *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
+                    const Tgt *targets, long long ignore_index, const float *target_logit,
+                    const float *grad_token_loss, const flce_call_scalars *scalars,
+                    flce_loss_params p, float *token_loss, float *token_lse) {
+    constexpr int VEC = flce_vec<T>::N;
+    const int64_t i = row0 + blockIdx.x;
+    T *row = logits + (int64_t)blockIdx.x * ldl;
+    const Tgt tg = targets[i];
+    const int valid = flce_target_state(tg, ignore_index, V) > 0;
+    const int64_t t = valid ? (int64_t)tg : -1;
+    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
+    // bias is read per element; a vector read would run past the end of a (Vp) bias
+    const int64_t v_end = (V + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
+
+    flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += (int64_t)blockDim.x * VEC) {
+        flce_vec<T> x = flce_load16(row + j0);
+        float z[VEC];
+        float vmax = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            z[e] = -INFINITY;
+            if (j0 + e < V) {
+                z[e] = flce_logit(flce_to_float(x.v[e]), bias, j0 + e, t, zt, p.softcap);
+                st.sz += z[e];
+            }
+            vmax = fmaxf(vmax, z[e]);
+        }
+        const float m_new = fmaxf(st.m, vmax);
+        float s = st.s == 0.0f ? 0.0f : st.s * __expf(st.m - m_new);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) s += (j0 + e < V) ? __expf(z[e] - m_new) : 0.0f;
+        st.m = m_new;
+        st.s = s;
+    }
+    st = flce_block_reduce_stats(st);
+    const float lse = st.m + logf(st.s);
+
+    if (threadIdx.x == 0) {
+        float loss = 0.0f;
+        if (valid) {
+            // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
+            const float nll = fmaxf(lse - zt, 0.0f);
+            const float smooth = fmaxf(lse - st.sz / (float)V, 0.0f);
+            loss = (1.0f - p.label_smoothing) * nll + p.label_smoothing * smooth +
+                   p.z_loss_scale * lse * lse;
+        }
+        token_loss[i] = loss;
+        token_lse[i] = lse;
+    }
+    if (!BACKWARD) return;
+
+    // d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
+    float g = 0.0f;
+    if (valid) {
+        g = p.grad_scale;
+        if (p.reduction == 0) g /= (float)scalars->n_valid;  // n_valid >= 1 here
+        if (p.reduction == 2 && grad_token_loss != NULL) g *= grad_token_loss[i];
+    }
+    const float coef_p = g * (1.0f + 2.0f * p.z_loss_scale * lse);
+    const float coef_smooth = g * p.label_smoothing / (float)V;
+    const float coef_target = g * (1.0f - p.label_smoothing);
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < ldl; j0 += (int64_t)blockDim.x * VEC) {
+        flce_vec<T> x;
+        if (j0 < v_end && g != 0.0f) {
+            x = flce_load16(row + j0);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const int64_t j = j0 + e;
+                float d = 0.0f;
+                if (j < V) {
+                    const float z = flce_logit(flce_to_float(x.v[e]), bias, j, t, zt, p.softcap);
+                    d = coef_p * __expf(z - lse) - coef_smooth - (j == t ? coef_target : 0.0f);
+                    if (p.softcap > 0.0f) {
+                        const float c = z / p.softcap;
+                        d *= 1.0f - c * c;
+                    }
+                }
+                x.v[e] = flce_from_float<T>(d);
+            }
+        } else {
+            x.raw = make_int4(0, 0, 0, 0);  // pad columns, and every column of an ignored row
+        }
+        *reinterpret_cast<int4 *>(row + j0) = x.raw;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// finalize: one block
+
+template <typename Tgt>
+__global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int reduction,
+                                     const flce_call_scalars *scalars, const Tgt *targets,
+                                     float *loss_out, flce_host_status *host_status) {
+    __shared__ double warp_sums[32];
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double total = 0.0;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) total += warp_sums[w];
+    if (reduction == 0) total = scalars->n_valid > 0 ? total / (double)scalars->n_valid : 0.0;
+    const unsigned long long bad = scalars->first_bad_token;
+    if (bad != FLCE_NO_BAD_TOKEN) {
+        // never a silently wrong loss: the bad rows were skipped, so the value is poisoned
+        total = (double)NAN;
+        host_status->position = (long long)bad;
+        host_status->value = (long long)targets[bad];
+        __threadfence_system();
+        host_status->code = 1;
+        __threadfence_system();
+    }
+    if (loss_out != NULL) *loss_out = (float)total;
+}
+
+// out[k] = (accumulate ? out[k] : 0) + acc[k], for the bf16 d_weight / d_bias outputs
+__global__ void flce_add_f32_kernel(__nv_bfloat16 *out, const float *acc, int64_t n,
+                                    int accumulate) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        float v = acc[k];
+        if (accumulate) v += __bfloat162float(out[k]);
+        out[k] = __float2bfloat16_rn(v);
+    }
+}
+
+// x[k] = 1, the vector that turns a GEMM into the column sums d_bias needs
+template <typename T>
+__global__ void flce_fill_ones_kernel(T *x, int64_t n) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x)
+        x[k] = flce_from_float<T>(1.0f);
+}
+
+#endif // FLCE_KERNELS_CUH

@@ -1,0 +1,230 @@
+/*
+flce_ref.c - CPU reference for flce.h; see flce_ref.h for the contract.
+
+Per token i (z over the V real classes only, after bias and softcap):
+    lse_i  = log sum_j exp(z_ij),  p_ij = exp(z_ij - lse_i)
+    loss_i = (1 - eps) (lse_i - z_iy) + eps (lse_i - mean_j z_ij) + zl lse_i^2
+    dloss_i/dz_ij = p_ij (1 + 2 zl lse_i) - (1 - eps) [j == y] - eps / V
+and with softcap c, z = c tanh(a / c) of the raw logit a, so dz/da = 1 - (z / c)^2.
+Each token's row of dL/da is that times g_i, the token's weight in the reduced loss
+(grad_scale / count for mean, grad_scale for sum, grad_scale * grad_token_loss_i for none,
+0 for ignored tokens); then d_h_i = sum_j dL/da_ij W_j, d_W_j = sum_i dL/da_ij h_i and
+d_b_j = sum_i dL/da_ij.
+
+Tokens are processed in blocks of REF_BLOCK so that every row of W (and of d_W) is
+brought into cache once per block rather than once per token: the loops run j over the
+vocabulary outside and the block's tokens inside, and the innermost loops walk H
+contiguously. All sums are in double; the float inputs are widened, and a product of two
+floats is exact in double, so the logits round only in their additions.
+*/
+#include "flce_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REF_BLOCK 16
+
+// Dot product of two length-n double vectors with four independent partial sums, so the
+// loop is not one long chain of dependent additions (the order is fixed, so the result is
+// still deterministic).
+static double ref_dot(const double *a, const double *b, int64_t n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        s0 += a[k] * b[k];
+        s1 += a[k + 1] * b[k + 1];
+        s2 += a[k + 2] * b[k + 2];
+        s3 += a[k + 3] * b[k + 3];
+    }
+    for (; k < n; k++) s0 += a[k] * b[k];
+    return (s0 + s1) + (s2 + s3);
+}
+
+// The dot products of four vectors a0..a3 with one b, sharing its loads; out[r] = a_r . b.
+static void ref_dot4(const double *a0, const double *a1, const double *a2, const double *a3,
+                     const double *b, int64_t n, double *out) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        const double bk = b[k];
+        s0 += a0[k] * bk;
+        s1 += a1[k] * bk;
+        s2 += a2[k] * bk;
+        s3 += a3[k] * bk;
+    }
+    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
+}
+
+static void ref_axpy(double *y, double a, const double *x, int64_t n) {
+    for (int64_t k = 0; k < n; k++) y[k] += a * x[k];
+}
+
+// y += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3: one pass over y for four updates, which is
+// what keeps the backward sweep from being bound by loads and stores of y
+static void ref_axpy4(double *y, const double *a, const double *x0, const double *x1,
+                      const double *x2, const double *x3, int64_t n) {
+    const double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    for (int64_t k = 0; k < n; k++) y[k] += (a0 * x0[k] + a1 * x1[k]) + (a2 * x2[k] + a3 * x3[k]);
+}
+
+static void ref_widen(double *dst, const float *src, int64_t n) {
+    for (int64_t k = 0; k < n; k++) dst[k] = (double)src[k];
+}
+
+flce_status flce_reference(const flce_config *cfg, const float *h, const float *W,
+                           const float *bias, const int32_t *targets,
+                           const float *grad_token_loss, double *loss, double *token_loss,
+                           double *token_lse, double *d_h, double *d_W, double *d_bias,
+                           int64_t *bad_position) {
+    if (bad_position) *bad_position = -1;
+    if (cfg == NULL || h == NULL || W == NULL || targets == NULL) return FLCE_ERR_NULL_POINTER;
+    const int64_t N = cfg->n_tokens, H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded;
+    if (N <= 0 || H <= 0 || V <= 0 || Vp < V) return FLCE_ERR_INVALID_SIZE;
+    if (cfg->has_bias && bias == NULL) return FLCE_ERR_NULL_POINTER;
+    if (!cfg->has_bias && d_bias != NULL) return FLCE_ERR_INVALID_VALUE;
+    const double eps = cfg->label_smoothing, zl = cfg->z_loss_scale, cap = cfg->softcap;
+    const double gscale = cfg->grad_scale;
+    // written so that a NaN fails every test
+    if (!(eps >= 0.0 && eps < 1.0) || !(zl >= 0.0 && isfinite(zl)) ||
+        !(cap >= 0.0 && isfinite(cap)) || !isfinite(gscale))
+        return FLCE_ERR_INVALID_VALUE;
+    if (cfg->reduction != FLCE_REDUCTION_MEAN && cfg->reduction != FLCE_REDUCTION_SUM &&
+        cfg->reduction != FLCE_REDUCTION_NONE)
+        return FLCE_ERR_INVALID_VALUE;
+
+    // Every target is validated before anything is read through it or written, so a bad
+    // one can neither index W out of bounds nor leave half-written outputs behind.
+    int64_t n_valid = 0;
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t y = targets[i];
+        if (y == cfg->ignore_index) continue;
+        if (y < 0 || y >= V) {
+            if (bad_position) *bad_position = i;
+            return FLCE_ERR_TARGET;
+        }
+        n_valid++;
+    }
+
+    double *hd = (double *)malloc((size_t)(REF_BLOCK * H) * sizeof(double));
+    double *wd = (double *)malloc((size_t)(4 * H) * sizeof(double));
+    double *z = (double *)malloc((size_t)(REF_BLOCK * V) * sizeof(double));
+    double g[REF_BLOCK];  // each token's weight in the reduced loss; 0 = no gradient
+    if (!hd || !wd || !z) {
+        // there is no allocation status; "workspace" is the closest meaning
+        free(hd); free(wd); free(z);
+        return FLCE_ERR_WORKSPACE;
+    }
+
+    // gradients are overwritten, and the padding rows are simply never touched again
+    if (d_h) memset(d_h, 0, (size_t)(N * H) * sizeof(double));
+    if (d_W) memset(d_W, 0, (size_t)(Vp * H) * sizeof(double));
+    if (d_bias) memset(d_bias, 0, (size_t)Vp * sizeof(double));
+    const int want_grad = d_h != NULL || d_W != NULL || d_bias != NULL;
+
+    // Mean over zero tokens is defined as 0 with zero gradients, never 0/0.
+    double token_weight = gscale;
+    if (cfg->reduction == FLCE_REDUCTION_MEAN)
+        token_weight = n_valid > 0 ? gscale / (double)n_valid : 0.0;
+    double loss_sum = 0.0;
+
+    for (int64_t i0 = 0; i0 < N; i0 += REF_BLOCK) {
+        const int64_t nb = N - i0 < REF_BLOCK ? N - i0 : REF_BLOCK;
+        ref_widen(hd, h + i0 * H, nb * H);
+
+        // logits of the block: W row j is widened once and dotted with every token, four
+        // tokens at a time
+        for (int64_t j = 0; j < V; j++) {
+            ref_widen(wd, W + j * H, H);
+            const double b = cfg->has_bias ? (double)bias[j] : 0.0;
+            int64_t t = 0;
+            double d[4];
+            for (; t + 4 <= nb; t += 4) {
+                const double *ht = hd + t * H;
+                ref_dot4(ht, ht + H, ht + 2 * H, ht + 3 * H, wd, H, d);
+                for (int r = 0; r < 4; r++) z[(t + r) * V + j] = d[r] + b;
+            }
+            for (; t < nb; t++) z[t * V + j] = ref_dot(hd + t * H, wd, H) + b;
+            if (cap > 0.0)
+                for (t = 0; t < nb; t++) z[t * V + j] = cap * tanh(z[t * V + j] / cap);
+        }
+
+        // softmax statistics, per-token loss, and dL/da written over the logits
+        for (int64_t t = 0; t < nb; t++) {
+            const int64_t i = i0 + t;
+            double *zt = z + t * V;
+            double zmax = zt[0];
+            for (int64_t j = 1; j < V; j++) zmax = zt[j] > zmax ? zt[j] : zmax;
+            double se = 0.0, zsum = 0.0;
+            for (int64_t j = 0; j < V; j++) {
+                se += exp(zt[j] - zmax);
+                zsum += zt[j];
+            }
+            const double lse = zmax + log(se);
+            if (token_lse) token_lse[i] = lse;
+
+            const int64_t y = targets[i];
+            const int ignored = y == cfg->ignore_index;
+            double li = 0.0;
+            if (!ignored)
+                li = (1.0 - eps) * (lse - zt[y]) + eps * (lse - zsum / (double)V) + zl * lse * lse;
+            if (token_loss) token_loss[i] = li;
+            loss_sum += li;
+
+            g[t] = 0.0;
+            if (ignored || !want_grad) continue;
+            g[t] = token_weight;
+            if (cfg->reduction == FLCE_REDUCTION_NONE && grad_token_loss)
+                g[t] *= (double)grad_token_loss[i];
+            if (g[t] == 0.0) continue;
+            const double pscale = 1.0 + 2.0 * zl * lse, smooth = eps / (double)V;
+            for (int64_t j = 0; j < V; j++) {
+                double d = exp(zt[j] - lse) * pscale - smooth;
+                if (j == y) d -= 1.0 - eps;
+                if (cap > 0.0) {
+                    const double th = zt[j] / cap;
+                    d *= 1.0 - th * th;
+                }
+                zt[j] = g[t] * d;
+            }
+        }
+        if (!want_grad) continue;
+
+        // d_h, d_W and d_bias of the block in one sweep over the vocabulary, four rows of W
+        // at a time; tokens without a gradient (ignored, or zero weight) are left out
+        int64_t act[REF_BLOCK], na = 0;
+        for (int64_t t = 0; t < nb; t++)
+            if (g[t] != 0.0) act[na++] = t;
+        for (int64_t j0 = 0; j0 < V; j0 += 4) {
+            const int64_t nj = V - j0 < 4 ? V - j0 : 4;
+            if (d_h) ref_widen(wd, W + j0 * H, nj * H);
+            for (int64_t a = 0; a < na; a++) {
+                const double *zt = z + act[a] * V + j0;
+                double *dht = d_h ? d_h + (i0 + act[a]) * H : NULL;
+                if (d_bias)
+                    for (int64_t jj = 0; jj < nj; jj++) d_bias[j0 + jj] += zt[jj];
+                if (dht == NULL) continue;
+                if (nj == 4) ref_axpy4(dht, zt, wd, wd + H, wd + 2 * H, wd + 3 * H, H);
+                else
+                    for (int64_t jj = 0; jj < nj; jj++) ref_axpy(dht, zt[jj], wd + jj * H, H);
+            }
+            for (int64_t jj = 0; d_W && jj < nj; jj++) {
+                const int64_t j = j0 + jj;
+                double *dWj = d_W + j * H;
+                int64_t a = 0;
+                for (; a + 4 <= na; a += 4) {
+                    const double c[4] = {z[act[a] * V + j], z[act[a + 1] * V + j],
+                                         z[act[a + 2] * V + j], z[act[a + 3] * V + j]};
+                    ref_axpy4(dWj, c, hd + act[a] * H, hd + act[a + 1] * H, hd + act[a + 2] * H,
+                              hd + act[a + 3] * H, H);
+                }
+                for (; a < na; a++) ref_axpy(dWj, z[act[a] * V + j], hd + act[a] * H, H);
+            }
+        }
+    }
+
+    if (cfg->reduction == FLCE_REDUCTION_MEAN)
+        loss_sum = n_valid > 0 ? loss_sum / (double)n_valid : 0.0;
+    if (loss) *loss = loss_sum;
+    free(hd); free(wd); free(z);
+    return FLCE_OK;
+}

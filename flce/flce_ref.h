@@ -1,0 +1,56 @@
+/*
+flce_ref.h - CPU reference for the fused linear cross-entropy of flce.h, in plain C99
+with fp64 accumulation. It exists to check the CUDA implementation and the PyTorch
+fixtures against a third, independent computation; it is written for clarity and for
+being fast enough to run on test-sized problems (N=512, H=256, V=8000 in about a second
+at -O2), not for speed.
+
+It implements every numerical option of flce_config (vocab_padded, has_bias,
+ignore_index, reduction, label_smoothing, z_loss_scale, softcap, grad_scale) with the
+exact math written at the top of flce.h. The storage options (dtype, d_*_dtype,
+accumulate_*, target_type, max_chunk_tokens) do not apply: inputs are float32, targets
+int32, outputs fp64 and always overwritten. A bf16 run is checked by giving the
+reference the bf16 values widened to float.
+*/
+#ifndef FLCE_REF_H
+#define FLCE_REF_H
+
+#include <stdint.h>
+
+#include "flce.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+Inputs (host memory): h (N*H), W (Vp*H), bias (Vp; read iff cfg->has_bias, then required),
+targets (N), grad_token_loss (N; upstream gradient per token, used only with reduction
+none; NULL means all ones).
+
+Outputs (host memory, every one optional, NULL to skip):
+  loss        the reduced loss: mean over non-ignored tokens (0 when all are ignored),
+              sum, or for reduction none the sum of the per-token losses
+  token_loss  (N) per-token loss, 0 for ignored tokens
+  token_lse   (N) log-sum-exp over the V real classes, for every token (ignored ones too)
+  d_h         (N*H)  dL/dh,  times grad_scale
+  d_W         (Vp*H) dL/dW,  times grad_scale; rows V..Vp-1 are 0
+  d_bias      (Vp)   dL/db,  times grad_scale; entries V..Vp-1 are 0; needs has_bias
+  bad_position  set to the first token whose target is neither ignore_index nor in [0, V),
+                or to -1
+
+Returns FLCE_OK; FLCE_ERR_NULL_POINTER / FLCE_ERR_INVALID_SIZE / FLCE_ERR_INVALID_VALUE for
+a missing input or an impossible config; FLCE_ERR_TARGET for a bad target. All targets
+are checked before anything is computed, so on any error no output except bad_position
+is written.
+*/
+flce_status flce_reference(const flce_config *cfg, const float *h, const float *W,
+                           const float *bias, const int32_t *targets,
+                           const float *grad_token_loss, double *loss, double *token_loss,
+                           double *token_lse, double *d_h, double *d_W, double *d_bias,
+                           int64_t *bad_position);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FLCE_REF_H

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build everything for sm_90, run the CPU and GPU test suites,
+# re-run the fixture exporter and compare with the committed fixtures, check the shipped
+# tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
+# a short table is printed last.
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench] [bench-quick]   (default: all but bench-quick)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_logs}
+mkdir -p "$OUT"
+steps="${*:-build test fixtures tokens bench}"
+declare -A result
+run_step() {  # name, command...
+    local name=$1; shift
+    local t0=$(date +%s)
+    "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    result[$name]="rc=$rc $(( $(date +%s) - t0 ))s | $(grep -E 'passed, [0-9]+ failed|OK|MISMATCH|FAIL' "$OUT/$name.log" | tail -1)"
+    return $rc
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+git log -1 --format='%H %cd' > "$OUT/commit.txt" 2>/dev/null || echo "no git" > "$OUT/commit.txt"
+for s in $steps; do
+    case $s in
+    build) run_step build make -j"$(nproc)" all dev || { tail -30 "$OUT/build.log"; break; } ;;
+    test) run_step test_cpu make test; run_step test_gpu make test-gpu ;;
+    fixtures) run_step fixtures bash -c 'python3 scripts/export_fixtures.py /tmp/fixtures_again && python3 scripts/compare_fixtures.py test/fixtures /tmp/fixtures_again' ;;
+    tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;
+    bench) run_step bench build/flce_bench -o "$OUT/bench.md" ;;
+    bench-quick) run_step bench build/flce_bench -s 8192x768x50304,4096x4096x128256 -o "$OUT/bench.md" ;;
+    esac
+done
+echo "== failures in the GPU test log =="
+grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
+echo "== benchmark summary =="
+[ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
+echo "== gpu =="; cat "$OUT/gpu.txt"
+echo "== steps =="
+for k in "${!result[@]}"; do echo "$k: ${result[$k]}"; done

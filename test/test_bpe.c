@@ -1,0 +1,426 @@
+/*
+test_bpe.c - CPU test of the C GPT-2 encoder (data/bpe.h) and of the llm.c file readers
+(data/shard.h).
+
+  1. encodes every string of the tiktoken token fixture (written by
+     scripts/check_tokens_tiktoken.py) and compares the ids exactly;
+  2. loads the decode tokenizer data/gpt2_tokenizer.bin, checks it holds the encoder's bytes
+     for every id, and that decode(encode(s)) == s for the fixture strings (all of them:
+     byte-level BPE round-trips any UTF-8);
+  3. if the committed shards are present: reads them, checks their sizes/ids and that
+     decoding train+val without the <|endoftext|> tokens gives back the text exactly;
+  4. checks that bad files are rejected with an error: shards (bad magic/version,
+     truncated header or body, trailing bytes, bad count, missing), tokenizer files
+     (bad magic/version, truncated header or tokens, zero-length token, trailing bytes,
+     missing) and encoder inputs (missing, truncated encoder.json, merges out of order).
+     The expected error messages appear on stderr.
+
+Build and run from the repository root:
+    gcc -O2 -Wall -Wextra -Werror -o build/test_bpe test/test_bpe.c -lm
+    build/test_bpe [token_fixture.bin]      (default test/fixtures/tokens_tiktoken.bin)
+
+Token fixture format (little endian): int32 header[256] = {20261201, 1, ncases, 0...};
+per case: uint32 nbytes, the UTF-8 bytes, uint32 ntok, ntok x uint32 ids.
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../data/bpe.h"
+#include "../data/shard.h"
+#include "test_util.h"
+
+#define ENCODER_JSON "data/gpt2/encoder.json"
+#define VOCAB_BPE "data/gpt2/vocab.bpe"
+#define TOKENIZER_BIN "data/gpt2_tokenizer.bin"
+#define TEXT_FILE "data/tinyshakespeare.txt"
+#define VAL_BIN "data/tiny_shakespeare_val.bin"
+#define TRAIN_BIN "data/tiny_shakespeare_train.bin"
+#define TOKEN_FIXTURE "test/fixtures/tokens_tiktoken.bin"
+#define TOKEN_FIXTURE_MAGIC 20261201
+
+typedef struct {
+    size_t nbytes, ntok;
+    unsigned char *bytes;
+    uint32_t *ids;
+} TokCase;
+
+static void free_cases(TokCase *c, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(c[i].bytes);
+        free(c[i].ids);
+    }
+    free(c);
+}
+
+// Loads the tiktoken token fixture; returns the case count or -1 (message on stderr).
+static long load_token_fixture(const char *path, TokCase **out) {
+    unsigned char *buf;
+    size_t len;
+    *out = NULL;
+    if (bpe_read_file(path, "token fixture", &buf, &len) != 0) return -1;
+    if (len < 1024 || llmc_get_u32(buf) != TOKEN_FIXTURE_MAGIC || llmc_get_u32(buf + 4) != 1) {
+        fprintf(stderr, "error: token fixture '%s': bad header\n", path);
+        free(buf);
+        return -1;
+    }
+    size_t ncases = llmc_get_u32(buf + 8), pos = 1024;
+    TokCase *c = (TokCase *)calloc(ncases ? ncases : 1, sizeof(TokCase));
+    if (c == NULL) { free(buf); return -1; }
+    for (size_t i = 0; i < ncases; i++) {
+        if (len - pos < 4) goto bad;
+        c[i].nbytes = llmc_get_u32(buf + pos);
+        pos += 4;
+        if (len - pos < c[i].nbytes + 4) goto bad;
+        c[i].bytes = (unsigned char *)malloc(c[i].nbytes + 1);
+        memcpy(c[i].bytes, buf + pos, c[i].nbytes);
+        c[i].bytes[c[i].nbytes] = 0;
+        pos += c[i].nbytes;
+        c[i].ntok = llmc_get_u32(buf + pos);
+        pos += 4;
+        if ((len - pos) / 4 < c[i].ntok) goto bad;
+        c[i].ids = (uint32_t *)malloc((c[i].ntok ? c[i].ntok : 1) * sizeof(uint32_t));
+        for (size_t k = 0; k < c[i].ntok; k++) c[i].ids[k] = llmc_get_u32(buf + pos + 4 * k);
+        pos += 4 * c[i].ntok;
+    }
+    if (pos != len) goto bad;
+    free(buf);
+    *out = c;
+    return (long)ncases;
+bad:
+    fprintf(stderr, "error: token fixture '%s': truncated or malformed\n", path);
+    free_cases(c, ncases);
+    free(buf);
+    return -1;
+}
+
+// printable preview of a test string for messages
+static const char *preview(const unsigned char *s, size_t n) {
+    static char buf[64];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 5 < sizeof(buf); i++) {
+        unsigned char c = s[i];
+        if (c == '\n') { buf[k++] = '\\'; buf[k++] = 'n'; }
+        else if (c < 0x20 || c == 0x7F) buf[k++] = '?';
+        else buf[k++] = (char)c;
+    }
+    if (n > 0 && k + 5 >= sizeof(buf)) { buf[k++] = '.'; buf[k++] = '.'; buf[k++] = '.'; }
+    buf[k] = 0;
+    return buf;
+}
+
+static int write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+static int file_exists(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *fixture_path = argc > 1 ? argv[1] : TOKEN_FIXTURE;
+    // test_util.h helpers this test does not need
+    (void)rel_l2_f64; (void)rel_l2_f32; (void)f32_to_bf16_bits; (void)bf16_bits_to_f32;
+    (void)fill_uniform;
+
+    // ---------------------------------------------------------------- encoder
+    BpeEncoder enc;
+    int loaded = bpe_load(&enc, ENCODER_JSON, VOCAB_BPE) == 0;
+    if (!test_check(loaded, "load %s + %s", ENCODER_JSON, VOCAB_BPE)) return test_summary();
+    test_check(enc.vocab_size == 50257 && enc.n_merges == 50000 && enc.eot == 50256,
+               "vocab 50257 / merges 50000 / eot 50256 (got %d / %d / %d)", enc.vocab_size,
+               enc.n_merges, enc.eot);
+
+    // pre-tokenizer spot checks (piece boundaries)
+    {
+        const char *s = "Hello world's  end\n\n";
+        const char *want[] = {"Hello", " world", "'s", " ", " end", "\n\n"};
+        size_t n = strlen(s), i = 0, k = 0;
+        int ok = 1;
+        while (i < n) {
+            size_t j = bpe_piece_end((const unsigned char *)s, n, i);
+            if (k >= 6 || strlen(want[k]) != j - i || memcmp(want[k], s + i, j - i) != 0) ok = 0;
+            k++;
+            i = j;
+        }
+        test_check(ok && k == 6, "pre-tokenizer pieces of \"Hello world's  end\\n\\n\"");
+        test_check(bpe_char_class(0xE9) == BPE_LETTER && bpe_char_class(0x65E5) == BPE_LETTER &&
+                       bpe_char_class(0x0663) == BPE_NUMBER && bpe_char_class(0x216B) == BPE_NUMBER &&
+                       bpe_char_class(0x0301) == BPE_OTHER && bpe_char_class(0x1F600) == BPE_OTHER &&
+                       bpe_char_class(0x3000) == BPE_SPACE && bpe_char_class(0x1C) == BPE_OTHER &&
+                       bpe_char_class(0x10FFFF) == BPE_OTHER,
+                   "character classes (Unicode %s table, %d ranges)", BPE_UNICODE_VERSION,
+                   BPE_UC_NRANGES);
+    }
+
+    // ---------------------------------------------------------------- tiktoken fixture
+    TokCase *cases = NULL;
+    long ncases = load_token_fixture(fixture_path, &cases);
+    test_check(ncases > 0, "load token fixture %s (%ld strings)", fixture_path, ncases);
+    LlmcTokenizer tok;
+    int tok_ok = llmc_tokenizer_read(TOKENIZER_BIN, &tok) == 0;
+    test_check(tok_ok && tok.version == 2 && tok.vocab_size == 50257 && tok.eot == 50256,
+               "load %s (version 2, vocab 50257, eot 50256)", TOKENIZER_BIN);
+    if (tok_ok) {
+        int same = tok.vocab_size == (uint32_t)enc.vocab_size;
+        for (uint32_t id = 0; same && id < tok.vocab_size; id++) {
+            size_t n;
+            const unsigned char *p = bpe_token_bytes(&enc, (int)id, &n);
+            same = n == tok.off[id + 1] - tok.off[id] && memcmp(p, tok.bytes + tok.off[id], n) == 0;
+        }
+        test_check(same, "%s holds the encoder's bytes for every id", TOKENIZER_BIN);
+    }
+    {
+        long n_match = 0, n_rt = 0;
+        for (long c = 0; c < ncases; c++) {
+            BpeIds ids = {NULL, 0, 0};
+            bpe_encode(&enc, cases[c].bytes, cases[c].nbytes, &ids);
+            size_t first = 0;
+            while (first < ids.n && first < cases[c].ntok && ids.ids[first] == cases[c].ids[first])
+                first++;
+            int match = ids.n == cases[c].ntok && first == ids.n;
+            n_match += match;
+            if (!match || ncases <= 64)
+                test_check(match, "tiktoken ids for \"%s\" (%zu tokens)%s",
+                           preview(cases[c].bytes, cases[c].nbytes), cases[c].ntok,
+                           match ? "" : " MISMATCH");
+            if (!match) {
+                printf("      first difference at token %zu: C %d, tiktoken %d (C %zu tokens)\n",
+                       first, first < ids.n ? (int)ids.ids[first] : -1,
+                       first < cases[c].ntok ? (int)cases[c].ids[first] : -1, ids.n);
+            }
+            if (tok_ok) {
+                size_t cap = cases[c].nbytes + 1;
+                unsigned char *out = (unsigned char *)malloc(cap);
+                size_t m = llmc_tokenizer_decode(&tok, ids.ids, ids.n, out, cap);
+                int rt = m == cases[c].nbytes && memcmp(out, cases[c].bytes, m) == 0;
+                n_rt += rt;
+                if (!rt)
+                    test_check(0, "round trip decode(encode(\"%s\"))",
+                               preview(cases[c].bytes, cases[c].nbytes));
+                free(out);
+            }
+            bpe_ids_free(&ids);
+        }
+        if (ncases > 64)
+            test_check(n_match == ncases, "tiktoken ids: %ld of %ld strings match", n_match, ncases);
+        test_check(tok_ok && n_rt == ncases, "decode(encode(s)) == s: %ld of %ld strings", n_rt,
+                   ncases);
+        // invalid UTF-8 is encoded byte by byte and still round-trips
+        const unsigned char junk[] = {'a', 0xFF, 0xC3, ' ', 0xE6, 0x97, 'b', 0xED, 0xA0, 0x80, 0xF4, 0x90, 0x80, 0x80, '\n'};
+        BpeIds ids = {NULL, 0, 0};
+        bpe_encode(&enc, junk, sizeof(junk), &ids);
+        unsigned char out[64];
+        size_t m = tok_ok ? llmc_tokenizer_decode(&tok, ids.ids, ids.n, out, sizeof(out)) : 0;
+        test_check(tok_ok && m == sizeof(junk) && memcmp(out, junk, m) == 0,
+                   "invalid UTF-8 bytes encode and round-trip (%zu tokens)", ids.n);
+        bpe_ids_free(&ids);
+    }
+    free_cases(cases, ncases > 0 ? (size_t)ncases : 0);
+
+    // ---------------------------------------------------------------- committed shards
+    if (file_exists(VAL_BIN) && file_exists(TRAIN_BIN) && tok_ok) {
+        uint16_t *val = NULL, *train = NULL;
+        size_t nval = 0, ntrain = 0;
+        int ok = shard_read(VAL_BIN, &val, &nval) == 0 && shard_read(TRAIN_BIN, &train, &ntrain) == 0;
+        test_check(ok && nval == 32768 && ntrain > 0, "read %s (%zu tokens) and %s (%zu tokens)",
+                   VAL_BIN, nval, TRAIN_BIN, ntrain);
+        unsigned char *text;
+        size_t ntext;
+        if (ok && bpe_read_file(TEXT_FILE, "text", &text, &ntext) == 0) {
+            // decode val then train, skipping EOT, and compare with the text
+            size_t pos = 0, neot = 0;
+            int same = val[0] == 50256, inrange = 1;
+            for (size_t s = 0; s < 2 && same; s++) {
+                const uint16_t *t = s == 0 ? val : train;
+                size_t n = s == 0 ? nval : ntrain;
+                for (size_t i = 0; i < n && same; i++) {
+                    if (t[i] >= tok.vocab_size) { inrange = same = 0; break; }
+                    if (t[i] == tok.eot) { neot++; continue; }
+                    size_t len = tok.off[t[i] + 1] - tok.off[t[i]];
+                    if (pos + len > ntext || memcmp(text + pos, tok.bytes + tok.off[t[i]], len) != 0)
+                        same = 0;
+                    pos += len;
+                }
+            }
+            test_check(inrange && same && pos == ntext,
+                       "shards decode (without %zu EOTs) to %s exactly (%zu of %zu bytes)", neot,
+                       TEXT_FILE, pos, ntext);
+            // and re-encoding the text gives the same tokens
+            BpeIds ids = {NULL, 0, 0};
+            size_t start = 0;
+            for (;;) {
+                size_t end = start;
+                while (end + 1 < ntext && !(text[end] == '\n' && text[end + 1] == '\n')) end++;
+                int last = !(end + 1 < ntext);
+                if (last) end = ntext;
+                bpe_ids_push(&ids, (uint32_t)enc.eot);
+                bpe_encode(&enc, text + start, end - start + (last ? 0 : 2), &ids);
+                if (last) break;
+                start = end + 2;
+            }
+            int eq = ids.n == nval + ntrain;
+            for (size_t i = 0; eq && i < ids.n; i++)
+                eq = ids.ids[i] == (i < nval ? val[i] : train[i - nval]);
+            test_check(eq, "re-encoding %s reproduces the shards (%zu tokens)", TEXT_FILE, ids.n);
+            bpe_ids_free(&ids);
+            free(text);
+        }
+        free(val);
+        free(train);
+    } else {
+        printf("  (skipping shard checks: %s / %s not found)\n", VAL_BIN, TRAIN_BIN);
+    }
+
+    // ---------------------------------------------------------------- bad files
+    char dir[] = "/tmp/test_bpe_XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        test_check(0, "create a temporary directory");
+        return test_summary();
+    }
+    char p_shard[128], p_tok[128], p_json[128], p_bpe[128], p_missing[128];
+    snprintf(p_shard, sizeof(p_shard), "%s/shard.bin", dir);
+    snprintf(p_tok, sizeof(p_tok), "%s/tok.bin", dir);
+    snprintf(p_json, sizeof(p_json), "%s/encoder.json", dir);
+    snprintf(p_bpe, sizeof(p_bpe), "%s/vocab.bpe", dir);
+    snprintf(p_missing, sizeof(p_missing), "%s/no_such_file.bin", dir);
+    printf("  (the error messages below are expected)\n");
+    fflush(stdout);
+    {
+        // a good shard round-trips
+        uint32_t ids[5] = {50256, 1, 2, 65535, 40};
+        uint16_t *got = NULL;
+        size_t n = 0;
+        int ok = shard_write(p_shard, ids, 5) == 0 && shard_read(p_shard, &got, &n) == 0 && n == 5;
+        for (size_t i = 0; ok && i < 5; i++) ok = got[i] == ids[i];
+        free(got);
+        test_check(ok, "shard write + read round trip");
+        uint32_t big = 70000;
+        test_check(shard_write(p_shard, &big, 1) != 0, "shard writer rejects id 70000");
+        char nodir[160];
+        snprintf(nodir, sizeof(nodir), "%s/no/such/dir/x.bin", dir);
+        test_check(shard_write(nodir, ids, 5) != 0, "shard writer reports an unwritable path");
+
+        unsigned char f[1024 + 10];
+        memset(f, 0, sizeof(f));
+        llmc_put_u32(f, SHARD_MAGIC);
+        llmc_put_u32(f + 4, SHARD_VERSION);
+        llmc_put_u32(f + 8, 5);
+        struct { const char *what; size_t len; int word, value; } bad[] = {
+            {"bad magic", sizeof(f), 0, 20240521},
+            {"bad version", sizeof(f), 1, 2},
+            {"negative count", sizeof(f), 2, -5},
+            {"zero count", 1024, 2, 0},
+            {"truncated header", 100, -1, 0},
+            {"truncated tokens", sizeof(f) - 3, -1, 0},
+            {"count larger than the file", sizeof(f), 2, 6},
+            {"trailing bytes", sizeof(f), 2, 4},
+        };
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            unsigned char g[sizeof(f)];
+            memcpy(g, f, sizeof(f));
+            if (bad[k].word >= 0) llmc_put_u32(g + 4 * bad[k].word, (uint32_t)bad[k].value);
+            write_bytes(p_shard, g, bad[k].len);
+            uint16_t *t = NULL;
+            size_t nt = 0;
+            int rc = shard_read(p_shard, &t, &nt);
+            test_check(rc != 0 && t == NULL, "shard reader rejects: %s", bad[k].what);
+            free(t);
+        }
+        uint16_t *t = NULL;
+        size_t nt;
+        test_check(shard_read(p_missing, &t, &nt) != 0, "shard reader rejects: missing file");
+    }
+    if (tok_ok) {
+        // a good tokenizer round-trips through the writer
+        LlmcTokenizer t2;
+        int ok = llmc_tokenizer_write(p_tok, tok.vocab_size, tok.eot, tok.off, tok.bytes) == 0 &&
+                 llmc_tokenizer_read(p_tok, &t2) == 0;
+        ok = ok && t2.vocab_size == tok.vocab_size && t2.eot == tok.eot &&
+             memcmp(t2.off, tok.off, (tok.vocab_size + 1) * sizeof(uint32_t)) == 0 &&
+             memcmp(t2.bytes, tok.bytes, tok.off[tok.vocab_size]) == 0;
+        if (ok) llmc_tokenizer_free(&t2);
+        test_check(ok, "tokenizer write + read round trip");
+
+        unsigned char *raw;
+        size_t nraw;
+        if (bpe_read_file(TOKENIZER_BIN, "tokenizer", &raw, &nraw) == 0) {
+            struct { const char *what; size_t len; int word; uint32_t value; long byte_at; } bad[] = {
+                {"bad magic", nraw, 0, 20240327, -1},
+                {"version 3", nraw, 1, 3, -1},
+                {"eot outside the vocabulary", nraw, 3, 50257, -1},
+                {"vocab_size larger than the file", nraw, 2, 50258, -1},
+                {"truncated header", 512, -1, 0, -1},
+                {"truncated in the middle", nraw / 2, -1, 0, -1},
+                {"last token cut short", nraw - 1, -1, 0, -1},
+                {"zero-length token", nraw, -1, 0, 1024},
+                {"trailing bytes", nraw + 1, -1, 0, -1},
+            };
+            unsigned char *g = (unsigned char *)malloc(nraw + 1);
+            for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+                memcpy(g, raw, nraw);
+                g[nraw] = 'x';
+                if (bad[k].word >= 0) llmc_put_u32(g + 4 * bad[k].word, bad[k].value);
+                if (bad[k].byte_at >= 0) g[bad[k].byte_at] = 0;
+                write_bytes(p_tok, g, bad[k].len);
+                LlmcTokenizer t3;
+                int rc = llmc_tokenizer_read(p_tok, &t3);
+                test_check(rc != 0 && t3.off == NULL, "tokenizer reader rejects: %s", bad[k].what);
+                if (rc == 0) llmc_tokenizer_free(&t3);
+            }
+            free(g);
+            free(raw);
+        }
+        LlmcTokenizer t4;
+        test_check(llmc_tokenizer_read(p_missing, &t4) != 0, "tokenizer reader rejects: missing file");
+    }
+    {
+        BpeEncoder e2;
+        test_check(bpe_load(&e2, p_missing, VOCAB_BPE) != 0, "encoder rejects: missing encoder.json");
+        test_check(bpe_load(&e2, ENCODER_JSON, p_missing) != 0, "encoder rejects: missing vocab.bpe");
+        unsigned char *raw;
+        size_t nraw;
+        if (bpe_read_file(ENCODER_JSON, "encoder.json", &raw, &nraw) == 0) {
+            write_bytes(p_json, raw, nraw / 2);
+            test_check(bpe_load(&e2, p_json, VOCAB_BPE) != 0, "encoder rejects: truncated encoder.json");
+            write_bytes(p_json, "{\"a\": 0, \"b\": 0}", 16);
+            test_check(bpe_load(&e2, p_json, VOCAB_BPE) != 0, "encoder rejects: repeated id");
+            free(raw);
+        }
+        if (bpe_read_file(VOCAB_BPE, "vocab.bpe", &raw, &nraw) == 0) {
+            // swap the first two merge lines ("#version" line, then "Ġ t", "Ġ a")
+            unsigned char *l1 = (unsigned char *)memchr(raw, '\n', nraw) + 1;
+            unsigned char *l2 = (unsigned char *)memchr(l1, '\n', nraw - (size_t)(l1 - raw)) + 1;
+            unsigned char *l3 = (unsigned char *)memchr(l2, '\n', nraw - (size_t)(l2 - raw)) + 1;
+            unsigned char *g = (unsigned char *)malloc(nraw);
+            size_t a = (size_t)(l2 - l1), b = (size_t)(l3 - l2), h = (size_t)(l1 - raw);
+            memcpy(g, raw, h);
+            memcpy(g + h, l2, b);
+            memcpy(g + h + b, l1, a);
+            memcpy(g + h + a + b, l3, nraw - (size_t)(l3 - raw));
+            write_bytes(p_bpe, g, nraw);
+            test_check(bpe_load(&e2, ENCODER_JSON, p_bpe) != 0, "encoder rejects: merges out of order");
+            write_bytes(p_bpe, raw, nraw / 2);  // truncated: fewer merges than encoder.json
+            test_check(bpe_load(&e2, ENCODER_JSON, p_bpe) != 0, "encoder rejects: truncated vocab.bpe");
+            free(g);
+            free(raw);
+        }
+    }
+    remove(p_shard);
+    remove(p_tok);
+    remove(p_json);
+    remove(p_bpe);
+    rmdir(dir);
+    fflush(stderr);
+
+    if (tok_ok) llmc_tokenizer_free(&tok);
+    bpe_free(&enc);
+    return test_summary();
+}

@@ -1,0 +1,661 @@
+/*
+test_cpu.c - the CPU test suite: checks the C reference (flce/flce_ref.c) against the
+PyTorch fixtures in test/fixtures, checks it on its own (finite differences, bad targets,
+all-ignored batches, buffer guards) and checks the fixture reader's rejection of broken
+files. Needs no GPU, so it runs everywhere CI does.
+
+Build and run (from the repository root):
+    gcc -O2 -Wall -Wextra -Werror -Iflce -Itest test/test_cpu.c flce/flce_ref.c -lm -o test_cpu
+    ./test_cpu [fixture_dir]                       # default test/fixtures
+Defining FLCE_HAVE_LIB (and linking the host part of flce.cu) adds the checks of the
+library's host-only functions (config defaults and validation, workspace sizing).
+*/
+#define _POSIX_C_SOURCE 200809L  // opendir, getpid under -std=c99 too
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "flce.h"
+#include "flce_ref.h"
+#include "test_util.h"
+
+// The fixtures hold PyTorch's float64 results rounded to float32, and the reference
+// accumulates in float64, so the two agree to float32 rounding (~1e-7). These bounds
+// leave room for summation order only; a real mistake shows up as 1e-3 or more.
+#define TOL_REL_L2 1e-5
+#define TOL_LOSS_ABS 1e-5
+#define TOL_LOSS_REL 1e-5
+#define MIN_FIXTURES 10
+
+// A config holding exactly what the reference reads. flce_config_init lives in the
+// library, which this program does not need, so the defaults of flce.h are spelled out.
+static flce_config make_config(int64_t N, int64_t H, int64_t V, int64_t Vp) {
+    flce_config c;
+    memset(&c, 0, sizeof(c));
+    c.n_tokens = N; c.hidden = H; c.vocab = V; c.vocab_padded = Vp;
+    c.ignore_index = -100;
+    c.reduction = FLCE_REDUCTION_MEAN;
+    c.grad_scale = 1.0f;
+    return c;
+}
+
+static flce_config fixture_config(const Fixture *f) {
+    flce_config c = make_config(f->N, f->H, f->V, f->Vp);
+    c.ignore_index = f->ignore_index;
+    c.reduction = (flce_reduction)f->reduction;
+    c.has_bias = f->has_bias;
+    c.label_smoothing = f->label_smoothing;
+    c.z_loss_scale = f->z_loss_scale;
+    c.softcap = f->softcap;
+    c.grad_scale = f->grad_scale;
+    return c;
+}
+
+static double *alloc_f64(size_t n) {
+    double *p = (double *)calloc(n ? n : 1, sizeof(double));
+    if (p == NULL) { fprintf(stderr, "out of memory\n"); exit(2); }
+    return p;
+}
+
+static float *alloc_f32(size_t n) {
+    float *p = (float *)calloc(n ? n : 1, sizeof(float));
+    if (p == NULL) { fprintf(stderr, "out of memory\n"); exit(2); }
+    return p;
+}
+
+// bf16-representable random values, like the fixtures', so the synthetic problems below
+// are ones a bf16 run could see exactly
+static void fill_bf16(float *x, size_t n, float scale, uint64_t *state) {
+    fill_uniform(x, n, scale, state);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
+}
+
+static int all_bf16(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (bf16_bits_to_f32(f32_to_bf16_bits(x[i])) != x[i]) return 0;
+    return 1;
+}
+
+static int all_zero_f64(const double *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0) return 0;
+    return 1;
+}
+
+static int all_zero_f32(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) return 0;
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// fixtures
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// The first int32 of a file, or 0 if it has none.
+static int32_t file_magic(const char *path) {
+    int32_t m = 0;
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) return 0;
+    if (fread(&m, sizeof(m), 1, fp) != 1) m = 0;
+    fclose(fp);
+    return m;
+}
+
+// The FLCE fixtures among the *.bin files of dir, sorted so the output is the same on
+// every machine. The directory also holds other binary fixtures (the tokenizer's), told
+// apart by their magic; they are listed as skipped, and the count check in main keeps a
+// wholesale skip from passing.
+static char **list_fixtures(const char *dir, int *count) {
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) { fprintf(stderr, "cannot open fixture directory %s\n", dir); return NULL; }
+    int cap = 64;
+    char **paths = (char **)malloc(cap * sizeof(char *));
+    struct dirent *e;
+    while (paths && (e = readdir(d)) != NULL) {
+        if (!has_suffix(e->d_name, ".bin")) continue;
+        if (*count == cap) {
+            cap *= 2;
+            char **p = (char **)realloc(paths, cap * sizeof(char *));
+            if (p == NULL) break;
+            paths = p;
+        }
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *path = (char *)malloc(len);
+        snprintf(path, len, "%s/%s", dir, e->d_name);
+        int32_t magic = file_magic(path);
+        if (magic != FIXTURE_MAGIC && magic != 0) {  // an empty or zeroed file still fails
+            printf("  (skipping %s: magic %d, not an FLCE fixture)\n", path, (int)magic);
+            free(path);
+            continue;
+        }
+        paths[(*count)++] = path;
+    }
+    closedir(d);
+    if (paths) qsort(paths, *count, sizeof(char *), cmp_str);
+    return paths;
+}
+
+// Runs the reference on one fixture and compares every output with PyTorch's.
+static void test_fixture(const char *path) {
+    Fixture f;
+    if (!test_check(fixture_load(path, &f), "load %s", path)) return;
+    const size_t N = f.N, H = f.H, V = f.V, Vp = f.Vp;
+    flce_config cfg = fixture_config(&f);
+    double loss = NAN;
+    double *tl = alloc_f64(N), *lse = alloc_f64(N), *dh = alloc_f64(N * H);
+    double *dW = alloc_f64(Vp * H), *db = f.has_bias ? alloc_f64(Vp) : NULL;
+    int64_t bad = 12345;
+    flce_status st = flce_reference(&cfg, f.h, f.W, f.bias, f.targets, f.grad_token_loss,
+                                    &loss, tl, lse, dh, dW, db, &bad);
+    double loss_err = fabs((double)f.loss - loss);
+    double e_tl = rel_l2_f64(f.token_loss, tl, N), e_lse = rel_l2_f64(f.token_lse, lse, N);
+    double e_dh = rel_l2_f64(f.d_h, dh, N * H), e_dW = rel_l2_f64(f.d_W, dW, Vp * H);
+    double e_db = f.has_bias ? rel_l2_f64(f.d_bias, db, Vp) : 0.0;
+    int ok = st == FLCE_OK && bad == -1 && loss_err <= TOL_LOSS_ABS + TOL_LOSS_REL * fabs(loss) &&
+             e_tl <= TOL_REL_L2 && e_lse <= TOL_REL_L2 && e_dh <= TOL_REL_L2 &&
+             e_dW <= TOL_REL_L2 && e_db <= TOL_REL_L2;
+    test_check(ok, "%s: status %d loss %.6f (err %.1e) rel L2 token_loss %.1e lse %.1e d_h %.1e "
+               "d_W %.1e d_bias %.1e", f.name, (int)st, loss, loss_err, e_tl, e_lse, e_dh, e_dW,
+               e_db);
+
+    // exact structural properties, in both the reference and PyTorch's answer
+    int ignored_zero = 1;
+    for (size_t i = 0; i < N; i++)
+        if (f.targets[i] == f.ignore_index && (tl[i] != 0.0 || f.token_loss[i] != 0.0f))
+            ignored_zero = 0;
+    int pad_zero = all_zero_f64(dW + V * H, (Vp - V) * H) &&
+                   all_zero_f32(f.d_W + V * H, (Vp - V) * H);
+    if (f.has_bias) pad_zero = pad_zero && all_zero_f64(db + V, Vp - V) &&
+                               all_zero_f32(f.d_bias + V, Vp - V);
+    int inputs_bf16 = all_bf16(f.h, N * H) && all_bf16(f.W, Vp * H) &&
+                      (!f.has_bias || all_bf16(f.bias, Vp));
+    test_check(ignored_zero && pad_zero && inputs_bf16,
+               "%s: ignored tokens' loss 0 %d, pad rows' grads 0 %d, inputs bf16 %d", f.name,
+               ignored_zero, pad_zero, inputs_bf16);
+    free(tl); free(lse); free(dh); free(dW); free(db);
+    fixture_free(&f);
+}
+
+// ---------------------------------------------------------------------------------------
+// a synthetic problem for the checks that do not need PyTorch
+
+typedef struct {
+    flce_config cfg;
+    float *h, *W, *bias, *gtl;
+    int32_t *targets;
+} Problem;
+
+static Problem make_problem(int64_t N, int64_t H, int64_t V, int64_t Vp, int has_bias,
+                            uint64_t seed) {
+    Problem p;
+    p.cfg = make_config(N, H, V, Vp);
+    p.cfg.has_bias = has_bias;
+    uint64_t s = seed;
+    p.h = alloc_f32(N * H); fill_bf16(p.h, N * H, 1.0f, &s);
+    // uniform(-a, a) has variance a^2/3: this gives logits of standard deviation ~2
+    p.W = alloc_f32(Vp * H); fill_bf16(p.W, Vp * H, 2.0f * 3.0f / sqrtf((float)H), &s);
+    p.bias = NULL;
+    if (has_bias) { p.bias = alloc_f32(Vp); fill_bf16(p.bias, Vp, 0.5f, &s); }
+    p.gtl = alloc_f32(N); fill_bf16(p.gtl, N, 1.0f, &s);
+    p.targets = (int32_t *)malloc(N * sizeof(int32_t));
+    for (int64_t i = 0; i < N; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        p.targets[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+    return p;
+}
+
+static void free_problem(Problem *p) {
+    free(p->h); free(p->W); free(p->bias); free(p->gtl); free(p->targets);
+}
+
+// The objective whose gradient the reference returns: grad_scale times the reduced loss,
+// or for reduction none grad_scale * sum_i gtl_i * loss_i.
+static double objective(const Problem *p, const float *gtl) {
+    const int64_t N = p->cfg.n_tokens;
+    double loss = 0.0, *tl = alloc_f64(N);
+    flce_status st = flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &loss, tl,
+                                    NULL, NULL, NULL, NULL, NULL);
+    if (st != FLCE_OK) loss = NAN;
+    if (p->cfg.reduction == FLCE_REDUCTION_NONE && gtl) {
+        loss = 0.0;
+        for (int64_t i = 0; i < N; i++) loss += (double)gtl[i] * tl[i];
+    }
+    free(tl);
+    return (double)p->cfg.grad_scale * loss;
+}
+
+// Central difference of the objective in every element of x[n]; the step is taken as
+// the actual difference of the two float values, so float rounding of x +- delta does
+// not bias it.
+static void numeric_grad(Problem *p, const float *gtl, float *x, size_t n, double *out) {
+    const float delta = 1e-2f;
+    for (size_t k = 0; k < n; k++) {
+        float x0 = x[k], xp = x0 + delta, xm = x0 - delta;
+        x[k] = xp; double fp = objective(p, gtl);
+        x[k] = xm; double fm = objective(p, gtl);
+        x[k] = x0;
+        out[k] = (fp - fm) / ((double)xp - (double)xm);
+    }
+}
+
+// rel L2 of two double vectors, through the float helper's NaN-safe rules
+static double rel_l2_dd(const double *out, const double *ref, size_t n) {
+    float *o = alloc_f32(n);
+    for (size_t i = 0; i < n; i++) o[i] = (float)out[i];
+    double e = rel_l2_f64(o, ref, n);
+    free(o);
+    return e;
+}
+
+// The reference's gradients against finite differences of its own loss, with every
+// option on: this checks the derivative formulas independently of PyTorch.
+static void test_finite_differences(flce_reduction red, int use_gtl) {
+    const int64_t N = 6, H = 8, V = 7, Vp = 8;
+    Problem p = make_problem(N, H, V, Vp, 1, 77 + red);
+    p.cfg.reduction = red;
+    p.cfg.label_smoothing = 0.1f;
+    p.cfg.z_loss_scale = 0.05f;
+    p.cfg.softcap = 2.0f;
+    p.cfg.grad_scale = 0.5f;
+    p.targets[2] = -100;
+    const float *gtl = use_gtl ? p.gtl : NULL;
+    double loss, *dh = alloc_f64(N * H), *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
+    flce_status st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, gtl, &loss, NULL,
+                                    NULL, dh, dW, db, NULL);
+    double *nh = alloc_f64(N * H), *nW = alloc_f64(Vp * H), *nb = alloc_f64(Vp);
+    numeric_grad(&p, gtl, p.h, N * H, nh);
+    numeric_grad(&p, gtl, p.W, Vp * H, nW);
+    numeric_grad(&p, gtl, p.bias, Vp, nb);
+    double eh = rel_l2_dd(dh, nh, N * H), eW = rel_l2_dd(dW, nW, Vp * H);
+    double eb = rel_l2_dd(db, nb, Vp);
+    // the difference quotient's O(delta^2) error and the float rounding of the comparison
+    // allow ~1e-4; a wrong term in the derivative is off by far more
+    test_check(st == FLCE_OK && eh < 1e-4 && eW < 1e-4 && eb < 1e-4,
+               "finite differences (reduction %d, gtl %d, all options): rel L2 d_h %.1e "
+               "d_W %.1e d_bias %.1e", (int)red, use_gtl, eh, eW, eb);
+    free(dh); free(dW); free(db); free(nh); free(nW); free(nb);
+    free_problem(&p);
+}
+
+// the loss and d_W only; NaN loss on failure
+static void loss_and_dW(const Problem *p, double *loss, double *dW) {
+    if (flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, NULL, loss, NULL, NULL, NULL,
+                       dW, NULL, NULL) != FLCE_OK)
+        *loss = NAN;
+}
+
+// Padding rows of W and bias must not matter at all, and reduction none with the default
+// upstream gradient must give exactly the gradients of reduction sum.
+static void test_padding_and_reductions(void) {
+    const int64_t N = 21, H = 16, V = 13, Vp = 16;
+    Problem p = make_problem(N, H, V, Vp, 1, 5);
+    p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.softcap = 5.0f;
+    p.cfg.reduction = FLCE_REDUCTION_SUM;
+    p.targets[0] = -100;
+    double l1, l2, l3, *g1 = alloc_f64(Vp * H), *g2 = alloc_f64(Vp * H), *g3 = alloc_f64(Vp * H);
+    loss_and_dW(&p, &l1, g1);
+    for (int64_t k = V * H; k < Vp * H; k++) p.W[k] = 1e4f;
+    for (int64_t j = V; j < Vp; j++) p.bias[j] = 1e4f;
+    loss_and_dW(&p, &l2, g2);
+    test_check(l1 == l2 && memcmp(g1, g2, Vp * H * sizeof(double)) == 0,
+               "huge padding rows in W and bias change nothing (loss %.6f vs %.6f)", l1, l2);
+    p.cfg.reduction = FLCE_REDUCTION_NONE;
+    loss_and_dW(&p, &l3, g3);
+    test_check(l3 == l2 && memcmp(g3, g2, Vp * H * sizeof(double)) == 0,
+               "reduction none with default upstream ones equals reduction sum");
+    free(g1); free(g2); free(g3);
+    free_problem(&p);
+}
+
+// ---------------------------------------------------------------------------------------
+// bad targets and buffer bounds
+
+#define GUARD 64
+#define SENTINEL 12345.5
+
+// A double buffer of n elements followed by GUARD sentinel elements (all n + GUARD are
+// sentinel at first), so both "wrote nothing" and "wrote past the end" can be checked.
+static double *guarded(size_t n) {
+    double *p = alloc_f64(n + GUARD);
+    for (size_t i = 0; i < n + GUARD; i++) p[i] = SENTINEL;
+    return p;
+}
+
+static int untouched(const double *p, size_t from, size_t to) {
+    for (size_t i = from; i < to; i++)
+        if (p[i] != SENTINEL) return 0;
+    return 1;
+}
+
+typedef struct { double *loss, *tl, *lse, *dh, *dW, *db; } Outputs;
+
+static Outputs guarded_outputs(const flce_config *c) {
+    Outputs o;
+    o.loss = guarded(1); o.tl = guarded(c->n_tokens); o.lse = guarded(c->n_tokens);
+    o.dh = guarded(c->n_tokens * c->hidden); o.dW = guarded(c->vocab_padded * c->hidden);
+    o.db = guarded(c->vocab_padded);
+    return o;
+}
+
+static void free_outputs(Outputs *o) {
+    free(o->loss); free(o->tl); free(o->lse); free(o->dh); free(o->dW); free(o->db);
+}
+
+// whole buffers (from = 0) or only the guards (from = the buffer's length)
+static int outputs_untouched(const Outputs *o, const flce_config *c, int whole) {
+    const size_t N = c->n_tokens, H = c->hidden, Vp = c->vocab_padded;
+    return untouched(o->loss, whole ? 0 : 1, 1 + GUARD) &&
+           untouched(o->tl, whole ? 0 : N, N + GUARD) &&
+           untouched(o->lse, whole ? 0 : N, N + GUARD) &&
+           untouched(o->dh, whole ? 0 : N * H, N * H + GUARD) &&
+           untouched(o->dW, whole ? 0 : Vp * H, Vp * H + GUARD) &&
+           untouched(o->db, whole ? 0 : Vp, Vp + GUARD);
+}
+
+static void expect_bad_target(Problem *p, int64_t expect_pos, const char *what) {
+    Outputs o = guarded_outputs(&p->cfg);
+    int64_t bad = 999;
+    flce_status st = flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, NULL, o.loss,
+                                    o.tl, o.lse, o.dh, o.dW, o.db, &bad);
+    test_check(st == FLCE_ERR_TARGET && bad == expect_pos && outputs_untouched(&o, &p->cfg, 1),
+               "bad target %s: status %d position %lld (expected %lld), outputs untouched",
+               what, (int)st, (long long)bad, (long long)expect_pos);
+    free_outputs(&o);
+}
+
+static void test_bad_targets(void) {
+    const int64_t N = 9, H = 8, V = 5, Vp = 8;
+    Problem p = make_problem(N, H, V, Vp, 1, 11);
+    const int32_t base[9] = {0, 4, -100, 2, 1, 3, -100, 0, 4};
+    memcpy(p.targets, base, sizeof(base));
+
+    p.targets[3] = (int32_t)V; expect_bad_target(&p, 3, "== V");
+    p.targets[5] = -1;         expect_bad_target(&p, 3, "first of two is reported");
+    p.targets[3] = 2;          expect_bad_target(&p, 5, "-1 with ignore_index -100");
+    p.targets[5] = 3;
+    p.targets[8] = (int32_t)Vp; expect_bad_target(&p, 8, "== Vp (a padding row)");
+    p.targets[8] = INT32_MAX;   expect_bad_target(&p, 8, "INT32_MAX");
+    p.targets[8] = INT32_MIN;   expect_bad_target(&p, 8, "INT32_MIN");
+    p.targets[8] = 4;
+    p.cfg.ignore_index = -1;    expect_bad_target(&p, 2, "-100 with ignore_index -1");
+
+    // and a valid call, with -1 now ignored, writes every output and nothing past them
+    p.targets[2] = -1;
+    p.targets[6] = -1;
+    Outputs o = guarded_outputs(&p.cfg);
+    int64_t bad = 999;
+    flce_status st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, o.loss, o.tl,
+                                    o.lse, o.dh, o.dW, o.db, &bad);
+    test_check(st == FLCE_OK && bad == -1 && outputs_untouched(&o, &p.cfg, 0) &&
+               isfinite(*o.loss) && o.tl[2] == 0.0 && all_zero_f64(o.dW + V * H, (Vp - V) * H) &&
+               all_zero_f64(o.db + V, Vp - V),
+               "valid call: status %d, nothing written past any output, pad grads 0", (int)st);
+    free_outputs(&o);
+
+    // a config the reference cannot run is refused before anything is written
+    p.cfg.vocab_padded = V - 1;
+    o = guarded_outputs(&p.cfg);
+    st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, o.loss, o.tl, o.lse, o.dh,
+                        o.dW, o.db, NULL);
+    test_check(st == FLCE_ERR_INVALID_SIZE && outputs_untouched(&o, &p.cfg, 1),
+               "Vp < V is refused (status %d)", (int)st);
+    free_outputs(&o);
+    p.cfg.vocab_padded = Vp;
+    p.cfg.label_smoothing = 1.0f;
+    st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, NULL, NULL, NULL, NULL,
+                        NULL, NULL, NULL);
+    test_check(st == FLCE_ERR_INVALID_VALUE, "label_smoothing 1 is refused (status %d)", (int)st);
+    p.cfg.label_smoothing = 0.0f;
+    st = flce_reference(&p.cfg, p.h, p.W, NULL, p.targets, NULL, NULL, NULL, NULL, NULL, NULL,
+                        NULL, NULL);
+    test_check(st == FLCE_ERR_NULL_POINTER, "has_bias without a bias is refused (status %d)",
+               (int)st);
+    free_problem(&p);
+}
+
+// Every token ignored: loss 0 and gradients exactly 0 (not 0/0 = NaN) for every reduction,
+// while the log-sum-exp is still computed for every token.
+static void test_all_ignored(void) {
+    const int64_t N = 19, H = 16, V = 11, Vp = 16;
+    Problem p = make_problem(N, H, V, Vp, 1, 23);
+    for (int64_t i = 0; i < N; i++) p.targets[i] = -100;
+    p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.softcap = 5.0f;
+    for (int red = 0; red <= 2; red++) {
+        p.cfg.reduction = (flce_reduction)red;
+        double loss = NAN, *tl = alloc_f64(N), *lse = alloc_f64(N), *dh = alloc_f64(N * H);
+        double *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
+        for (int64_t i = 0; i < N; i++) { tl[i] = NAN; lse[i] = NAN; }
+        flce_status st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets,
+                                        red == 2 ? p.gtl : NULL, &loss, tl, lse, dh, dW, db, NULL);
+        int lse_ok = 1;
+        for (int64_t i = 0; i < N; i++) lse_ok = lse_ok && isfinite(lse[i]) && lse[i] > 0.0;
+        test_check(st == FLCE_OK && loss == 0.0 && all_zero_f64(tl, N) && lse_ok &&
+                   all_zero_f64(dh, N * H) && all_zero_f64(dW, Vp * H) && all_zero_f64(db, Vp),
+                   "all ignored, reduction %d: loss %g, token losses and grads 0, lse finite",
+                   red, loss);
+        free(tl); free(lse); free(dh); free(dW); free(db);
+    }
+    free_problem(&p);
+}
+
+// ---------------------------------------------------------------------------------------
+// the fixture reader
+
+static int write_file(const char *path, const unsigned char *data, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (fp == NULL) return 0;
+    size_t w = fwrite(data, 1, n, fp);
+    return fclose(fp) == 0 && w == n;
+}
+
+static int load_should_fail(const char *path) {
+    Fixture f;
+    int ok = fixture_load(path, &f);
+    if (ok) fixture_free(&f);
+    return !ok;
+}
+
+static void test_fixture_reader(const char *good_path) {
+    FILE *fp = fopen(good_path, "rb");
+    if (!test_check(fp != NULL, "open %s for the reader checks", good_path)) return;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *data = (unsigned char *)malloc(n + 1);
+    size_t got = fread(data, 1, n, fp);
+    fclose(fp);
+    if (!test_check(n > 1024 && got == (size_t)n, "read %s (%ld bytes)", good_path, n)) {
+        free(data);
+        return;
+    }
+    char tmp[256];
+    snprintf(tmp, sizeof(tmp), "/tmp/flce_test_cpu_%d.bin", (int)getpid());
+    printf("  (the reader messages below are expected)\n");
+    fflush(stdout);
+
+    // an unchanged copy loads and holds the same numbers, so the failures below are due
+    // to the damage alone
+    Fixture a, b;
+    int ok = write_file(tmp, data, n) && fixture_load(good_path, &a);
+    if (ok) {
+        ok = fixture_load(tmp, &b);
+        if (ok) {
+            ok = rel_l2_f32(b.h, a.h, (size_t)a.N * a.H) == 0.0 &&
+                 rel_l2_f32(b.d_W, a.d_W, (size_t)a.Vp * a.H) == 0.0 && a.loss == b.loss;
+            fixture_free(&b);
+        }
+        fixture_free(&a);
+    }
+    test_check(ok, "reader: an intact copy loads identically");
+
+    test_check(write_file(tmp, data, n - 4) && load_should_fail(tmp),
+               "reader: rejects a file missing its last 4 bytes");
+    test_check(write_file(tmp, data, 100) && load_should_fail(tmp),
+               "reader: rejects a file cut inside the header");
+    test_check(write_file(tmp, data, 0) && load_should_fail(tmp), "reader: rejects an empty file");
+    data[n] = 0;
+    test_check(write_file(tmp, data, n + 1) && load_should_fail(tmp),
+               "reader: rejects a trailing byte");
+    unsigned char saved[4];
+    memcpy(saved, data, 4);
+    data[0] ^= 0x5a;
+    test_check(write_file(tmp, data, n) && load_should_fail(tmp), "reader: rejects a bad magic");
+    memcpy(data, saved, 4);
+    data[4] ^= 0x02;  // version 1 -> 3
+    test_check(write_file(tmp, data, n) && load_should_fail(tmp), "reader: rejects a bad version");
+    data[4] ^= 0x02;
+    int32_t neg = -5;
+    memcpy(data + 4 * 4, &neg, 4);  // V
+    test_check(write_file(tmp, data, n) && load_should_fail(tmp), "reader: rejects V < 0");
+    remove(tmp);
+    free(data);
+}
+
+// ---------------------------------------------------------------------------------------
+// host-only library functions (flce.cu), compiled in with -DFLCE_HAVE_LIB
+
+#ifdef FLCE_HAVE_LIB
+static void test_library_host(char **paths, int n_paths) {
+    flce_config c;
+    flce_config_init(&c, 37, 64, 1001);
+    test_check(c.n_tokens == 37 && c.hidden == 64 && c.vocab == 1001 && c.vocab_padded == 1001 &&
+               c.ignore_index == -100 && c.reduction == FLCE_REDUCTION_MEAN &&
+               c.label_smoothing == 0.0f && c.z_loss_scale == 0.0f && c.softcap == 0.0f &&
+               c.grad_scale == 1.0f && c.has_bias == 0 && c.max_chunk_tokens == 0,
+               "lib: flce_config_init sets the documented defaults");
+    char msg[256];
+    test_check(flce_config_check(&c, msg, sizeof(msg)) == FLCE_OK, "lib: defaults pass the check");
+
+    // each broken field alone must be refused, with a message
+    struct { const char *what; flce_config c; flce_status expect; } bad[8];
+    int nb = 0;
+    bad[nb].what = "vocab_padded < vocab"; bad[nb].c = c; bad[nb].c.vocab_padded = 1000;
+    bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
+    bad[nb].what = "n_tokens 0"; bad[nb].c = c; bad[nb].c.n_tokens = 0;
+    bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
+    // hidden is the row stride of h and W, so an odd one is a misalignment (bf16: 8 elements)
+    bad[nb].what = "hidden not a multiple of 8"; bad[nb].c = c; bad[nb].c.hidden = 60;
+    bad[nb++].expect = FLCE_ERR_MISALIGNED;
+    bad[nb].what = "label_smoothing 1"; bad[nb].c = c; bad[nb].c.label_smoothing = 1.0f;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "z_loss_scale < 0"; bad[nb].c = c; bad[nb].c.z_loss_scale = -1.0f;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "softcap < 0"; bad[nb].c = c; bad[nb].c.softcap = -1.0f;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "grad_scale NaN"; bad[nb].c = c; bad[nb].c.grad_scale = NAN;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "reduction 7"; bad[nb].c = c; bad[nb].c.reduction = (flce_reduction)7;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    for (int k = 0; k < nb; k++) {
+        msg[0] = 0;
+        flce_status st = flce_config_check(&bad[k].c, msg, sizeof(msg));
+        test_check(st == bad[k].expect && msg[0] != 0, "lib: config_check refuses %s (%d: %s)",
+                   bad[k].what, (int)st, msg);
+    }
+
+    // workspace sizing: within budget, a chunk of at least one token, no more than N
+    size_t bytes = 0, budget = (size_t)256 << 20;
+    flce_status st = flce_workspace_size(&c, budget, &bytes);
+    int64_t chunk = flce_chunk_tokens(&c, bytes);
+    test_check(st == FLCE_OK && bytes > 0 && bytes <= budget && chunk >= 1 && chunk <= c.n_tokens,
+               "lib: workspace %zu bytes for a 256 MiB budget, chunk %lld tokens", bytes,
+               (long long)chunk);
+    // too small a budget: the error, and the true minimum, i.e. exactly enough for a chunk
+    size_t min_bytes = 0;
+    st = flce_workspace_size(&c, 1, &min_bytes);
+    int64_t at_min = flce_chunk_tokens(&c, min_bytes), below = flce_chunk_tokens(&c, min_bytes - 1);
+    test_check(st == FLCE_ERR_WORKSPACE && min_bytes > 1 && at_min >= 1 && below == 0,
+               "lib: a 1-byte budget gives status %d and minimum %zu bytes, with chunks of %lld "
+               "tokens at it and %lld one byte below", (int)st, min_bytes, (long long)at_min,
+               (long long)below);
+    c.max_chunk_tokens = 8;
+    test_check(flce_chunk_tokens(&c, bytes) >= 1 && flce_chunk_tokens(&c, bytes) <= 8,
+               "lib: max_chunk_tokens bounds the chunk");
+
+    // the planner at the benchmark's seed shape: whole multiples of 128 tokens within the
+    // budget; a bf16 d_W over several chunks adds its fp32 accumulator to the workspace
+    flce_config big;
+    flce_config_init(&big, 65535, 1024, 176245);
+    size_t big_bytes = 0, gib = (size_t)1 << 30;
+    st = flce_workspace_size(&big, gib, &big_bytes);
+    int64_t big_chunk = flce_chunk_tokens(&big, big_bytes);
+    size_t ldl = (176245 + 63) / 64 * 64;
+    test_check(st == FLCE_OK && big_bytes <= gib && big_chunk % 128 == 0 && big_chunk >= 2048 &&
+                   big_bytes >= (size_t)big_chunk * ldl * 2,
+               "lib: 65535x1024x176245 in 1 GiB: %zu bytes, chunks of %lld tokens", big_bytes,
+               (long long)big_chunk);
+    big.d_weight_dtype = FLCE_BF16;
+    st = flce_workspace_size(&big, gib, &big_bytes);
+    int64_t bf16_chunk = flce_chunk_tokens(&big, big_bytes);
+    test_check(st == FLCE_OK && big_bytes <= gib && bf16_chunk < big_chunk &&
+                   big_bytes >= (size_t)176245 * 1024 * 4 + (size_t)bf16_chunk * ldl * 2,
+               "lib: a bf16 d_W adds its fp32 accumulator: %zu bytes, chunks of %lld tokens",
+               big_bytes, (long long)bf16_chunk);
+    // one chunk needs no accumulator; a problem that fits whole gets exactly one chunk
+    flce_config small;
+    flce_config_init(&small, 4096, 768, 50304);
+    small.d_weight_dtype = FLCE_BF16;
+    st = flce_workspace_size(&small, gib, &big_bytes);
+    test_check(st == FLCE_OK && flce_chunk_tokens(&small, big_bytes) == 4096 &&
+                   big_bytes < (size_t)50304 * 768 * 4 + (size_t)4096 * 50304 * 2,
+               "lib: 4096x768x50304 in one chunk, without a d_W accumulator (%zu bytes)", big_bytes);
+
+    // every fixture's options are a valid config
+    for (int k = 0; k < n_paths; k++) {
+        Fixture f;
+        if (!fixture_load(paths[k], &f)) continue;
+        flce_config fc;
+        flce_config_init(&fc, f.N, f.H, f.V);
+        fc.vocab_padded = f.Vp; fc.has_bias = f.has_bias;
+        fc.reduction = (flce_reduction)f.reduction; fc.ignore_index = f.ignore_index;
+        fc.label_smoothing = f.label_smoothing; fc.z_loss_scale = f.z_loss_scale;
+        fc.softcap = f.softcap; fc.grad_scale = f.grad_scale;
+        msg[0] = 0;
+        test_check(flce_config_check(&fc, msg, sizeof(msg)) == FLCE_OK,
+                   "lib: config of %s is valid %s", f.name, msg);
+        fixture_free(&f);
+    }
+}
+#endif
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "test/fixtures";
+    int n_paths = 0;
+    char **paths = list_fixtures(dir, &n_paths);
+    test_check(n_paths >= MIN_FIXTURES, "found %d fixtures in %s (need at least %d)", n_paths,
+               dir, MIN_FIXTURES);
+    for (int k = 0; k < n_paths; k++) test_fixture(paths[k]);
+
+    test_finite_differences(FLCE_REDUCTION_MEAN, 0);
+    test_finite_differences(FLCE_REDUCTION_SUM, 0);
+    test_finite_differences(FLCE_REDUCTION_NONE, 1);
+    test_padding_and_reductions();
+    test_bad_targets();
+    test_all_ignored();
+    if (n_paths > 0) test_fixture_reader(paths[0]);
+
+#ifdef FLCE_HAVE_LIB
+    test_library_host(paths, n_paths);
+#else
+    printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
+#endif
+    for (int k = 0; k < n_paths; k++) free(paths[k]);
+    free(paths);
+    return test_summary();
+}

@@ -1,0 +1,606 @@
+/*
+test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
+
+  1. every fixture of test/fixtures (PyTorch, float64) in fp32 and bf16, with one chunk and
+     with many small chunks, bf16 and fp32 gradient outputs; outputs and workspace poisoned
+     with NaN before each call, so an unwritten element fails the comparison;
+  2. random shapes against the CPU reference (flce_ref.c), int32 and int64 targets;
+  3. accumulation: a second call with accumulate_* = 1 doubles every gradient;
+  4. forward-only: losses right, gradient buffers untouched;
+  5. bad input: out-of-range targets (reported by flce_check_errors and by the next call,
+     loss NaN), NULL and misaligned pointers, bad sizes, a workspace too small;
+  6. a CUDA-graph capture of a whole call, replayed;
+  7. 64-bit indexing: one chunk of more than 2^31 logits against the same problem in chunks.
+Tolerances (METHOD.md): fp32 rel L2 <= 2e-5, bf16 d_h / d_W rel L2 <= 3e-3, loss abs <= 1e-4.
+*/
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "flce.h"
+#include "flce_ref.h"
+#include "test_util.h"
+
+#define CUDA_CHECK(call)                                                                     \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
+                    __LINE__, #call);                                                        \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// ----------------------------------------------------------------------------------------
+// a problem on the host, and what a run produced (all as float)
+
+typedef struct {
+    flce_config cfg;
+    const float *h, *W, *bias, *grad_token_loss;  // bias (Vp) may be NULL
+    const int32_t *targets;
+} Problem;
+
+typedef struct {
+    float loss;
+    float *token_loss, *token_lse, *d_h, *d_W, *d_b;
+    flce_status status;
+    int d_poison_left;  // forward-only runs: gradient buffers still hold the poison
+} Result;
+
+static void result_free(Result *r) {
+    free(r->token_loss); free(r->token_lse); free(r->d_h); free(r->d_W); free(r->d_b);
+    memset(r, 0, sizeof(*r));
+}
+
+static flce_context *g_ctx;
+static cudaStream_t g_stream;
+
+static void *dev_upload(const float *x, size_t n, flce_dtype dt) {
+    void *d = NULL;
+    size_t es = dt == FLCE_FP32 ? 4 : 2;
+    CUDA_CHECK(cudaMalloc(&d, n * es + 16));
+    if (dt == FLCE_FP32) {
+        CUDA_CHECK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    } else {
+        uint16_t *b = (uint16_t *)malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16_bits(x[i]);
+        CUDA_CHECK(cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice));
+        free(b);
+    }
+    return d;
+}
+
+static float *dev_download(const void *d, size_t n, flce_dtype dt) {
+    float *x = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (dt == FLCE_FP32) {
+        CUDA_CHECK(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
+    } else {
+        uint16_t *b = (uint16_t *)malloc(n * 2 + 2);
+        CUDA_CHECK(cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_f32(b[i]);
+        free(b);
+    }
+    return x;
+}
+
+static int all_poison(const void *d, size_t bytes) {
+    unsigned char *b = (unsigned char *)malloc(bytes ? bytes : 1);
+    CUDA_CHECK(cudaMemcpy(b, d, bytes, cudaMemcpyDeviceToHost));
+    int ok = 1;
+    for (size_t i = 0; i < bytes && ok; i++) ok = b[i] == 0xff;
+    free(b);
+    return ok;
+}
+
+typedef struct {
+    int backward;      // forward_backward (1) or forward (0)
+    int calls;         // 2: the second call with every accumulate_* = 1
+    size_t budget;     // workspace budget (0 = flce default)
+    int graph;         // capture the call in a CUDA graph and replay it
+} RunMode;
+
+// Uploads the problem, poisons every output and the workspace, runs, downloads.
+static Result run_flce(const Problem *pb, RunMode mode) {
+    Result r;
+    memset(&r, 0, sizeof(r));
+    flce_config cfg = pb->cfg;
+    const size_t N = (size_t)cfg.n_tokens, H = (size_t)cfg.hidden, Vp = (size_t)cfg.vocab_padded;
+    void *h = dev_upload(pb->h, N * H, cfg.dtype), *W = dev_upload(pb->W, Vp * H, cfg.dtype);
+    void *bias = cfg.has_bias ? dev_upload(pb->bias, Vp, cfg.dtype) : NULL;
+    void *targets = NULL;
+    if (cfg.target_type == FLCE_INT64) {
+        int64_t *t64 = (int64_t *)malloc(N * 8);
+        for (size_t i = 0; i < N; i++) t64[i] = pb->targets[i];
+        CUDA_CHECK(cudaMalloc(&targets, N * 8));
+        CUDA_CHECK(cudaMemcpy(targets, t64, N * 8, cudaMemcpyHostToDevice));
+        free(t64);
+    } else {
+        CUDA_CHECK(cudaMalloc(&targets, N * 4));
+        CUDA_CHECK(cudaMemcpy(targets, pb->targets, N * 4, cudaMemcpyHostToDevice));
+    }
+    float *gtl = pb->grad_token_loss ? (float *)dev_upload(pb->grad_token_loss, N, FLCE_FP32) : NULL;
+    size_t dh_es = cfg.d_hidden_dtype == FLCE_FP32 ? 4 : 2, dw_es = cfg.d_weight_dtype == FLCE_FP32 ? 4 : 2;
+    size_t db_es = cfg.d_bias_dtype == FLCE_FP32 ? 4 : 2;
+    float *loss, *tl, *tlse;
+    void *dh, *dW, *db = NULL;
+    CUDA_CHECK(cudaMalloc(&loss, 4));
+    CUDA_CHECK(cudaMalloc(&tl, N * 4));
+    CUDA_CHECK(cudaMalloc(&tlse, N * 4));
+    CUDA_CHECK(cudaMalloc(&dh, N * H * dh_es));
+    CUDA_CHECK(cudaMalloc(&dW, Vp * H * dw_es));
+    if (cfg.has_bias) CUDA_CHECK(cudaMalloc(&db, Vp * db_es));
+    CUDA_CHECK(cudaMemset(loss, 0xff, 4));
+    CUDA_CHECK(cudaMemset(tl, 0xff, N * 4));
+    CUDA_CHECK(cudaMemset(tlse, 0xff, N * 4));
+    CUDA_CHECK(cudaMemset(dh, 0xff, N * H * dh_es));
+    CUDA_CHECK(cudaMemset(dW, 0xff, Vp * H * dw_es));
+    if (db) CUDA_CHECK(cudaMemset(db, 0xff, Vp * db_es));
+
+    size_t ws_bytes = 0;
+    r.status = flce_workspace_size(&cfg, mode.budget, &ws_bytes);
+    void *ws = NULL;
+    if (r.status == FLCE_OK) {
+        CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+        CUDA_CHECK(cudaMemset(ws, 0xff, ws_bytes));
+    }
+    flce_tensors t;
+    memset(&t, 0, sizeof(t));
+    t.hidden = h; t.weight = W; t.bias = bias; t.targets = targets; t.grad_token_loss = gtl;
+    t.loss = loss; t.token_loss = tl; t.token_lse = tlse;
+    t.d_hidden = dh; t.d_weight = dW; t.d_bias = db;
+    for (int call = 0; call < mode.calls && r.status == FLCE_OK; call++) {
+        if (call == 1) cfg.accumulate_d_hidden = cfg.accumulate_d_weight = cfg.accumulate_d_bias = 1;
+        if (mode.graph) {
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CUDA_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeGlobal));
+            r.status = flce_forward_backward(g_ctx, &cfg, &t, ws, ws_bytes, g_stream);
+            CUDA_CHECK(cudaStreamEndCapture(g_stream, &graph));
+            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            for (int rep = 0; rep < 3 && r.status == FLCE_OK; rep++)
+                CUDA_CHECK(cudaGraphLaunch(exec, g_stream));
+            CUDA_CHECK(cudaGraphExecDestroy(exec));
+            CUDA_CHECK(cudaGraphDestroy(graph));
+        } else if (mode.backward) {
+            r.status = flce_forward_backward(g_ctx, &cfg, &t, ws, ws_bytes, g_stream);
+        } else {
+            r.status = flce_forward(g_ctx, &cfg, &t, ws, ws_bytes, g_stream);
+        }
+        if (r.status != FLCE_OK) printf("      call failed: %s\n", flce_last_error(g_ctx));
+    }
+    if (r.status == FLCE_OK) r.status = flce_check_errors(g_ctx, g_stream);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(&r.loss, loss, 4, cudaMemcpyDeviceToHost));
+    r.token_loss = dev_download(tl, N, FLCE_FP32);
+    r.token_lse = dev_download(tlse, N, FLCE_FP32);
+    if (!mode.backward) {
+        r.d_poison_left = all_poison(dh, N * H * dh_es) && all_poison(dW, Vp * H * dw_es);
+    } else {
+        r.d_h = dev_download(dh, N * H, cfg.d_hidden_dtype);
+        r.d_W = dev_download(dW, Vp * H, cfg.d_weight_dtype);
+        if (db) r.d_b = dev_download(db, Vp, cfg.d_bias_dtype);
+    }
+    cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(gtl); cudaFree(loss);
+    cudaFree(tl); cudaFree(tlse); cudaFree(dh); cudaFree(dW); cudaFree(db); cudaFree(ws);
+    return r;
+}
+
+// ----------------------------------------------------------------------------------------
+// comparison against an expected result (PyTorch's or the CPU reference's)
+
+typedef struct {
+    float loss;
+    const float *token_loss, *token_lse, *d_h, *d_W, *d_b;
+} Expected;
+
+static void scaled(float *dst, const float *src, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) dst[i] = src[i] * s;
+}
+
+// Compares r with ex (gradients times grad_mult, for accumulation runs).
+static void compare(const char *label, const Problem *pb, const Result *r, const Expected *ex,
+                    int backward, float grad_mult) {
+    const flce_config *c = &pb->cfg;
+    const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
+    const int bf16 = c->dtype == FLCE_BF16;
+    const double tol_grad = bf16 ? 3e-3 : 2e-5, tol_tok = bf16 ? 2e-3 : 2e-5;
+    const double tol_loss = bf16 ? 1e-4 : 2e-5;
+    if (!test_check(r->status == FLCE_OK, "%s: status %s", label, flce_status_string(r->status)))
+        return;
+    double loss_err = fabs((double)r->loss - (double)ex->loss);
+    // a large summed loss is held to a relative bound
+    double loss_tol = tol_loss * fmax(1.0, fabs((double)ex->loss) / 10.0);
+    test_check(isfinite(r->loss) && loss_err <= loss_tol, "%s: loss %.7f vs %.7f (abs err %.2e)",
+               label, r->loss, ex->loss, loss_err);
+    double e1 = rel_l2_f32(r->token_loss, ex->token_loss, N);
+    double e2 = rel_l2_f32(r->token_lse, ex->token_lse, N);
+    test_check(e1 <= tol_tok && e2 <= tol_tok, "%s: token_loss rel L2 %.2e, token_lse %.2e", label,
+               e1, e2);
+    if (!backward) {
+        test_check(r->d_poison_left, "%s: forward-only leaves the gradient buffers alone", label);
+        return;
+    }
+    float *tmp = (float *)malloc((Vp * H > N * H ? Vp * H : N * H) * sizeof(float));
+    scaled(tmp, ex->d_h, N * H, grad_mult);
+    double eh = rel_l2_f32(r->d_h, tmp, N * H);
+    scaled(tmp, ex->d_W, Vp * H, grad_mult);
+    double ew = rel_l2_f32(r->d_W, tmp, Vp * H);
+    // rows V..Vp of d_W must be exactly zero
+    int pad_zero = 1;
+    for (size_t k = (size_t)c->vocab * H; k < Vp * H; k++) pad_zero &= r->d_W[k] == 0.0f;
+    test_check(eh <= tol_grad && ew <= tol_grad && pad_zero,
+               "%s: d_h rel L2 %.2e, d_W %.2e, d_W pad rows zero %d", label, eh, ew, pad_zero);
+    if (c->has_bias) {
+        scaled(tmp, ex->d_b, Vp, grad_mult);
+        double eb = rel_l2_f32(r->d_b, tmp, Vp);
+        test_check(eb <= tol_grad, "%s: d_bias rel L2 %.2e", label, eb);
+    }
+    free(tmp);
+}
+
+// ----------------------------------------------------------------------------------------
+// 1. fixtures
+
+static Problem fixture_problem(const Fixture *f, flce_dtype dt) {
+    Problem pb;
+    memset(&pb, 0, sizeof(pb));
+    flce_config_init(&pb.cfg, f->N, f->H, f->V);
+    pb.cfg.vocab_padded = f->Vp;
+    pb.cfg.dtype = dt;
+    pb.cfg.d_hidden_dtype = dt;
+    pb.cfg.ignore_index = f->ignore_index;
+    pb.cfg.reduction = (flce_reduction)f->reduction;
+    pb.cfg.label_smoothing = f->label_smoothing;
+    pb.cfg.z_loss_scale = f->z_loss_scale;
+    pb.cfg.softcap = f->softcap;
+    pb.cfg.grad_scale = f->grad_scale;
+    pb.cfg.has_bias = f->has_bias;
+    pb.h = f->h; pb.W = f->W; pb.bias = f->bias; pb.targets = f->targets;
+    pb.grad_token_loss = f->grad_token_loss;
+    return pb;
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int test_fixtures(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        test_check(0, "cannot open fixture directory %s", dir);
+        return 0;
+    }
+    struct dirent *de;
+    int count = 0;
+    char names[256][256];
+    while ((de = readdir(d)) != NULL && count < 256) {
+        size_t len = strlen(de->d_name);
+        if (len > 4 && strcmp(de->d_name + len - 4, ".bin") == 0 &&
+            strncmp(de->d_name, "tokens", 6) != 0)
+            snprintf(names[count++], 256, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    qsort(names, count, 256, (int (*)(const void *, const void *))strcmp);
+    for (int n = 0; n < count; n++) {
+        Fixture f;
+        if (!test_check(fixture_load(names[n], &f), "load %s", names[n])) continue;
+        Expected ex = {f.loss, f.token_loss, f.token_lse, f.d_h, f.d_W, f.d_bias};
+        for (int dti = 0; dti < 2; dti++) {
+            flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
+            for (int variant = 0; variant < 3; variant++) {
+                Problem pb = fixture_problem(&f, dt);
+                RunMode mode = {1, 1, 0, 0};
+                const char *vname = "one chunk";
+                if (variant == 1) {
+                    // many chunks, a short last one; bf16 d_W through the fp32 accumulator
+                    pb.cfg.max_chunk_tokens = 16;
+                    pb.cfg.d_weight_dtype = FLCE_BF16;
+                    pb.cfg.d_bias_dtype = FLCE_BF16;
+                    vname = "chunks of 16, bf16 d_W";
+                } else if (variant == 2) {
+                    pb.cfg.max_chunk_tokens = 7;
+                    pb.cfg.d_hidden_dtype = FLCE_FP32;
+                    pb.cfg.target_type = FLCE_INT64;
+                    vname = "chunks of 7, fp32 d_h, int64 targets";
+                }
+                char label[512];
+                snprintf(label, sizeof(label), "%.200s %s %s", base_name(names[n]),
+                         dt == FLCE_FP32 ? "fp32" : "bf16", vname);
+                Result r = run_flce(&pb, mode);
+                compare(label, &pb, &r, &ex, 1, 1.0f);
+                result_free(&r);
+            }
+        }
+        fixture_free(&f);
+    }
+    test_check(count >= 10, "found %d fixtures in %s (need >= 10)", count, dir);
+    return count;
+}
+
+// ----------------------------------------------------------------------------------------
+// 2-4. random problems against the CPU reference
+
+typedef struct {
+    Problem pb;
+    float *h, *W, *bias, *gtl;
+    int32_t *targets;
+    Expected ex;
+    float *ex_arrays[5];
+} RandomCase;
+
+static void random_case_free(RandomCase *rc) {
+    free(rc->h); free(rc->W); free(rc->bias); free(rc->gtl); free(rc->targets);
+    for (int i = 0; i < 5; i++) free(rc->ex_arrays[i]);
+}
+
+static float *to_float(const double *x, size_t n) {
+    float *y = (float *)malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
+    return y;
+}
+
+// A random problem with bf16-representable inputs and its fp64 CPU reference.
+static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t Vp,
+                        flce_dtype dt, uint64_t seed, int options) {
+    memset(rc, 0, sizeof(*rc));
+    uint64_t s = seed;
+    flce_config *c = &rc->pb.cfg;
+    flce_config_init(c, N, H, V);
+    c->vocab_padded = Vp;
+    c->dtype = dt;
+    c->d_hidden_dtype = dt;
+    if (options) {
+        c->has_bias = 1;
+        c->label_smoothing = 0.05f;
+        c->z_loss_scale = 1e-3f;
+        c->softcap = 15.0f;
+        c->grad_scale = 0.5f;
+    }
+    rc->h = (float *)malloc(N * H * 4);
+    rc->W = (float *)malloc(Vp * H * 4);
+    rc->bias = (float *)malloc(Vp * 4);
+    rc->targets = (int32_t *)malloc(N * 4);
+    float scale = 2.0f / sqrtf(sqrtf((float)H));  // logits of order 1 to 3
+    fill_uniform(rc->h, N * H, scale, &s);
+    fill_uniform(rc->W, Vp * H, scale, &s);
+    fill_uniform(rc->bias, Vp, 1.0f, &s);
+    for (size_t i = 0; i < (size_t)(N * H); i++) rc->h[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->h[i]));
+    for (size_t i = 0; i < (size_t)(Vp * H); i++) rc->W[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->W[i]));
+    for (size_t i = 0; i < (size_t)Vp; i++) rc->bias[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->bias[i]));
+    for (int64_t i = 0; i < N; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        rc->targets[i] = (int32_t)((s >> 33) % (uint64_t)V);
+        if (((s >> 20) & 15) == 0) rc->targets[i] = -100;
+    }
+    rc->pb.h = rc->h; rc->pb.W = rc->W; rc->pb.targets = rc->targets;
+    rc->pb.bias = c->has_bias ? rc->bias : NULL;
+    double loss;
+    double *tl = (double *)malloc(N * 8), *tlse = (double *)malloc(N * 8);
+    double *dh = (double *)malloc(N * H * 8), *dW = (double *)malloc(Vp * H * 8);
+    double *db = (double *)malloc(Vp * 8);
+    int64_t bad = -1;
+    flce_status st = flce_reference(c, rc->h, rc->W, rc->pb.bias, rc->targets, NULL, &loss, tl,
+                                    tlse, dh, dW, c->has_bias ? db : NULL, &bad);
+    if (st != FLCE_OK) fprintf(stderr, "reference failed: %s\n", flce_status_string(st));
+    rc->ex.loss = (float)loss;
+    rc->ex.token_loss = rc->ex_arrays[0] = to_float(tl, N);
+    rc->ex.token_lse = rc->ex_arrays[1] = to_float(tlse, N);
+    rc->ex.d_h = rc->ex_arrays[2] = to_float(dh, N * H);
+    rc->ex.d_W = rc->ex_arrays[3] = to_float(dW, Vp * H);
+    rc->ex.d_b = rc->ex_arrays[4] = to_float(db, Vp);
+    free(tl); free(tlse); free(dh); free(dW); free(db);
+}
+
+static void test_random_shapes(void) {
+    struct { int64_t N, H, V, Vp; int options; } shapes[] = {
+        {1000, 256, 5003, 5003, 0},   // odd V, no padding: an odd V next to an aligned stride
+        {777, 128, 4099, 4160, 1},    // every option on, padded Vp
+        {2048, 64, 32000, 32000, 0},  // several chunks under a small budget
+        {129, 512, 1000, 1024, 1},
+    };
+    for (int k = 0; k < 4; k++) {
+        RandomCase rc;
+        random_case(&rc, shapes[k].N, shapes[k].H, shapes[k].V, shapes[k].Vp, FLCE_FP32, 1234 + k,
+                    shapes[k].options);
+        const flce_config base = rc.pb.cfg;
+        for (int dti = 0; dti < 2; dti++) {
+            flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
+            const char *dname = dt == FLCE_FP32 ? "fp32" : "bf16";
+            rc.pb.cfg = base;
+            rc.pb.cfg.dtype = rc.pb.cfg.d_hidden_dtype = dt;
+            char label[256];
+            // a budget just above the fixed part forces several chunks on the large shapes
+            size_t budget = (size_t)40 << 20;
+            snprintf(label, sizeof(label), "random N=%lld H=%lld V=%lld Vp=%lld %s%s, chunk %lld",
+                     (long long)shapes[k].N, (long long)shapes[k].H, (long long)shapes[k].V,
+                     (long long)shapes[k].Vp, dname, shapes[k].options ? " all options" : "",
+                     (long long)flce_chunk_tokens(&rc.pb.cfg, budget));
+            Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+            compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f);
+            result_free(&r);
+            if (k != 1) continue;
+            // 3. accumulation: the second call adds the same gradients again
+            rc.pb.cfg.max_chunk_tokens = 100;
+            rc.pb.cfg.d_weight_dtype = rc.pb.cfg.d_bias_dtype = dt;
+            snprintf(label, sizeof(label), "accumulate twice %s (grads double)", dname);
+            r = run_flce(&rc.pb, (RunMode){1, 2, budget, 0});
+            compare(label, &rc.pb, &r, &rc.ex, 1, 2.0f);
+            result_free(&r);
+            // 4. forward only
+            snprintf(label, sizeof(label), "forward only %s", dname);
+            r = run_flce(&rc.pb, (RunMode){0, 1, budget, 0});
+            compare(label, &rc.pb, &r, &rc.ex, 0, 1.0f);
+            result_free(&r);
+            // 6. CUDA graph: captured once, replayed three times (overwrite mode)
+            rc.pb.cfg.max_chunk_tokens = 0;
+            snprintf(label, sizeof(label), "CUDA graph replay %s", dname);
+            r = run_flce(&rc.pb, (RunMode){1, 1, budget, 1});
+            compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f);
+            result_free(&r);
+        }
+        random_case_free(&rc);
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// 5. bad input
+
+static void test_bad_inputs(void) {
+    RandomCase rc;
+    random_case(&rc, 300, 64, 1001, 1024, FLCE_BF16, 99, 0);
+    // out-of-range targets: V itself, a negative id that is not ignore_index, a huge one
+    int32_t bad_values[3] = {1001, -7, 2000000000};
+    for (int b = 0; b < 3; b++) {
+        rc.targets[123] = bad_values[b];
+        rc.targets[200] = bad_values[b];
+        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        const char *msg = flce_last_error(g_ctx);
+        char want[64];
+        snprintf(want, sizeof(want), "target[123] = %d", bad_values[b]);
+        test_check(r.status == FLCE_ERR_TARGET && strstr(msg, want) != NULL && isnan(r.loss),
+                   "bad target %d: status %s, loss %f, message \"%s\"", bad_values[b],
+                   flce_status_string(r.status), r.loss, msg);
+        result_free(&r);
+    }
+    rc.targets[123] = 5;
+    rc.targets[200] = 6;
+
+    // the next call reports the earlier call's error, and the one after that is clean
+    {
+        flce_config cfg = rc.pb.cfg;
+        const size_t N = 300, H = 64, Vp = 1024;
+        void *h = dev_upload(rc.h, N * H, FLCE_BF16), *W = dev_upload(rc.W, Vp * H, FLCE_BF16);
+        int32_t *tg;
+        float *loss;
+        CUDA_CHECK(cudaMalloc(&tg, N * 4));
+        CUDA_CHECK(cudaMalloc(&loss, 4));
+        rc.targets[17] = 1001;
+        CUDA_CHECK(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
+        size_t wsb;
+        flce_workspace_size(&cfg, 0, &wsb);
+        void *ws;
+        CUDA_CHECK(cudaMalloc(&ws, wsb));
+        flce_tensors t;
+        memset(&t, 0, sizeof(t));
+        t.hidden = h; t.weight = W; t.targets = tg; t.loss = loss;
+        flce_status s1 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        rc.targets[17] = 3;
+        CUDA_CHECK(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
+        flce_status s2 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
+        int named = strstr(flce_last_error(g_ctx), "target[17] = 1001") != NULL;
+        flce_status s3 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
+        flce_status s4 = flce_check_errors(g_ctx, g_stream);
+        test_check(s1 == FLCE_OK && s2 == FLCE_ERR_TARGET && named && s3 == FLCE_OK && s4 == FLCE_OK,
+                   "the next call surfaces a bad target once (%s, %s, %s, %s)",
+                   flce_status_string(s1), flce_status_string(s2), flce_status_string(s3),
+                   flce_status_string(s4));
+
+        // argument checks: each names the problem
+        struct { const char *what; flce_status want; const char *in_msg; } cases[] = {
+            {"NULL hidden", FLCE_ERR_NULL_POINTER, "hidden"},
+            {"misaligned hidden", FLCE_ERR_MISALIGNED, "hidden"},
+            {"NULL targets", FLCE_ERR_NULL_POINTER, "targets"},
+            {"NULL loss", FLCE_ERR_NULL_POINTER, "loss"},
+            {"Vp < V", FLCE_ERR_INVALID_SIZE, "vocab_padded"},
+            {"n_tokens = 0", FLCE_ERR_INVALID_SIZE, "n_tokens"},
+            {"hidden not a multiple of 8", FLCE_ERR_MISALIGNED, "hidden"},
+            {"label_smoothing = 1", FLCE_ERR_INVALID_VALUE, "label_smoothing"},
+            {"workspace too small", FLCE_ERR_WORKSPACE, "workspace"},
+            {"misaligned workspace", FLCE_ERR_MISALIGNED, "workspace"},
+            {"d_bias without bias", FLCE_ERR_INVALID_VALUE, "d_bias"},
+        };
+        for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
+            flce_config c2 = cfg;
+            flce_tensors t2 = t;
+            size_t wsb2 = wsb;
+            void *ws2 = ws;
+            switch (k) {
+            case 0: t2.hidden = NULL; break;
+            case 1: t2.hidden = (char *)h + 2; break;
+            case 2: t2.targets = NULL; break;
+            case 3: t2.loss = NULL; break;
+            case 4: c2.vocab_padded = 1000; break;
+            case 5: c2.n_tokens = 0; break;
+            case 6: c2.hidden = 60; break;
+            case 7: c2.label_smoothing = 1.0f; break;
+            case 8: wsb2 = 1 << 20; break;
+            case 9: ws2 = (char *)ws + 16; wsb2 -= 16; break;
+            case 10: t2.d_bias = loss; break;
+            }
+            flce_status s = flce_forward_backward(g_ctx, &c2, &t2, ws2, wsb2, g_stream);
+            const char *m = flce_last_error(g_ctx);
+            test_check(s == cases[k].want && strstr(m, cases[k].in_msg) != NULL,
+                       "rejects %s: %s \"%s\"", cases[k].what, flce_status_string(s), m);
+        }
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        cudaFree(h); cudaFree(W); cudaFree(tg); cudaFree(loss); cudaFree(ws);
+    }
+    random_case_free(&rc);
+}
+
+// ----------------------------------------------------------------------------------------
+// 7. more than 2^31 logits in one chunk, against the same problem in small chunks
+
+static void test_large_offsets(void) {
+    const int64_t N = 16384, H = 64, V = 151936;  // one chunk: 2.49e9 logits (5 GB in bf16)
+    flce_config cfg;
+    flce_config_init(&cfg, N, H, V);
+    float *hh = (float *)malloc(N * H * 4), *hw = (float *)malloc(V * H * 4);
+    int32_t *ht = (int32_t *)malloc(N * 4);
+    uint64_t s = 7;
+    fill_uniform(hh, N * H, 1.0f, &s);
+    fill_uniform(hw, V * H, 1.0f, &s);
+    for (int64_t i = 0; i < N; i++) ht[i] = (int32_t)((i * 7919) % V);
+    ht[N - 1] = (int32_t)(V - 1);
+    Problem pb;
+    memset(&pb, 0, sizeof(pb));
+    pb.cfg = cfg; pb.h = hh; pb.W = hw; pb.targets = ht;
+    size_t big = (size_t)6 << 30;
+    int64_t chunk_big = flce_chunk_tokens(&cfg, big);
+    Result a = run_flce(&pb, (RunMode){1, 1, big, 0});
+    Result b = run_flce(&pb, (RunMode){1, 1, (size_t)200 << 20, 0});
+    int ok = a.status == FLCE_OK && b.status == FLCE_OK;
+    double el = ok ? fabs((double)a.loss - b.loss) : 1.0;
+    double et = ok ? rel_l2_f32(a.token_loss, b.token_loss, N) : 1.0;
+    double eh = ok ? rel_l2_f32(a.d_h, b.d_h, N * H) : 1.0;
+    double ew = ok ? rel_l2_f32(a.d_W, b.d_W, V * H) : 1.0;
+    // the last rows lie past 2^31 elements of the chunk buffer
+    double tail = ok ? rel_l2_f32(a.token_loss + N - 1024, b.token_loss + N - 1024, 1024) : 1.0;
+    test_check(ok && chunk_big == N && el < 1e-4 && et < 1e-3 && tail < 1e-3 && eh < 1e-2 && ew < 1e-2,
+               "one chunk of %lld x %lld logits (> 2^31) equals chunked: loss %.2e, token %.2e "
+               "(last 1024 %.2e), d_h %.2e, d_W %.2e",
+               (long long)chunk_big, (long long)V, el, et, tail, eh, ew);
+    result_free(&a);
+    result_free(&b);
+    free(hh); free(hw); free(ht);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "test/fixtures";
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        fprintf(stderr, "test_gpu: no CUDA device\n");
+        return 2;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("test_gpu on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    if (flce_create(&g_ctx) != FLCE_OK) {
+        fprintf(stderr, "flce_create failed\n");
+        return 2;
+    }
+    test_fixtures(dir);
+    test_random_shapes();
+    test_bad_inputs();
+    test_large_offsets();
+    flce_destroy(g_ctx);
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return test_summary();
+}
