@@ -9,6 +9,7 @@ NVCC ?= nvcc
 CC ?= gcc
 GPU_COMPUTE_CAPABILITY ?= 90
 BUILD := build
+SHELL := /bin/bash
 
 CFLAGS := -O2 -std=c11 -Wall -Wextra -Werror -Iflce -Itest
 NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMPUTE_CAPABILITY),compute_$(GPU_COMPUTE_CAPABILITY)]
@@ -18,13 +19,13 @@ NVCC_LIBS := -lcublasLt -lcublas
 FLCE_HEADERS := flce/flce.h flce/flce_gemm.cuh flce/flce_kernels.cuh
 TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
 
-.PHONY: all lib tests test test-gpu data clean
+.PHONY: all lib tests dev test test-gpu data clean
 
-all: lib tests
+all: lib tests dev
 
 lib: $(BUILD)/libflce.a
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -39,6 +40,12 @@ $(BUILD)/libflce.a: $(BUILD)/flce.o
 $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# --- dev/: the FLCE strategies side by side -------------------------------------------
+dev: $(BUILD)/flce_bench
+
+$(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
+
 # --- tests ------------------------------------------------------------------------------
 $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
 	$(CC) $(CFLAGS) -DFLCE_HAVE_LIB -c $< -o $@
@@ -49,11 +56,23 @@ $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
 
-test: $(BUILD)/test_cpu
-	$(BUILD)/test_cpu test/fixtures
+$(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h data/shard.h test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) -Idata -o $@ $< -lm
+
+# every CPU suite; the last line sums them up as "N passed, M failed"
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe
+	@set -o pipefail; { $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; } | tee $(BUILD)/test.log; \
+	 awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3} END {print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
 
 test-gpu: $(BUILD)/test_gpu
 	$(BUILD)/test_gpu test/fixtures
+
+# --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
+$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h data/shard.h | $(BUILD)
+	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -lm
+
+data: $(BUILD)/bpe_encode
+	$(BUILD)/bpe_encode -i data/tinyshakespeare.txt -e data/gpt2/encoder.json -m data/gpt2/vocab.bpe -o data
 
 clean:
 	rm -rf $(BUILD)

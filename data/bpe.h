@@ -32,7 +32,7 @@ applied leftmost-first over UTF-8 code points (see bpe_piece_end). Character cla
   \p{L} = General_Category L*, \p{N} = N*, over ALL of Unicode 16.0 (every plane), from
           the generated table bpe_unicode.h (scripts/gen_unicode_tables.py). That is the
           Unicode version tiktoken 0.14 uses; it was checked to agree with tiktoken's
-          letter-or-number vs. other split on every code point.
+          letter/number/space vs. other split on every code point (but U+0020).
 Invalid UTF-8 (which tiktoken cannot be given at all, its input is a Python str) is
 handled byte by byte: each bad byte is one "other" character, and its raw byte is kept,
 so encoding never fails and decode(encode(x)) == x for any byte string.

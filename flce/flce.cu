@@ -150,6 +150,14 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
         !flce_is_flag(cfg->accumulate_d_weight) || !flce_is_flag(cfg->accumulate_d_bias))
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
                          "has_bias and the accumulate_* fields must be 0 or 1");
+    if (cfg->dtype == FLCE_FP32 && (cfg->d_hidden_dtype != FLCE_FP32 ||
+                                    cfg->d_weight_dtype != FLCE_FP32 || cfg->d_bias_dtype != FLCE_FP32))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "with dtype FLCE_FP32 the gradient dtypes (d_hidden_dtype, d_weight_dtype, "
+                         "d_bias_dtype) must be FLCE_FP32 too");
+    if (!flce_is_flag(cfg->bf16_logits))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "bf16_logits = %d must be 0 or 1",
+                         cfg->bf16_logits);
     if (cfg->max_chunk_tokens < 0)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "max_chunk_tokens = %lld must be >= 0",
                          (long long)cfg->max_chunk_tokens);
@@ -162,7 +170,9 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
 typedef struct {
     int64_t chunk;       // tokens per chunk (0: does not fit)
     int64_t n_chunks;
-    int64_t ldl;         // row stride of the chunk buffer, elements
+    int64_t ldl;         // row stride of the chunk buffer, in logits (of logits_size bytes)
+    size_t logits_size;  // 4: fp32 logits; 2: bf16 logits (bf16_logits = 1)
+    int64_t ldd;         // row stride of dlogits, written in place, in elements of dtype
     int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
         off_dw32, off_ones, off_logits, total;
@@ -177,6 +187,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int dw_accumula
     size_t o = 0;
     p->chunk = chunk;
     p->ldl = (cfg->vocab_padded + FLCE_LDL_MULTIPLE - 1) / FLCE_LDL_MULTIPLE * FLCE_LDL_MULTIPLE;
+    p->logits_size = (cfg->dtype == FLCE_BF16 && cfg->bf16_logits) ? 2 : 4;
+    p->ldd = p->ldl * (int64_t)(p->logits_size / es);
     p->dw_accumulator = dw_accumulator;
     p->off_lt = o;            o = flce_align_up(o + FLCE_LT_WORKSPACE);
     p->off_scalars = o;       o = flce_align_up(o + sizeof(flce_call_scalars));
@@ -187,7 +199,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int dw_accumula
     p->off_dw32 = o;
     o = flce_align_up(o + (dw_accumulator ? (size_t)cfg->vocab_padded * cfg->hidden * 4 : 0));
     p->off_ones = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)chunk * es : 0));
-    p->off_logits = o;        o = flce_align_up(o + (size_t)chunk * p->ldl * es);
+    p->off_logits = o;        o = flce_align_up(o + (size_t)chunk * p->ldl * p->logits_size);
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
     return o;
@@ -389,7 +401,7 @@ static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
 
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-template <typename T, typename Tgt>
+template <typename T, typename TL, typename Tgt>
 static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
                             const flce_plan *p, char *ws, cudaStream_t stream, int backward) {
     const int64_t N = cfg->n_tokens, H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded;
@@ -405,7 +417,9 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     float *db32 = (float *)(ws + p->off_db32);
     float *dw32 = (float *)(ws + p->off_dw32);
     T *ones = (T *)(ws + p->off_ones);
-    T *logits = (T *)(ws + p->off_logits);
+    TL *logits = (TL *)(ws + p->off_logits);  // then dlogits (T, row stride ldd), in place
+    T *dlogits = (T *)logits;
+    const cudaDataType_t logits_type = sizeof(TL) == 4 ? CUDA_R_32F : CUDA_R_16BF;
     int64_t c0 = 0;  // named in GEMM error messages
 
     const int want_dh = backward && t->d_hidden != NULL;
@@ -446,14 +460,14 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         const T *h_chunk = hidden + c0 * H;
         // logits (row-major rows x ldl) = h_chunk @ W[:V]^T
         FLCE_GEMM_TRY("logits", flce_gemm(&ctx->gemm, stream, 1, 0, V, rows, H, weight, in_type, H,
-                                          h_chunk, in_type, H, logits, in_type, p->ldl, 1.0f,
+                                          h_chunk, in_type, H, logits, logits_type, p->ldl, 1.0f,
                                           0.0f, lt_ws, FLCE_LT_WORKSPACE));
         if (backward) {
-            flce_ce_rows_kernel<T, Tgt, true><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
+            flce_ce_rows_kernel<T, TL, Tgt, true><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
                 logits, p->ldl, c0, V, bias, targets, (long long)cfg->ignore_index, target_logit,
                 t->grad_token_loss, scalars, lp, token_loss, token_lse);
         } else {
-            flce_ce_rows_kernel<T, Tgt, false><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
+            flce_ce_rows_kernel<T, TL, Tgt, false><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
                 logits, p->ldl, c0, V, bias, targets, (long long)cfg->ignore_index, target_logit,
                 t->grad_token_loss, scalars, lp, token_loss, token_lse);
         }
@@ -464,7 +478,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             // d_h[chunk] (rows x H) = dlogits (rows x Vp) @ W (Vp x H)
             void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
             FLCE_GEMM_TRY("d_hidden", flce_gemm(&ctx->gemm, stream, 0, 0, H, rows, Vp, weight, in_type,
-                                                H, logits, in_type, p->ldl, dh,
+                                                H, dlogits, in_type, p->ldd, dh,
                                                 flce_cuda_type(cfg->d_hidden_dtype), H, 1.0f,
                                                 cfg->accumulate_d_hidden ? 1.0f : 0.0f, lt_ws,
                                                 FLCE_LT_WORKSPACE));
@@ -473,14 +487,14 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             // d_W (Vp x H) (+)= dlogits^T (Vp x rows) @ h_chunk (rows x H)
             const float beta = (!first || dw_add_first) ? 1.0f : 0.0f;
             FLCE_GEMM_TRY("d_weight", flce_gemm(&ctx->gemm, stream, 0, 1, H, Vp, rows, h_chunk, in_type,
-                                                H, logits, in_type, p->ldl, dw_target, dw_type, H,
+                                                H, dlogits, in_type, p->ldd, dw_target, dw_type, H,
                                                 1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
         }
         if (want_db) {
             // d_b (Vp) (+)= dlogits^T @ ones: the column sums of the chunk
             const float beta = (!first || db_add_first) ? 1.0f : 0.0f;
-            FLCE_GEMM_TRY("d_bias", flce_gemm(&ctx->gemm, stream, 0, 0, Vp, 1, rows, logits, in_type,
-                                              p->ldl, ones, in_type, rows, db_target,
+            FLCE_GEMM_TRY("d_bias", flce_gemm(&ctx->gemm, stream, 0, 0, Vp, 1, rows, dlogits, in_type,
+                                              p->ldd, ones, in_type, rows, db_target,
                                               CUDA_R_32F, Vp, 1.0f,
                                               beta, lt_ws, FLCE_LT_WORKSPACE));
         }
@@ -524,11 +538,16 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
     }
     cudaStream_t stream = (cudaStream_t)cuda_stream;
     char *ws = (char *)workspace;
-    const int bf16 = cfg->dtype == FLCE_BF16, i64 = cfg->target_type == FLCE_INT64;
-    if (bf16 && i64) return flce_run<__nv_bfloat16, int64_t>(ctx, cfg, t, &plan, ws, stream, backward);
-    if (bf16) return flce_run<__nv_bfloat16, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
-    if (i64) return flce_run<float, int64_t>(ctx, cfg, t, &plan, ws, stream, backward);
-    return flce_run<float, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
+    typedef __nv_bfloat16 bf16;
+    const int i64 = cfg->target_type == FLCE_INT64;
+    if (cfg->dtype == FLCE_FP32)
+        return i64 ? flce_run<float, float, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)
+                   : flce_run<float, float, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
+    if (plan.logits_size == 2)
+        return i64 ? flce_run<bf16, bf16, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)
+                   : flce_run<bf16, bf16, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
+    return i64 ? flce_run<bf16, float, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)
+               : flce_run<bf16, float, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
 }
 
 flce_status flce_forward_backward(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,

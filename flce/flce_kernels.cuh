@@ -183,18 +183,34 @@ __device__ __forceinline__ float flce_logit(float z, const T *bias, int64_t j, i
     return flce_softcap(z, cap);
 }
 
-// One block per row of a chunk of logits (row r = token row0 + r). Pass 1 reads the row for
-// its statistics; with BACKWARD, pass 2 reads it again and overwrites it with dL/dz (zero in
-// the pad columns V..ldl), which the d_hidden / d_weight GEMMs then consume.
-template <typename T, typename Tgt, bool BACKWARD>
+// VEC values of T stored at p as one 16- or 8-byte access
+template <typename T, int VEC>
+__device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
+    constexpr int BYTES = VEC * (int)sizeof(T);
+    static_assert(BYTES == 16 || BYTES == 8, "flce_store_vec stores 8 or 16 bytes");
+    union { int4 v16; uint2 v8; T e[VEC]; } u;
+#pragma unroll
+    for (int e = 0; e < VEC; e++) u.e[e] = flce_from_float<T>(d[e]);
+    if constexpr (BYTES == 16) *reinterpret_cast<int4 *>(p) = u.v16;
+    else *reinterpret_cast<uint2 *>(p) = u.v8;
+}
+
+// One block per row of a chunk of logits (row r = token row0 + r), logits of type TL with
+// row stride ldl. Pass 1 reads the row for its statistics; with BACKWARD, pass 2 reads it
+// again and writes dL/dz as T (the GEMM input type) over the same row: dlogits row r starts
+// where logits row r starts, so its stride is ldl * sizeof(TL) / sizeof(T) elements of T.
+// Pad columns V..ldl get zeros. When TL is wider than T (fp32 logits, bf16 dlogits) the
+// writes of tile k land on bytes that tiles 0..k were read from; the barrier between each
+// tile's reads and writes keeps every read ahead of the write that overlaps it.
+template <typename T, typename TL, typename Tgt, bool BACKWARD>
 __global__ void __launch_bounds__(FLCE_CE_THREADS)
-flce_ce_rows_kernel(T *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
+flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
                     const Tgt *targets, long long ignore_index, const float *target_logit,
                     const float *grad_token_loss, const flce_call_scalars *scalars,
                     flce_loss_params p, float *token_loss, float *token_lse) {
-    constexpr int VEC = flce_vec<T>::N;
+    constexpr int VEC = flce_vec<TL>::N;
     const int64_t i = row0 + blockIdx.x;
-    T *row = logits + (int64_t)blockIdx.x * ldl;
+    TL *row = logits + (int64_t)blockIdx.x * ldl;
     const Tgt tg = targets[i];
     const int valid = flce_target_state(tg, ignore_index, V) > 0;
     const int64_t t = valid ? (int64_t)tg : -1;
@@ -204,7 +220,7 @@ flce_ce_rows_kernel(T *logits, int64_t ldl, int64_t row0, int64_t V, const T *bi
 
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
     for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += (int64_t)blockDim.x * VEC) {
-        flce_vec<T> x = flce_load16(row + j0);
+        flce_vec<TL> x = flce_load16(row + j0);
         float z[VEC];
         float vmax = -INFINITY;
 #pragma unroll
@@ -250,28 +266,30 @@ flce_ce_rows_kernel(T *logits, int64_t ldl, int64_t row0, int64_t V, const T *bi
     const float coef_p = g * (1.0f + 2.0f * p.z_loss_scale * lse);
     const float coef_smooth = g * p.label_smoothing / (float)V;
     const float coef_target = g * (1.0f - p.label_smoothing);
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < ldl; j0 += (int64_t)blockDim.x * VEC) {
-        flce_vec<T> x;
+    T *drow = reinterpret_cast<T *>(row);
+    const int64_t tile = (int64_t)blockDim.x * VEC;
+    for (int64_t base = 0; base < ldl; base += tile) {
+        const int64_t j0 = base + (int64_t)threadIdx.x * VEC;
+        float d[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) d[e] = 0.0f;  // pad columns, and all of an ignored row
         if (j0 < v_end && g != 0.0f) {
-            x = flce_load16(row + j0);
+            flce_vec<TL> x = flce_load16(row + j0);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const int64_t j = j0 + e;
-                float d = 0.0f;
                 if (j < V) {
                     const float z = flce_logit(flce_to_float(x.v[e]), bias, j, t, zt, p.softcap);
-                    d = coef_p * __expf(z - lse) - coef_smooth - (j == t ? coef_target : 0.0f);
+                    d[e] = coef_p * __expf(z - lse) - coef_smooth - (j == t ? coef_target : 0.0f);
                     if (p.softcap > 0.0f) {
                         const float c = z / p.softcap;
-                        d *= 1.0f - c * c;
+                        d[e] *= 1.0f - c * c;
                     }
                 }
-                x.v[e] = flce_from_float<T>(d);
             }
-        } else {
-            x.raw = make_int4(0, 0, 0, 0);  // pad columns, and every column of an ignored row
         }
-        *reinterpret_cast<int4 *>(row + j0) = x.raw;
+        if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
+        if (j0 < ldl) flce_store_vec<T, VEC>(drow + j0, d);
     }
 }
 

@@ -11,8 +11,9 @@ The table covers every code point U+0000..U+10FFFF: a code point is
 The categories come from Unicode 16.0.0, read through the `unicodedata2` package
 (pip install unicodedata2==16.0.0). Unicode 16.0 is the version whose classification the
 tiktoken 0.14 wheel's Rust regex engine uses: probing tiktoken with  X + "'s"  for every
-code point X (a letter or number ends its piece before "'s", anything else swallows the
-apostrophe) agreed with this table on all 1,111,998 non-surrogate code points, while the
+code point X (a letter, number or whitespace character ends its piece before "'s",
+anything else swallows the apostrophe) agreed with this table plus bpe.h's White_Space
+list on all 1,112,063 non-surrogate code points other than U+0020, while the
 Python 3.11 stdlib (Unicode 14.0) and the `regex` module (Unicode 17) both disagreed on a
 few thousand newly assigned characters. Other Unicode versions can be passed with
 --allow-version, but then tiktoken agreement is no longer known.

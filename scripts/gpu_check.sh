@@ -22,7 +22,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 git log -1 --format='%H %cd' > "$OUT/commit.txt" 2>/dev/null || echo "no git" > "$OUT/commit.txt"
 for s in $steps; do
     case $s in
-    build) run_step build make -j"$(nproc)" all dev || { tail -30 "$OUT/build.log"; break; } ;;
+    build) run_step build make -j"$(nproc)" lib tests || { tail -30 "$OUT/build.log"; break; }
+           run_step build_dev make -j"$(nproc)" dev || tail -30 "$OUT/build_dev.log" ;;
     test) run_step test_cpu make test; run_step test_gpu make test-gpu ;;
     fixtures) run_step fixtures bash -c 'python3 scripts/export_fixtures.py /tmp/fixtures_again && python3 scripts/compare_fixtures.py test/fixtures /tmp/fixtures_again' ;;
     tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;

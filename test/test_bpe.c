@@ -22,6 +22,7 @@ Build and run from the repository root:
 Token fixture format (little endian): int32 header[256] = {20261201, 1, ncases, 0...};
 per case: uint32 nbytes, the UTF-8 bytes, uint32 ntok, ntok x uint32 ids.
 */
+#define _POSIX_C_SOURCE 200809L  // mkdtemp, rmdir under -std=c99 / -std=c11
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

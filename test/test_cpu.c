@@ -596,24 +596,32 @@ static void test_library_host(char **paths, int n_paths) {
     st = flce_workspace_size(&big, gib, &big_bytes);
     int64_t big_chunk = flce_chunk_tokens(&big, big_bytes);
     size_t ldl = (176245 + 63) / 64 * 64;
-    test_check(st == FLCE_OK && big_bytes <= gib && big_chunk % 128 == 0 && big_chunk >= 2048 &&
-                   big_bytes >= (size_t)big_chunk * ldl * 2,
+    // fp32 logits by default: 4 bytes a logit
+    test_check(st == FLCE_OK && big_bytes <= gib && big_chunk % 128 == 0 && big_chunk >= 1024 &&
+                   big_bytes >= (size_t)big_chunk * ldl * 4,
                "lib: 65535x1024x176245 in 1 GiB: %zu bytes, chunks of %lld tokens", big_bytes,
                (long long)big_chunk);
     big.d_weight_dtype = FLCE_BF16;
     st = flce_workspace_size(&big, gib, &big_bytes);
     int64_t bf16_chunk = flce_chunk_tokens(&big, big_bytes);
     test_check(st == FLCE_OK && big_bytes <= gib && bf16_chunk < big_chunk &&
-                   big_bytes >= (size_t)176245 * 1024 * 4 + (size_t)bf16_chunk * ldl * 2,
+                   big_bytes >= (size_t)176245 * 1024 * 4 + (size_t)bf16_chunk * ldl * 4,
                "lib: a bf16 d_W adds its fp32 accumulator: %zu bytes, chunks of %lld tokens",
                big_bytes, (long long)bf16_chunk);
+    // bf16 logits halve the chunk buffer
+    big.d_weight_dtype = FLCE_FP32;
+    big.bf16_logits = 1;
+    st = flce_workspace_size(&big, gib, &big_bytes);
+    test_check(st == FLCE_OK && flce_chunk_tokens(&big, big_bytes) >= 2 * big_chunk,
+               "lib: bf16 logits at least double the chunk: %lld tokens",
+               (long long)flce_chunk_tokens(&big, big_bytes));
     // one chunk needs no accumulator; a problem that fits whole gets exactly one chunk
     flce_config small;
     flce_config_init(&small, 4096, 768, 50304);
     small.d_weight_dtype = FLCE_BF16;
     st = flce_workspace_size(&small, gib, &big_bytes);
     test_check(st == FLCE_OK && flce_chunk_tokens(&small, big_bytes) == 4096 &&
-                   big_bytes < (size_t)50304 * 768 * 4 + (size_t)4096 * 50304 * 2,
+                   big_bytes < (size_t)50304 * 768 * 4 + (size_t)4096 * 50304 * 4,
                "lib: 4096x768x50304 in one chunk, without a d_W accumulator (%zu bytes)", big_bytes);
 
     // every fixture's options are a valid config

@@ -206,9 +206,13 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
                     int backward, float grad_mult) {
     const flce_config *c = &pb->cfg;
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
-    const int bf16 = c->dtype == FLCE_BF16;
-    const double tol_grad = bf16 ? 3e-3 : 2e-5, tol_tok = bf16 ? 2e-3 : 2e-5;
-    const double tol_loss = bf16 ? 1e-4 : 2e-5;
+    // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the issue's bounds,
+    // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
+    // Liger share, held to METHOD.md's 1e-2.
+    const int bf16 = c->dtype == FLCE_BF16, bf16_logits = bf16 && c->bf16_logits;
+    const double tol_grad = bf16_logits ? 1e-2 : bf16 ? 3e-3 : 2e-5;
+    const double tol_tok = bf16_logits ? 1e-2 : bf16 ? 1e-4 : 2e-5;
+    const double tol_loss = bf16_logits ? 2e-3 : bf16 ? 1e-4 : 2e-5;
     if (!test_check(r->status == FLCE_OK, "%s: status %s", label, flce_status_string(r->status)))
         return;
     double loss_err = fabs((double)r->loss - (double)ex->loss);
@@ -292,16 +296,20 @@ static int test_fixtures(const char *dir) {
         Expected ex = {f.loss, f.token_loss, f.token_lse, f.d_h, f.d_W, f.d_bias};
         for (int dti = 0; dti < 2; dti++) {
             flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
-            for (int variant = 0; variant < 3; variant++) {
+            for (int variant = 0; variant < 4; variant++) {
                 Problem pb = fixture_problem(&f, dt);
                 RunMode mode = {1, 1, 0, 0};
                 const char *vname = "one chunk";
                 if (variant == 1) {
                     // many chunks, a short last one; bf16 d_W through the fp32 accumulator
                     pb.cfg.max_chunk_tokens = 16;
-                    pb.cfg.d_weight_dtype = FLCE_BF16;
-                    pb.cfg.d_bias_dtype = FLCE_BF16;
-                    vname = "chunks of 16, bf16 d_W";
+                    if (dt == FLCE_BF16) pb.cfg.d_weight_dtype = pb.cfg.d_bias_dtype = FLCE_BF16;
+                    vname = dt == FLCE_BF16 ? "chunks of 16, bf16 d_W" : "chunks of 16";
+                } else if (variant == 3) {
+                    if (dt != FLCE_BF16) continue;
+                    pb.cfg.bf16_logits = 1;
+                    pb.cfg.max_chunk_tokens = 16;
+                    vname = "bf16 logits, chunks of 16";
                 } else if (variant == 2) {
                     pb.cfg.max_chunk_tokens = 7;
                     pb.cfg.d_hidden_dtype = FLCE_FP32;
@@ -423,6 +431,15 @@ static void test_random_shapes(void) {
             Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f);
             result_free(&r);
+            if (dt == FLCE_BF16) {
+                rc.pb.cfg.bf16_logits = 1;
+                char label2[300];
+                snprintf(label2, sizeof(label2), "%s, bf16 logits", label);
+                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f);
+                result_free(&r);
+                rc.pb.cfg.bf16_logits = 0;
+            }
             if (k != 1) continue;
             // 3. accumulation: the second call adds the same gradients again
             rc.pb.cfg.max_chunk_tokens = 100;
@@ -514,6 +531,7 @@ static void test_bad_inputs(void) {
             {"workspace too small", FLCE_ERR_WORKSPACE, "workspace"},
             {"misaligned workspace", FLCE_ERR_MISALIGNED, "workspace"},
             {"d_bias without bias", FLCE_ERR_INVALID_VALUE, "d_bias"},
+            {"fp32 inputs with a bf16 d_weight", FLCE_ERR_INVALID_VALUE, "d_weight_dtype"},
         };
         for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
             flce_config c2 = cfg;
@@ -532,6 +550,7 @@ static void test_bad_inputs(void) {
             case 8: wsb2 = 1 << 20; break;
             case 9: ws2 = (char *)ws + 16; wsb2 -= 16; break;
             case 10: t2.d_bias = loss; break;
+            case 11: c2.dtype = FLCE_FP32; c2.d_hidden_dtype = FLCE_FP32; c2.d_weight_dtype = FLCE_BF16; break;
             }
             flce_status s = flce_forward_backward(g_ctx, &c2, &t2, ws2, wsb2, g_stream);
             const char *m = flce_last_error(g_ctx);
