@@ -33,6 +33,7 @@ makes every cuBLAS GEMM on it several times slower.
 
 struct flce_context {
     flce_gemm_cache gemm;
+    int ce_two_pass;                      // FLCE_CE_KERNEL=twopass: never the cluster kernel
     flce_host_status *host_status;        // mapped pinned memory: written by the device
     flce_host_status *host_status_device; // the device's pointer to it
     char message[512];
@@ -284,6 +285,9 @@ flce_status flce_create(flce_context **out) {
         return FLCE_ERR_CUDA;
     }
     memset(host, 0, sizeof(flce_host_status));
+    // for the dev/ benchmark: the two-pass row kernel in place of the single-pass one
+    const char *ce = getenv("FLCE_CE_KERNEL");
+    ctx->ce_two_pass = ce != NULL && strcmp(ce, "twopass") == 0;
     ctx->host_status = (flce_host_status *)host;
     if (cudaHostGetDevicePointer((void **)&ctx->host_status_device, host, 0) != cudaSuccess) {
         cudaFreeHost(host);
@@ -401,6 +405,45 @@ static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
 
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
+// The row kernel for one chunk: the single-pass cluster kernel when a row fits in the shared
+// memory of at most FLCE_CE_CLUSTER_MAX blocks (V up to ~400k in fp32), else the two-pass one.
+template <typename T, typename TL, typename Tgt, bool BACKWARD>
+static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream, TL *logits,
+                                    int64_t ldl, int64_t rows, int64_t row0, int64_t V,
+                                    const T *bias, const Tgt *targets, long long ignore_index,
+                                    const float *target_logit, const float *grad_token_loss,
+                                    const flce_call_scalars *scalars, flce_loss_params lp,
+                                    float *token_loss, float *token_lse) {
+    const int64_t max_seg = FLCE_CE_SEGMENT_BYTES / (int64_t)sizeof(TL);
+    const int64_t n_ranks = (ldl + max_seg - 1) / max_seg;
+    if (ctx->ce_two_pass || n_ranks > FLCE_CE_CLUSTER_MAX) {
+        flce_ce_rows_kernel<T, TL, Tgt, BACKWARD><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
+            logits, ldl, row0, V, bias, targets, ignore_index, target_logit, grad_token_loss,
+            scalars, lp, token_loss, token_lse);
+        return cudaGetLastError();
+    }
+    // segments of whole 64-column groups, so every segment starts 16-byte aligned
+    const int64_t seg = ((ldl + n_ranks - 1) / n_ranks + 63) / 64 * 64;
+    const size_t smem = (size_t)seg * sizeof(TL);
+    auto kernel = flce_ce_cluster_kernel<T, TL, Tgt, BACKWARD>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((unsigned)(n_ranks * rows), 1, 1);
+    lc.blockDim = dim3(FLCE_CE_CLUSTER_THREADS, 1, 1);
+    lc.dynamicSmemBytes = smem;
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)n_ranks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    return cudaLaunchKernelEx(&lc, kernel, logits, ldl, seg, row0, V, bias, targets, ignore_index,
+                              target_logit, grad_token_loss, scalars, lp, token_loss, token_lse);
+}
+
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
                             const flce_plan *p, char *ws, cudaStream_t stream, int backward) {
@@ -462,16 +505,19 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         FLCE_GEMM_TRY("logits", flce_gemm(&ctx->gemm, stream, 1, 0, V, rows, H, weight, in_type, H,
                                           h_chunk, in_type, H, logits, logits_type, p->ldl, 1.0f,
                                           0.0f, lt_ws, FLCE_LT_WORKSPACE));
-        if (backward) {
-            flce_ce_rows_kernel<T, TL, Tgt, true><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
-                logits, p->ldl, c0, V, bias, targets, (long long)cfg->ignore_index, target_logit,
-                t->grad_token_loss, scalars, lp, token_loss, token_lse);
-        } else {
-            flce_ce_rows_kernel<T, TL, Tgt, false><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
-                logits, p->ldl, c0, V, bias, targets, (long long)cfg->ignore_index, target_logit,
-                t->grad_token_loss, scalars, lp, token_loss, token_lse);
-        }
-        FLCE_LAUNCH_CHECK("flce_ce_rows_kernel");
+        cudaError_t row_err =
+            backward ? flce_launch_rows<T, TL, Tgt, true>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
+                                                          targets, (long long)cfg->ignore_index,
+                                                          target_logit, t->grad_token_loss, scalars,
+                                                          lp, token_loss, token_lse)
+                     : flce_launch_rows<T, TL, Tgt, false>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
+                                                           targets, (long long)cfg->ignore_index,
+                                                           target_logit, t->grad_token_loss, scalars,
+                                                           lp, token_loss, token_lse);
+        if (row_err != cudaSuccess)
+            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
+                             "row kernel launch (chunk at token %lld): %s", (long long)c0,
+                             cudaGetErrorString(row_err));
         if (!backward) continue;
         const int first = c0 == 0;
         if (want_dh) {

@@ -94,15 +94,19 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     uint64_t ws = ws_bytes;
     uint32_t aa = key->align_a, ab = key->align_b, ad = key->align_d;
+    // split-K partial sums in fp32 only: reducing them in a bf16 output would round each
+    // partial, adding error on top of the one rounding of the result
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     // the heuristic assumes 256-byte aligned pointers unless told otherwise
     const struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t n; } prefs[] = {
         {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)},
+        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad)},
     };
-    for (int i = 0; i < 5 && st == CUBLAS_STATUS_SUCCESS; i++)
+    for (int i = 0; i < 6 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, prefs[i].attr, prefs[i].v, prefs[i].n);
     cublasLtMatmulHeuristicResult_t result;
     int returned = 0;

@@ -17,12 +17,16 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 #ifndef FLCE_KERNELS_CUH
 #define FLCE_KERNELS_CUH
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <float.h>
 #include <stdint.h>
 
 #define FLCE_CE_THREADS 512
+#define FLCE_CE_CLUSTER_THREADS 1024
+#define FLCE_CE_CLUSTER_MAX 8                      // portable cluster size limit
+#define FLCE_CE_SEGMENT_BYTES (200 * 1024)        // shared memory per block, of 227 KB
 #define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
 
 // Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
@@ -183,6 +187,94 @@ __device__ __forceinline__ float flce_logit(float z, const T *bias, int64_t j, i
     return flce_softcap(z, cap);
 }
 
+// Folds one vector of logits (columns j0 .. j0+VEC, those < V) into the running stats.
+template <typename T, typename TL>
+__device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const flce_vec<TL> &x,
+                                                   int64_t j0, int64_t V, const T *bias,
+                                                   int64_t t, float zt, float cap) {
+    constexpr int VEC = flce_vec<TL>::N;
+    float z[VEC];
+    float vmax = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        z[e] = -INFINITY;
+        if (j0 + e < V) {
+            z[e] = flce_logit(flce_to_float(x.v[e]), bias, j0 + e, t, zt, cap);
+            st.sz += z[e];
+        }
+        vmax = fmaxf(vmax, z[e]);
+    }
+    // one rescale per vector rather than per element
+    const float m_new = fmaxf(st.m, vmax);
+    float s = st.s == 0.0f ? 0.0f : st.s * __expf(st.m - m_new);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) s += (j0 + e < V) ? __expf(z[e] - m_new) : 0.0f;
+    st.m = m_new;
+    st.s = s;
+}
+
+// What the gradient of a row needs, besides its logits.
+struct flce_row_grad {
+    int64_t t;                   // target column, -1 if none
+    float zt, lse, cap;
+    float coef_p, coef_smooth, coef_target;  // all 0 for an ignored row
+};
+
+// The row's loss (written by one thread) and its gradient coefficients:
+// d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
+__device__ __forceinline__ flce_row_grad flce_row_finish(
+    flce_row_stats st, int valid, int64_t t, float zt, int64_t i, int64_t V,
+    const float *grad_token_loss, const flce_call_scalars *scalars, const flce_loss_params &p,
+    int write_loss, float *token_loss, float *token_lse) {
+    flce_row_grad rg;
+    rg.t = t;
+    rg.zt = zt;
+    rg.cap = p.softcap;
+    rg.lse = st.m + logf(st.s);
+    if (write_loss) {
+        float loss = 0.0f;
+        if (valid) {
+            // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
+            const float nll = fmaxf(rg.lse - zt, 0.0f);
+            const float smooth = fmaxf(rg.lse - st.sz / (float)V, 0.0f);
+            loss = (1.0f - p.label_smoothing) * nll + p.label_smoothing * smooth +
+                   p.z_loss_scale * rg.lse * rg.lse;
+        }
+        token_loss[i] = loss;
+        token_lse[i] = rg.lse;
+    }
+    float g = 0.0f;
+    if (valid) {
+        g = p.grad_scale;
+        if (p.reduction == 0) g /= (float)scalars->n_valid;  // n_valid >= 1 here
+        if (p.reduction == 2 && grad_token_loss != NULL) g *= grad_token_loss[i];
+    }
+    rg.coef_p = g * (1.0f + 2.0f * p.z_loss_scale * rg.lse);
+    rg.coef_smooth = g * p.label_smoothing / (float)V;
+    rg.coef_target = g * (1.0f - p.label_smoothing);
+    return rg;
+}
+
+// dL/dz of one vector of logits (columns j0 .. j0+VEC; 0 at columns >= V)
+template <typename T, typename TL>
+__device__ __forceinline__ void flce_grad_vec(float *d, const flce_vec<TL> &x, int64_t j0,
+                                              int64_t V, const T *bias, const flce_row_grad &rg) {
+    constexpr int VEC = flce_vec<TL>::N;
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const int64_t j = j0 + e;
+        d[e] = 0.0f;
+        if (j < V) {
+            const float z = flce_logit(flce_to_float(x.v[e]), bias, j, rg.t, rg.zt, rg.cap);
+            d[e] = rg.coef_p * __expf(z - rg.lse) - rg.coef_smooth - (j == rg.t ? rg.coef_target : 0.0f);
+            if (rg.cap > 0.0f) {
+                const float c = z / rg.cap;
+                d[e] *= 1.0f - c * c;
+            }
+        }
+    }
+}
+
 // VEC values of T stored at p as one 16- or 8-byte access
 template <typename T, int VEC>
 __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
@@ -219,77 +311,96 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
     const int64_t v_end = (V + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
 
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += (int64_t)blockDim.x * VEC) {
-        flce_vec<TL> x = flce_load16(row + j0);
-        float z[VEC];
-        float vmax = -INFINITY;
-#pragma unroll
-        for (int e = 0; e < VEC; e++) {
-            z[e] = -INFINITY;
-            if (j0 + e < V) {
-                z[e] = flce_logit(flce_to_float(x.v[e]), bias, j0 + e, t, zt, p.softcap);
-                st.sz += z[e];
-            }
-            vmax = fmaxf(vmax, z[e]);
-        }
-        const float m_new = fmaxf(st.m, vmax);
-        float s = st.s == 0.0f ? 0.0f : st.s * __expf(st.m - m_new);
-#pragma unroll
-        for (int e = 0; e < VEC; e++) s += (j0 + e < V) ? __expf(z[e] - m_new) : 0.0f;
-        st.m = m_new;
-        st.s = s;
-    }
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += (int64_t)blockDim.x * VEC)
+        flce_stats_add_vec(st, flce_load16(row + j0), j0, V, bias, t, zt, p.softcap);
     st = flce_block_reduce_stats(st);
-    const float lse = st.m + logf(st.s);
-
-    if (threadIdx.x == 0) {
-        float loss = 0.0f;
-        if (valid) {
-            // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
-            const float nll = fmaxf(lse - zt, 0.0f);
-            const float smooth = fmaxf(lse - st.sz / (float)V, 0.0f);
-            loss = (1.0f - p.label_smoothing) * nll + p.label_smoothing * smooth +
-                   p.z_loss_scale * lse * lse;
-        }
-        token_loss[i] = loss;
-        token_lse[i] = lse;
-    }
+    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
+                                                  p, threadIdx.x == 0, token_loss, token_lse);
     if (!BACKWARD) return;
 
-    // d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
-    float g = 0.0f;
-    if (valid) {
-        g = p.grad_scale;
-        if (p.reduction == 0) g /= (float)scalars->n_valid;  // n_valid >= 1 here
-        if (p.reduction == 2 && grad_token_loss != NULL) g *= grad_token_loss[i];
-    }
-    const float coef_p = g * (1.0f + 2.0f * p.z_loss_scale * lse);
-    const float coef_smooth = g * p.label_smoothing / (float)V;
-    const float coef_target = g * (1.0f - p.label_smoothing);
     T *drow = reinterpret_cast<T *>(row);
     const int64_t tile = (int64_t)blockDim.x * VEC;
+    const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
     for (int64_t base = 0; base < ldl; base += tile) {
         const int64_t j0 = base + (int64_t)threadIdx.x * VEC;
         float d[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++) d[e] = 0.0f;  // pad columns, and all of an ignored row
-        if (j0 < v_end && g != 0.0f) {
-            flce_vec<TL> x = flce_load16(row + j0);
-#pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                const int64_t j = j0 + e;
-                if (j < V) {
-                    const float z = flce_logit(flce_to_float(x.v[e]), bias, j, t, zt, p.softcap);
-                    d[e] = coef_p * __expf(z - lse) - coef_smooth - (j == t ? coef_target : 0.0f);
-                    if (p.softcap > 0.0f) {
-                        const float c = z / p.softcap;
-                        d[e] *= 1.0f - c * c;
-                    }
-                }
-            }
-        }
+        if (j0 < v_end && live) flce_grad_vec(d, flce_load16(row + j0), j0, V, bias, rg);
         if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
         if (j0 < ldl) flce_store_vec<T, VEC>(drow + j0, d);
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// the single-pass row kernel: a cluster of blocks per row, each holding a segment of the row
+// in shared memory, so the logits are read from device memory once instead of twice
+
+__device__ __forceinline__ void flce_cp_async16(void *smem, const void *gmem) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
+}
+
+// Grid: n_ranks * rows blocks in clusters of n_ranks; block b works on segment b % n_ranks
+// (columns [rank * seg, rank * seg + seg)) of row b / n_ranks. Each block copies its segment
+// into shared memory (cp.async, every load in flight at once), reduces it to (max, sum-exp,
+// sum), the blocks of the cluster exchange those through distributed shared memory, and
+// (BACKWARD) each writes dL/dz for its columns from shared memory. Writes start only after
+// the first cluster barrier, when every block of the row has its segment in shared memory,
+// so a bf16 dlogits row may overwrite fp32 logits of a neighbouring segment.
+template <typename T, typename TL, typename Tgt, bool BACKWARD>
+__global__ void __launch_bounds__(FLCE_CE_CLUSTER_THREADS, 1)
+flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64_t V,
+                       const T *bias, const Tgt *targets, long long ignore_index,
+                       const float *target_logit, const float *grad_token_loss,
+                       const flce_call_scalars *scalars, flce_loss_params p, float *token_loss,
+                       float *token_lse) {
+    namespace cg = cooperative_groups;
+    constexpr int VEC = flce_vec<TL>::N;
+    extern __shared__ __align__(16) unsigned char flce_segment_smem[];
+    TL *segment = reinterpret_cast<TL *>(flce_segment_smem);
+    __shared__ flce_row_stats block_stats;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
+    const int64_t r = blockIdx.x / n_ranks, i = row0 + r;
+    TL *row = logits + r * ldl;
+    const int64_t c0 = (int64_t)rank * seg;
+    const int64_t v_end = (V + VEC - 1) / VEC * VEC;
+    const int64_t load_end = c0 + seg < v_end ? c0 + seg : v_end;  // may be <= c0
+    const Tgt tg = targets[i];
+    const int valid = flce_target_state(tg, ignore_index, V) > 0;
+    const int64_t t = valid ? (int64_t)tg : -1;
+    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
+
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += (int64_t)blockDim.x * VEC)
+        flce_cp_async16(segment + j0, row + c0 + j0);
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncthreads();
+
+    flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += (int64_t)blockDim.x * VEC)
+        flce_stats_add_vec(st, flce_load16(segment + j0), c0 + j0, V, bias, t, zt, p.softcap);
+    st = flce_block_reduce_stats(st);
+    if (threadIdx.x == 0) block_stats = st;
+    cluster.sync();
+    // every block merges the partials in rank order, so all get the same bits
+    st = flce_row_stats{-INFINITY, 0.0f, 0.0f};
+    for (int q = 0; q < n_ranks; q++) st = flce_stats_merge(st, *cluster.map_shared_rank(&block_stats, q));
+    cluster.sync();  // no block leaves while a partner may still read its block_stats
+    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
+                                                  p, rank == 0 && threadIdx.x == 0, token_loss,
+                                                  token_lse);
+    if (!BACKWARD) return;
+
+    T *drow = reinterpret_cast<T *>(row);
+    const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
+    const int64_t write_end = c0 + seg < ldl ? c0 + seg : ldl;  // the last segment zeroes the pad
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < write_end; j0 += (int64_t)blockDim.x * VEC) {
+        float d[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) d[e] = 0.0f;
+        if (c0 + j0 < load_end && live) flce_grad_vec(d, flce_load16(segment + j0), c0 + j0, V, bias, rg);
+        flce_store_vec<T, VEC>(drow + c0 + j0, d);
     }
 }
 

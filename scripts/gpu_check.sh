@@ -3,12 +3,13 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench] [bench-quick]   (default: all but bench-quick)
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-twopass]
+#   (default: all of them). bench-twopass times the library with its two-pass row kernel.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench}"
+steps="${*:-build test fixtures tokens bench-check bench bench-twopass}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -27,14 +28,17 @@ for s in $steps; do
     test) run_step test_cpu make test; run_step test_gpu make test-gpu ;;
     fixtures) run_step fixtures bash -c 'python3 scripts/export_fixtures.py /tmp/fixtures_again && python3 scripts/compare_fixtures.py test/fixtures /tmp/fixtures_again' ;;
     tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;
-    bench) run_step bench build/flce_bench -o "$OUT/bench.md" ;;
-    bench-quick) run_step bench build/flce_bench -s 8192x768x50304,4096x4096x128256 -o "$OUT/bench.md" ;;
+    bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
+    bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
+    bench-twopass) FLCE_CE_KERNEL=twopass run_step bench_twopass timeout 240 build/flce_bench -v flce -o "$OUT/bench_twopass.md" ;;
     esac
 done
 echo "== failures in the GPU test log =="
 grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
+[ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
+[ -f "$OUT/bench_twopass.md" ] && tail -12 "$OUT/bench_twopass.md"
 echo "== gpu =="; cat "$OUT/gpu.txt"
 echo "== steps =="
 for k in "${!result[@]}"; do echo "$k: ${result[$k]}"; done
