@@ -67,6 +67,9 @@ test: $(BUILD)/test_cpu $(BUILD)/test_bpe
 	 awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 	      END {if (n != 2) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
 
+test-gpu: $(BUILD)/test_gpu
+	$(BUILD)/test_gpu test/fixtures
+
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
 $(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h data/shard.h | $(BUILD)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -lm

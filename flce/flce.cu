@@ -30,9 +30,22 @@ makes every cuBLAS GEMM on it several times slower.
 #define FLCE_ALIGN 256
 #define FLCE_LDL_MULTIPLE 64
 #define FLCE_CHUNK_MULTIPLE 128
+#define FLCE_VOCAB_ALIGN 64  // GEMMs over the vocabulary are cut at a multiple of this
+
+// FLCE_TIMING=1: every phase of every call is timed with events (the host waits for each
+// phase, so calls lose their asynchrony) and flce_destroy prints the totals; for dev/ work.
+enum { FLCE_T_PREPARE, FLCE_T_LOGITS, FLCE_T_ROWS, FLCE_T_DHIDDEN, FLCE_T_DWEIGHT, FLCE_T_DBIAS,
+       FLCE_T_FINALIZE, FLCE_T_COUNT };
+static const char *flce_phase_names[FLCE_T_COUNT] = {"prepare", "logits GEMM", "row kernel",
+                                                     "d_hidden GEMM", "d_weight GEMM",
+                                                     "d_bias GEMM", "finalize"};
 
 struct flce_context {
     flce_gemm_cache gemm;
+    int timing;
+    cudaEvent_t t_start, t_stop;
+    double t_ms[FLCE_T_COUNT];
+    long long t_calls;
     int ce_two_pass;                      // FLCE_CE_KERNEL=twopass: never the cluster kernel
     flce_host_status *host_status;        // mapped pinned memory: written by the device
     flce_host_status *host_status_device; // the device's pointer to it
@@ -175,8 +188,10 @@ typedef struct {
     size_t logits_size;  // 4: fp32 logits; 2: bf16 logits (bf16_logits = 1)
     int64_t ldd;         // row stride of dlogits, written in place, in elements of dtype
     int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
+    int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden cut along Vp
+    int64_t vocab_cut;   // Vp rounded down to FLCE_VOCAB_ALIGN (0 or Vp: no cut)
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
-        off_dw32, off_ones, off_logits, total;
+        off_dw32, off_ones, off_dh32, off_logits, total;
 } flce_plan;
 
 static size_t flce_align_up(size_t x) { return (x + FLCE_ALIGN - 1) / FLCE_ALIGN * FLCE_ALIGN; }
@@ -190,6 +205,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int dw_accumula
     p->ldl = (cfg->vocab_padded + FLCE_LDL_MULTIPLE - 1) / FLCE_LDL_MULTIPLE * FLCE_LDL_MULTIPLE;
     p->logits_size = (cfg->dtype == FLCE_BF16 && cfg->bf16_logits) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
+    p->vocab_cut = cfg->vocab_padded / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN;
+    p->dh_accumulator = p->vocab_cut > 0 && p->vocab_cut < cfg->vocab_padded &&
+                        cfg->d_hidden_dtype == FLCE_BF16;
     p->dw_accumulator = dw_accumulator;
     p->off_lt = o;            o = flce_align_up(o + FLCE_LT_WORKSPACE);
     p->off_scalars = o;       o = flce_align_up(o + sizeof(flce_call_scalars));
@@ -200,6 +218,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int dw_accumula
     p->off_dw32 = o;
     o = flce_align_up(o + (dw_accumulator ? (size_t)cfg->vocab_padded * cfg->hidden * 4 : 0));
     p->off_ones = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)chunk * es : 0));
+    p->off_dh32 = o;          o = flce_align_up(o + (p->dh_accumulator ? (size_t)chunk * cfg->hidden * 4 : 0));
     p->off_logits = o;        o = flce_align_up(o + (size_t)chunk * p->ldl * p->logits_size);
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
@@ -288,6 +307,10 @@ flce_status flce_create(flce_context **out) {
     // for the dev/ benchmark: the two-pass row kernel in place of the single-pass one
     const char *ce = getenv("FLCE_CE_KERNEL");
     ctx->ce_two_pass = ce != NULL && strcmp(ce, "twopass") == 0;
+    const char *timing = getenv("FLCE_TIMING");
+    if (timing != NULL && strcmp(timing, "1") == 0 &&
+        cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
+        ctx->timing = 1;
     ctx->host_status = (flce_host_status *)host;
     if (cudaHostGetDevicePointer((void **)&ctx->host_status_device, host, 0) != cudaSuccess) {
         cudaFreeHost(host);
@@ -301,6 +324,17 @@ flce_status flce_create(flce_context **out) {
 
 void flce_destroy(flce_context *ctx) {
     if (ctx == NULL) return;
+    if (ctx->timing) {
+        double total = 0.0;
+        for (int k = 0; k < FLCE_T_COUNT; k++) total += ctx->t_ms[k];
+        fprintf(stderr, "flce timing over %lld calls (ms per call):", ctx->t_calls);
+        for (int k = 0; k < FLCE_T_COUNT; k++)
+            if (ctx->t_ms[k] > 0.0)
+                fprintf(stderr, " %s %.3f,", flce_phase_names[k], ctx->t_ms[k] / (double)ctx->t_calls);
+        fprintf(stderr, " sum %.3f\n", total / (double)(ctx->t_calls ? ctx->t_calls : 1));
+        cudaEventDestroy(ctx->t_start);
+        cudaEventDestroy(ctx->t_stop);
+    }
     flce_gemm_cache_release(&ctx->gemm);
     cublasLtDestroy(ctx->gemm.handle);
     cudaFreeHost((void *)ctx->host_status);
@@ -403,6 +437,20 @@ static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
     return FLCE_OK;
 }
 
+// FLCE_TIMING: marks the start of a phase / adds its time (waits for the stream)
+static void flce_phase_begin(flce_context *ctx, cudaStream_t stream) {
+    if (ctx->timing) cudaEventRecord(ctx->t_start, stream);
+}
+
+static void flce_phase_end(flce_context *ctx, cudaStream_t stream, int phase) {
+    if (!ctx->timing) return;
+    float ms = 0.0f;
+    cudaEventRecord(ctx->t_stop, stream);
+    if (cudaEventSynchronize(ctx->t_stop) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, ctx->t_start, ctx->t_stop) == cudaSuccess)
+        ctx->t_ms[phase] += ms;
+}
+
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 // The row kernel for one chunk: the single-pass cluster kernel when a row fits in the shared
@@ -459,6 +507,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     float *target_logit = (float *)(ws + p->off_target_logit);
     float *db32 = (float *)(ws + p->off_db32);
     float *dw32 = (float *)(ws + p->off_dw32);
+    float *dh32 = (float *)(ws + p->off_dh32);
     T *ones = (T *)(ws + p->off_ones);
     TL *logits = (TL *)(ws + p->off_logits);  // then dlogits (T, row stride ldd), in place
     T *dlogits = (T *)logits;
@@ -476,6 +525,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     void *db_target = db_via_acc ? (void *)db32 : t->d_bias;
     const int db_add_first = db_via_acc ? 0 : cfg->accumulate_d_bias;
 
+    flce_phase_begin(ctx, stream);
     FLCE_CUDA_TRY(cudaMemsetAsync(scalars, 0, sizeof(flce_call_scalars), stream));
     FLCE_CUDA_TRY(cudaMemsetAsync(&scalars->first_bad_token, 0xff, sizeof(unsigned long long), stream));
     {
@@ -490,6 +540,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>(ones, p->chunk);
         FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
     }
+    flce_phase_end(ctx, stream, FLCE_T_PREPARE);
 
     flce_loss_params lp;
     lp.label_smoothing = cfg->label_smoothing;
@@ -501,10 +552,15 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     for (c0 = 0; c0 < N; c0 += p->chunk) {
         const int64_t rows = (N - c0 < p->chunk) ? N - c0 : p->chunk;
         const T *h_chunk = hidden + c0 * H;
-        // logits (row-major rows x ldl) = h_chunk @ W[:V]^T
-        FLCE_GEMM_TRY("logits", flce_gemm(&ctx->gemm, stream, 1, 0, V, rows, H, weight, in_type, H,
-                                          h_chunk, in_type, H, logits, logits_type, p->ldl, 1.0f,
-                                          0.0f, lt_ws, FLCE_LT_WORKSPACE));
+        // logits (row-major rows x ldl) = h_chunk @ W^T, over all Vp rows of W: an aligned Vp
+        // (llm.c's 50304 for 50257) keeps cuBLASLt on its fast kernels; columns >= V are
+        // never read
+        flce_phase_begin(ctx, stream);
+        FLCE_GEMM_TRY("logits", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, p->vocab_cut, 1, 0,
+                                                Vp, rows, H, weight, in_type, H, h_chunk, in_type,
+                                                H, logits, logits_type, p->ldl, 1.0f, 0.0f, lt_ws,
+                                                FLCE_LT_WORKSPACE));
+        flce_phase_end(ctx, stream, FLCE_T_LOGITS);
         cudaError_t row_err =
             backward ? flce_launch_rows<T, TL, Tgt, true>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
                                                           targets, (long long)cfg->ignore_index,
@@ -518,34 +574,52 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
                              "row kernel launch (chunk at token %lld): %s", (long long)c0,
                              cudaGetErrorString(row_err));
+        flce_phase_end(ctx, stream, FLCE_T_ROWS);
         if (!backward) continue;
         const int first = c0 == 0;
         if (want_dh) {
-            // d_h[chunk] (rows x H) = dlogits (rows x Vp) @ W (Vp x H)
+            // d_h[chunk] (rows x H) = dlogits (rows x Vp) @ W (Vp x H); with Vp cut in two, a bf16
+            // d_h is summed in fp32 first and rounded once
             void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
-            FLCE_GEMM_TRY("d_hidden", flce_gemm(&ctx->gemm, stream, 0, 0, H, rows, Vp, weight, in_type,
-                                                H, dlogits, in_type, p->ldd, dh,
-                                                flce_cuda_type(cfg->d_hidden_dtype), H, 1.0f,
-                                                cfg->accumulate_d_hidden ? 1.0f : 0.0f, lt_ws,
-                                                FLCE_LT_WORKSPACE));
+            void *dh_sum = p->dh_accumulator ? (void *)dh32 : dh;
+            flce_phase_begin(ctx, stream);
+            const float beta = (!p->dh_accumulator && cfg->accumulate_d_hidden) ? 1.0f : 0.0f;
+            FLCE_GEMM_TRY("d_hidden", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_K, p->vocab_cut, 0, 0,
+                                                      H, rows, Vp, weight, in_type, H, dlogits, in_type,
+                                                      p->ldd, dh_sum,
+                                                      p->dh_accumulator ? CUDA_R_32F
+                                                                        : flce_cuda_type(cfg->d_hidden_dtype),
+                                                      H, 1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
+            if (p->dh_accumulator) {
+                flce_add_f32_kernel<<<256, 256, 0, stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
+                                                             cfg->accumulate_d_hidden);
+                FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
+            }
+            flce_phase_end(ctx, stream, FLCE_T_DHIDDEN);
         }
         if (want_dw) {
             // d_W (Vp x H) (+)= dlogits^T (Vp x rows) @ h_chunk (rows x H)
             const float beta = (!first || dw_add_first) ? 1.0f : 0.0f;
-            FLCE_GEMM_TRY("d_weight", flce_gemm(&ctx->gemm, stream, 0, 1, H, Vp, rows, h_chunk, in_type,
-                                                H, dlogits, in_type, p->ldd, dw_target, dw_type, H,
-                                                1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
+            flce_phase_begin(ctx, stream);
+            FLCE_GEMM_TRY("d_weight", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_N, p->vocab_cut, 0, 1,
+                                                      H, Vp, rows, h_chunk, in_type, H, dlogits,
+                                                      in_type, p->ldd, dw_target, dw_type, H, 1.0f,
+                                                      beta, lt_ws, FLCE_LT_WORKSPACE));
+            flce_phase_end(ctx, stream, FLCE_T_DWEIGHT);
         }
         if (want_db) {
             // d_b (Vp) (+)= dlogits^T @ ones: the column sums of the chunk
             const float beta = (!first || db_add_first) ? 1.0f : 0.0f;
-            FLCE_GEMM_TRY("d_bias", flce_gemm(&ctx->gemm, stream, 0, 0, Vp, 1, rows, dlogits, in_type,
-                                              p->ldd, ones, in_type, rows, db_target,
-                                              CUDA_R_32F, Vp, 1.0f,
-                                              beta, lt_ws, FLCE_LT_WORKSPACE));
+            flce_phase_begin(ctx, stream);
+            FLCE_GEMM_TRY("d_bias", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, p->vocab_cut, 0, 0,
+                                                    Vp, 1, rows, dlogits, in_type, p->ldd, ones,
+                                                    in_type, rows, db_target, CUDA_R_32F, Vp, 1.0f,
+                                                    beta, lt_ws, FLCE_LT_WORKSPACE));
+            flce_phase_end(ctx, stream, FLCE_T_DBIAS);
         }
     }
 
+    flce_phase_begin(ctx, stream);
     flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
                                                        targets, t->loss, ctx->host_status_device);
     FLCE_LAUNCH_CHECK("flce_finalize_kernel");
@@ -559,6 +633,8 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
                                                     cfg->accumulate_d_bias);
         FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_bias)");
     }
+    flce_phase_end(ctx, stream, FLCE_T_FINALIZE);
+    if (ctx->timing) ctx->t_calls++;
     return FLCE_OK;
 }
 

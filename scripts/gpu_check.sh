@@ -3,13 +3,15 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-twopass]
-#   (default: all of them). bench-twopass times the library with its two-pass row kernel.
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing]
+#                        [bench-twopass]   (default: all of them)
+#   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-twopass: the same with
+#   its two-pass row kernel (FLCE_CE_KERNEL=twopass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench-check bench bench-twopass}"
+steps="${*:-build test fixtures tokens bench-check bench bench-timing bench-twopass}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -30,7 +32,8 @@ for s in $steps; do
     tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
-    bench-twopass) FLCE_CE_KERNEL=twopass run_step bench_twopass timeout 240 build/flce_bench -v flce -o "$OUT/bench_twopass.md" ;;
+    bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
+    bench-twopass) FLCE_TIMING=1 FLCE_CE_KERNEL=twopass run_step bench_twopass timeout 240 build/flce_bench -v flce -o "$OUT/bench_twopass.md" ;;
     esac
 done
 echo "== failures in the GPU test log =="
@@ -38,7 +41,9 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
-[ -f "$OUT/bench_twopass.md" ] && tail -12 "$OUT/bench_twopass.md"
+for f in bench_timing bench_twopass; do
+    [ -f "$OUT/$f.log" ] && { echo "== $f: per-phase ms =="; grep -E "^flce (config|timing)" "$OUT/$f.log"; }
+done
 echo "== gpu =="; cat "$OUT/gpu.txt"
 echo "== steps =="
 for k in "${!result[@]}"; do echo "$k: ${result[$k]}"; done
