@@ -561,6 +561,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
                                                 H, logits, logits_type, p->ldl, 1.0f, 0.0f, lt_ws,
                                                 FLCE_LT_WORKSPACE));
         flce_phase_end(ctx, stream, FLCE_T_LOGITS);
+        flce_phase_begin(ctx, stream);
         cudaError_t row_err =
             backward ? flce_launch_rows<T, TL, Tgt, true>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
                                                           targets, (long long)cfg->ignore_index,

@@ -24,9 +24,10 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 #include <stdint.h>
 
 #define FLCE_CE_THREADS 512
-#define FLCE_CE_CLUSTER_THREADS 1024
+#define FLCE_CE_UNROLL_ELEMS 16                    // logits loaded per thread before use (64 B)
+#define FLCE_CE_CLUSTER_THREADS 512
 #define FLCE_CE_CLUSTER_MAX 8                      // portable cluster size limit
-#define FLCE_CE_SEGMENT_BYTES (200 * 1024)        // shared memory per block, of 227 KB
+#define FLCE_CE_SEGMENT_BYTES (100 * 1024)        // shared memory per block: two blocks an SM
 #define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
 
 // Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
@@ -295,12 +296,12 @@ __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
 // writes of tile k land on bytes that tiles 0..k were read from; the barrier between each
 // tile's reads and writes keeps every read ahead of the write that overlaps it.
 template <typename T, typename TL, typename Tgt, bool BACKWARD>
-__global__ void __launch_bounds__(FLCE_CE_THREADS)
+__global__ void __launch_bounds__(FLCE_CE_THREADS, 2)
 flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
                     const Tgt *targets, long long ignore_index, const float *target_logit,
                     const float *grad_token_loss, const flce_call_scalars *scalars,
                     flce_loss_params p, float *token_loss, float *token_lse) {
-    constexpr int VEC = flce_vec<TL>::N;
+    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
     const int64_t i = row0 + blockIdx.x;
     TL *row = logits + (int64_t)blockIdx.x * ldl;
     const Tgt tg = targets[i];
@@ -309,26 +310,43 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
     const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
     // bias is read per element; a vector read would run past the end of a (Vp) bias
     const int64_t v_end = (V + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
+    const int64_t stride = (int64_t)blockDim.x * VEC;
 
+    // U loads in flight per thread before their first use
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += (int64_t)blockDim.x * VEC)
-        flce_stats_add_vec(st, flce_load16(row + j0), j0, V, bias, t, zt, p.softcap);
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
+        flce_vec<TL> x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u * stride < v_end) x[u] = flce_load16(row + j0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u * stride < v_end) flce_stats_add_vec(st, x[u], j0 + u * stride, V, bias, t, zt, p.softcap);
+    }
     st = flce_block_reduce_stats(st);
     const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
-                                                  p, threadIdx.x == 0, token_loss, token_lse);
+                                             p, threadIdx.x == 0, token_loss, token_lse);
     if (!BACKWARD) return;
 
     T *drow = reinterpret_cast<T *>(row);
-    const int64_t tile = (int64_t)blockDim.x * VEC;
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
-    for (int64_t base = 0; base < ldl; base += tile) {
+    for (int64_t base = 0; base < ldl; base += U * stride) {
         const int64_t j0 = base + (int64_t)threadIdx.x * VEC;
-        float d[VEC];
+        flce_vec<TL> x[U];
 #pragma unroll
-        for (int e = 0; e < VEC; e++) d[e] = 0.0f;  // pad columns, and all of an ignored row
-        if (j0 < v_end && live) flce_grad_vec(d, flce_load16(row + j0), j0, V, bias, rg);
+        for (int u = 0; u < U; u++)
+            if (live && j0 + u * stride < v_end) x[u] = flce_load16(row + j0 + u * stride);
+        float d[U][VEC];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) d[u][e] = 0.0f;  // pad columns, and all of an ignored row
+            if (live && j0 + u * stride < v_end) flce_grad_vec(d[u], x[u], j0 + u * stride, V, bias, rg);
+        }
         if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
-        if (j0 < ldl) flce_store_vec<T, VEC>(drow + j0, d);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u * stride < ldl) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
     }
 }
 
@@ -336,27 +354,23 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
 // the single-pass row kernel: a cluster of blocks per row, each holding a segment of the row
 // in shared memory, so the logits are read from device memory once instead of twice
 
-__device__ __forceinline__ void flce_cp_async16(void *smem, const void *gmem) {
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
-}
-
 // Grid: n_ranks * rows blocks in clusters of n_ranks; block b works on segment b % n_ranks
-// (columns [rank * seg, rank * seg + seg)) of row b / n_ranks. Each block copies its segment
-// into shared memory (cp.async, every load in flight at once), reduces it to (max, sum-exp,
-// sum), the blocks of the cluster exchange those through distributed shared memory, and
+// (columns [rank * seg, rank * seg + seg)) of row b / n_ranks. Each block reads its segment
+// once, folding it into (max, sum-exp, sum) and keeping it in shared memory (100 KB, so two
+// blocks share an SM and one reads while the other writes); the blocks of the cluster
+// exchange their partial stats through distributed shared memory, and
 // (BACKWARD) each writes dL/dz for its columns from shared memory. Writes start only after
 // the first cluster barrier, when every block of the row has its segment in shared memory,
 // so a bf16 dlogits row may overwrite fp32 logits of a neighbouring segment.
 template <typename T, typename TL, typename Tgt, bool BACKWARD>
-__global__ void __launch_bounds__(FLCE_CE_CLUSTER_THREADS, 1)
+__global__ void __launch_bounds__(FLCE_CE_CLUSTER_THREADS, 2)
 flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64_t V,
                        const T *bias, const Tgt *targets, long long ignore_index,
                        const float *target_logit, const float *grad_token_loss,
                        const flce_call_scalars *scalars, flce_loss_params p, float *token_loss,
                        float *token_lse) {
     namespace cg = cooperative_groups;
-    constexpr int VEC = flce_vec<TL>::N;
+    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
     extern __shared__ __align__(16) unsigned char flce_segment_smem[];
     TL *segment = reinterpret_cast<TL *>(flce_segment_smem);
     __shared__ flce_row_stats block_stats;
@@ -367,20 +381,28 @@ flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64
     const int64_t c0 = (int64_t)rank * seg;
     const int64_t v_end = (V + VEC - 1) / VEC * VEC;
     const int64_t load_end = c0 + seg < v_end ? c0 + seg : v_end;  // may be <= c0
+    const int64_t stride = (int64_t)blockDim.x * VEC;
     const Tgt tg = targets[i];
     const int valid = flce_target_state(tg, ignore_index, V) > 0;
     const int64_t t = valid ? (int64_t)tg : -1;
     const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
 
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += (int64_t)blockDim.x * VEC)
-        flce_cp_async16(segment + j0, row + c0 + j0);
-    asm volatile("cp.async.wait_all;\n" ::);
-    __syncthreads();
-
+    // the one read of the segment: U loads in flight per thread, each folded into the stats
+    // and kept in shared memory for the gradient
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += (int64_t)blockDim.x * VEC)
-        flce_stats_add_vec(st, flce_load16(segment + j0), c0 + j0, V, bias, t, zt, p.softcap);
-    st = flce_block_reduce_stats(st);
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += U * stride) {
+        flce_vec<TL> x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (c0 + j0 + u * stride < load_end) x[u] = flce_load16(row + c0 + j0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + j0 + u * stride >= load_end) continue;
+            *reinterpret_cast<int4 *>(segment + j0 + u * stride) = x[u].raw;
+            flce_stats_add_vec(st, x[u], c0 + j0 + u * stride, V, bias, t, zt, p.softcap);
+        }
+    }
+    st = flce_block_reduce_stats(st);  // its barrier also publishes the segment
     if (threadIdx.x == 0) block_stats = st;
     cluster.sync();
     // every block merges the partials in rank order, so all get the same bits
@@ -388,14 +410,14 @@ flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64
     for (int q = 0; q < n_ranks; q++) st = flce_stats_merge(st, *cluster.map_shared_rank(&block_stats, q));
     cluster.sync();  // no block leaves while a partner may still read its block_stats
     const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
-                                                  p, rank == 0 && threadIdx.x == 0, token_loss,
-                                                  token_lse);
+                                             p, rank == 0 && threadIdx.x == 0, token_loss,
+                                             token_lse);
     if (!BACKWARD) return;
 
     T *drow = reinterpret_cast<T *>(row);
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
     const int64_t write_end = c0 + seg < ldl ? c0 + seg : ldl;  // the last segment zeroes the pad
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < write_end; j0 += (int64_t)blockDim.x * VEC) {
+    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < write_end; j0 += stride) {
         float d[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++) d[e] = 0.0f;
