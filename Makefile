@@ -25,7 +25,7 @@ all: lib tests dev
 
 lib: $(BUILD)/libflce.a
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/bpe_encode
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -59,13 +59,17 @@ $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)
 $(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h data/shard.h test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -Idata -o $@ $< -lm
 
+$(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(BUILD)/flce_ref.o test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ test/test_gpt2_cpu.c test/gpt2_ref.c $(BUILD)/flce_ref.o -lm
+
 # every CPU suite; the last line sums them up as "N passed, M failed" (a suite that dies
 # before its own summary line counts as a failure)
-CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe
+CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures
+N_CPU_SUITES := 3
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; \
 	 awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
-	      END {if (n != 2) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
+	      END {if (n != $(N_CPU_SUITES)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
 
 test-gpu: $(BUILD)/test_gpu
 	$(BUILD)/test_gpu test/fixtures

@@ -46,7 +46,7 @@ struct flce_context {
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
     long long t_calls;
-    int ce_two_pass;                      // FLCE_CE_KERNEL=twopass: never the cluster kernel
+    int ce_cluster;                       // FLCE_CE_KERNEL=cluster: the single-pass row kernel
     flce_host_status *host_status;        // mapped pinned memory: written by the device
     flce_host_status *host_status_device; // the device's pointer to it
     char message[512];
@@ -127,7 +127,7 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
                          "vocab_padded = %lld is smaller than vocab = %lld",
                          (long long)cfg->vocab_padded, (long long)cfg->vocab);
-    if (cfg->vocab_padded > INT32_MAX || cfg->hidden > INT32_MAX)
+    if (cfg->vocab_padded > INT32_MAX - 64 || cfg->hidden > INT32_MAX)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
                          "vocab_padded = %lld or hidden = %lld exceeds the limit %d",
                          (long long)cfg->vocab_padded, (long long)cfg->hidden, INT32_MAX);
@@ -304,9 +304,9 @@ flce_status flce_create(flce_context **out) {
         return FLCE_ERR_CUDA;
     }
     memset(host, 0, sizeof(flce_host_status));
-    // for the dev/ benchmark: the two-pass row kernel in place of the single-pass one
+    // for the dev/ benchmark: the single-pass cluster row kernel in place of the two-pass one
     const char *ce = getenv("FLCE_CE_KERNEL");
-    ctx->ce_two_pass = ce != NULL && strcmp(ce, "twopass") == 0;
+    ctx->ce_cluster = ce != NULL && strcmp(ce, "cluster") == 0;
     const char *timing = getenv("FLCE_TIMING");
     if (timing != NULL && strcmp(timing, "1") == 0 &&
         cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
@@ -454,18 +454,19 @@ static void flce_phase_end(flce_context *ctx, cudaStream_t stream, int phase) {
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 // The row kernel for one chunk: the single-pass cluster kernel when a row fits in the shared
-// memory of at most FLCE_CE_CLUSTER_MAX blocks (V up to ~400k in fp32), else the two-pass one.
-template <typename T, typename TL, typename Tgt, bool BACKWARD>
-static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream, TL *logits,
-                                    int64_t ldl, int64_t rows, int64_t row0, int64_t V,
-                                    const T *bias, const Tgt *targets, long long ignore_index,
-                                    const float *target_logit, const float *grad_token_loss,
-                                    const flce_call_scalars *scalars, flce_loss_params lp,
-                                    float *token_loss, float *token_lse) {
+// memory of at most FLCE_CE_CLUSTER_MAX blocks (V up to ~200k in fp32), else the two-pass one.
+// SIMPLE (no bias, no softcap) compiles those two out of the per-logit work.
+template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
+static cudaError_t flce_launch_rows_as(const flce_context *ctx, cudaStream_t stream, TL *logits,
+                                       int64_t ldl, int64_t rows, int64_t row0, int64_t V,
+                                       const T *bias, const Tgt *targets, long long ignore_index,
+                                       const float *target_logit, const float *grad_token_loss,
+                                       const flce_call_scalars *scalars, flce_loss_params lp,
+                                       float *token_loss, float *token_lse) {
     const int64_t max_seg = FLCE_CE_SEGMENT_BYTES / (int64_t)sizeof(TL);
     const int64_t n_ranks = (ldl + max_seg - 1) / max_seg;
-    if (ctx->ce_two_pass || n_ranks > FLCE_CE_CLUSTER_MAX) {
-        flce_ce_rows_kernel<T, TL, Tgt, BACKWARD><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
+    if (!ctx->ce_cluster || n_ranks > FLCE_CE_CLUSTER_MAX) {
+        flce_ce_rows_kernel<T, TL, Tgt, BACKWARD, SIMPLE><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
             logits, ldl, row0, V, bias, targets, ignore_index, target_logit, grad_token_loss,
             scalars, lp, token_loss, token_lse);
         return cudaGetLastError();
@@ -473,7 +474,7 @@ static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream
     // segments of whole 64-column groups, so every segment starts 16-byte aligned
     const int64_t seg = ((ldl + n_ranks - 1) / n_ranks + 63) / 64 * 64;
     const size_t smem = (size_t)seg * sizeof(TL);
-    auto kernel = flce_ce_cluster_kernel<T, TL, Tgt, BACKWARD>;
+    auto kernel = flce_ce_cluster_kernel<T, TL, Tgt, BACKWARD, SIMPLE>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     cudaLaunchConfig_t lc = {};
@@ -490,6 +491,22 @@ static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream
     lc.numAttrs = 1;
     return cudaLaunchKernelEx(&lc, kernel, logits, ldl, seg, row0, V, bias, targets, ignore_index,
                               target_logit, grad_token_loss, scalars, lp, token_loss, token_lse);
+}
+
+template <typename T, typename TL, typename Tgt, bool BACKWARD>
+static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream, TL *logits,
+                                    int64_t ldl, int64_t rows, int64_t row0, int64_t V,
+                                    const T *bias, const Tgt *targets, long long ignore_index,
+                                    const float *target_logit, const float *grad_token_loss,
+                                    const flce_call_scalars *scalars, flce_loss_params lp,
+                                    float *token_loss, float *token_lse) {
+    if (bias == NULL && lp.softcap == 0.0f)
+        return flce_launch_rows_as<T, TL, Tgt, BACKWARD, true>(
+            ctx, stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
+            grad_token_loss, scalars, lp, token_loss, token_lse);
+    return flce_launch_rows_as<T, TL, Tgt, BACKWARD, false>(
+        ctx, stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
+        grad_token_loss, scalars, lp, token_loss, token_lse);
 }
 
 template <typename T, typename TL, typename Tgt>

@@ -134,7 +134,21 @@ __global__ void flce_prepare_kernel(const T *hidden, const T *weight, const T *b
 // ----------------------------------------------------------------------------------------
 // the row kernel
 
-// running (max, sum of exp(z - max), sum of z) of a set of logits
+// The row math runs in base 2: z2 = z * log2(e), sums of 2^(z2 - m2), and one MUFU.EX2 per
+// exponential; lse = ln(2) * (m2 + log2(sum)). The row kernels are compute-bound before they
+// are memory-bound (a 16-byte load brings 4 to 8 logits), so every instruction per logit
+// counts: column indices are 32-bit (Vp < 2^31), and with SIMPLE (no bias, no softcap) the
+// per-logit work is a conversion, a target select, an FFMA, an EX2 and an add.
+#define FLCE_LOG2E 1.4426950408889634f
+#define FLCE_LN2 0.6931471805599453f
+
+__device__ __forceinline__ float flce_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// running (max, sum of 2^(z2 - max), sum of z2) of a set of logits in base 2 (z2 = z log2 e)
 struct flce_row_stats {
     float m, s, sz;
 };
@@ -142,9 +156,9 @@ struct flce_row_stats {
 __device__ __forceinline__ flce_row_stats flce_stats_merge(flce_row_stats a, flce_row_stats b) {
     flce_row_stats r;
     r.m = fmaxf(a.m, b.m);
-    // an empty side has m = -inf and s = 0; skip it rather than form exp(-inf - -inf)
-    const float sa = a.s == 0.0f ? 0.0f : a.s * __expf(a.m - r.m);
-    const float sb = b.s == 0.0f ? 0.0f : b.s * __expf(b.m - r.m);
+    // an empty side has m = -inf and s = 0; skip it rather than form 2^(-inf - -inf)
+    const float sa = a.s == 0.0f ? 0.0f : a.s * flce_exp2(a.m - r.m);
+    const float sb = b.s == 0.0f ? 0.0f : b.s * flce_exp2(b.m - r.m);
     r.s = sa + sb;
     r.sz = a.sz + b.sz;
     return r;
@@ -178,71 +192,72 @@ __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
     return result;
 }
 
-// Logit j of a row as the loss sees it: bias added, softcapped, and the target's own logit
-// replaced by its exact fp32 value.
-template <typename T>
-__device__ __forceinline__ float flce_logit(float z, const T *bias, int64_t j, int64_t t,
-                                            float zt_capped, float cap) {
-    if (j == t) return zt_capped;
-    if (bias != NULL) z += flce_to_float(bias[j]);
-    return flce_softcap(z, cap);
+// Logit j (< V) as the loss sees it, in base 2: bias added, softcapped.
+template <typename T, bool SIMPLE>
+__device__ __forceinline__ float flce_logit2(float z, const T *bias, int j, float cap) {
+    if (!SIMPLE) {
+        if (bias != NULL) z += flce_to_float(bias[j]);
+        z = flce_softcap(z, cap);
+    }
+    return z * FLCE_LOG2E;
 }
 
-// Folds one vector of logits (columns j0 .. j0+VEC, those < V) into the running stats.
-template <typename T, typename TL>
+// Folds one vector of logits (columns j0 .. j0+VEC; those >= V are skipped) into the running
+// base-2 stats. zt2 replaces the target's own logit (column t) by its exact value.
+template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const flce_vec<TL> &x,
-                                                   int64_t j0, int64_t V, const T *bias,
-                                                   int64_t t, float zt, float cap) {
+                                                   int j0, int V, const T *bias, int t, float zt2,
+                                                   float cap, int want_sum) {
     constexpr int VEC = flce_vec<TL>::N;
-    float z[VEC];
+    float z2[VEC];
     float vmax = -INFINITY;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
-        z[e] = -INFINITY;
-        if (j0 + e < V) {
-            z[e] = flce_logit(flce_to_float(x.v[e]), bias, j0 + e, t, zt, cap);
-            st.sz += z[e];
-        }
-        vmax = fmaxf(vmax, z[e]);
+        const int j = j0 + e;
+        z2[e] = j < V ? flce_logit2<T, SIMPLE>(flce_to_float(x.v[e]), bias, j, cap) : -INFINITY;
+        z2[e] = j == t ? zt2 : z2[e];
+        if (want_sum && j < V) st.sz += z2[e];
+        vmax = fmaxf(vmax, z2[e]);
     }
-    // one rescale per vector rather than per element
+    // one rescale per vector rather than per element; 2^(-inf) = 0 drops columns >= V
     const float m_new = fmaxf(st.m, vmax);
-    float s = st.s == 0.0f ? 0.0f : st.s * __expf(st.m - m_new);
+    float s = st.s == 0.0f ? 0.0f : st.s * flce_exp2(st.m - m_new);
 #pragma unroll
-    for (int e = 0; e < VEC; e++) s += (j0 + e < V) ? __expf(z[e] - m_new) : 0.0f;
+    for (int e = 0; e < VEC; e++) s += flce_exp2(z2[e] - m_new);
     st.m = m_new;
     st.s = s;
 }
 
 // What the gradient of a row needs, besides its logits.
 struct flce_row_grad {
-    int64_t t;                   // target column, -1 if none
-    float zt, lse, cap;
+    int t;                       // target column, -1 if none
+    float zt2, lse2, cap;        // base 2: target logit, log2-sum-exp2
     float coef_p, coef_smooth, coef_target;  // all 0 for an ignored row
 };
 
 // The row's loss (written by one thread) and its gradient coefficients:
 // d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
 __device__ __forceinline__ flce_row_grad flce_row_finish(
-    flce_row_stats st, int valid, int64_t t, float zt, int64_t i, int64_t V,
+    flce_row_stats st, int valid, int t, float zt, int64_t i, int V,
     const float *grad_token_loss, const flce_call_scalars *scalars, const flce_loss_params &p,
     int write_loss, float *token_loss, float *token_lse) {
     flce_row_grad rg;
     rg.t = t;
-    rg.zt = zt;
+    rg.zt2 = zt * FLCE_LOG2E;
     rg.cap = p.softcap;
-    rg.lse = st.m + logf(st.s);
+    rg.lse2 = st.m + log2f(st.s);
+    const float lse = rg.lse2 * FLCE_LN2;
     if (write_loss) {
         float loss = 0.0f;
         if (valid) {
             // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
-            const float nll = fmaxf(rg.lse - zt, 0.0f);
-            const float smooth = fmaxf(rg.lse - st.sz / (float)V, 0.0f);
+            const float nll = fmaxf(lse - zt, 0.0f);
+            const float smooth = fmaxf(lse - st.sz * FLCE_LN2 / (float)V, 0.0f);
             loss = (1.0f - p.label_smoothing) * nll + p.label_smoothing * smooth +
-                   p.z_loss_scale * rg.lse * rg.lse;
+                   p.z_loss_scale * lse * lse;
         }
         token_loss[i] = loss;
-        token_lse[i] = rg.lse;
+        token_lse[i] = lse;
     }
     float g = 0.0f;
     if (valid) {
@@ -250,29 +265,29 @@ __device__ __forceinline__ flce_row_grad flce_row_finish(
         if (p.reduction == 0) g /= (float)scalars->n_valid;  // n_valid >= 1 here
         if (p.reduction == 2 && grad_token_loss != NULL) g *= grad_token_loss[i];
     }
-    rg.coef_p = g * (1.0f + 2.0f * p.z_loss_scale * rg.lse);
+    rg.coef_p = g * (1.0f + 2.0f * p.z_loss_scale * lse);
     rg.coef_smooth = g * p.label_smoothing / (float)V;
     rg.coef_target = g * (1.0f - p.label_smoothing);
     return rg;
 }
 
 // dL/dz of one vector of logits (columns j0 .. j0+VEC; 0 at columns >= V)
-template <typename T, typename TL>
-__device__ __forceinline__ void flce_grad_vec(float *d, const flce_vec<TL> &x, int64_t j0,
-                                              int64_t V, const T *bias, const flce_row_grad &rg) {
+template <typename T, typename TL, bool SIMPLE>
+__device__ __forceinline__ void flce_grad_vec(float *d, const flce_vec<TL> &x, int j0, int V,
+                                              const T *bias, const flce_row_grad &rg) {
     constexpr int VEC = flce_vec<TL>::N;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
-        const int64_t j = j0 + e;
-        d[e] = 0.0f;
-        if (j < V) {
-            const float z = flce_logit(flce_to_float(x.v[e]), bias, j, rg.t, rg.zt, rg.cap);
-            d[e] = rg.coef_p * __expf(z - rg.lse) - rg.coef_smooth - (j == rg.t ? rg.coef_target : 0.0f);
-            if (rg.cap > 0.0f) {
-                const float c = z / rg.cap;
-                d[e] *= 1.0f - c * c;
-            }
+        const int j = j0 + e;
+        float z2 = j < V ? flce_logit2<T, SIMPLE>(flce_to_float(x.v[e]), bias, j, rg.cap) : 0.0f;
+        z2 = j == rg.t ? rg.zt2 : z2;
+        float de = rg.coef_p * flce_exp2(z2 - rg.lse2) - rg.coef_smooth;
+        de -= j == rg.t ? rg.coef_target : 0.0f;
+        if (!SIMPLE && rg.cap > 0.0f) {
+            const float c = z2 * FLCE_LN2 / rg.cap;  // tanh of the capped logit
+            de *= 1.0f - c * c;
         }
+        d[e] = j < V ? de : 0.0f;
     }
 }
 
@@ -295,7 +310,7 @@ __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
 // Pad columns V..ldl get zeros. When TL is wider than T (fp32 logits, bf16 dlogits) the
 // writes of tile k land on bytes that tiles 0..k were read from; the barrier between each
 // tile's reads and writes keeps every read ahead of the write that overlaps it.
-template <typename T, typename TL, typename Tgt, bool BACKWARD>
+template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
 __global__ void __launch_bounds__(FLCE_CE_THREADS, 2)
 flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
                     const Tgt *targets, long long ignore_index, const float *target_logit,
@@ -306,32 +321,37 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
     TL *row = logits + (int64_t)blockIdx.x * ldl;
     const Tgt tg = targets[i];
     const int valid = flce_target_state(tg, ignore_index, V) > 0;
-    const int64_t t = valid ? (int64_t)tg : -1;
+    const int t = valid ? (int)tg : -1;
     const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
+    const float zt2 = zt * FLCE_LOG2E;
+    const int want_sum = p.label_smoothing > 0.0f;
     // bias is read per element; a vector read would run past the end of a (Vp) bias
-    const int64_t v_end = (V + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
-    const int64_t stride = (int64_t)blockDim.x * VEC;
+    const int Vi = (int)V, ld = (int)ldl;
+    const int v_end = (Vi + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
+    const int stride = (int)blockDim.x * VEC;
 
     // U loads in flight per thread before their first use
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
+    for (int j0 = (int)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
         flce_vec<TL> x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (j0 + u * stride < v_end) x[u] = flce_load16(row + j0 + u * stride);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u * stride < v_end) flce_stats_add_vec(st, x[u], j0 + u * stride, V, bias, t, zt, p.softcap);
+            if (j0 + u * stride < v_end)
+                flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], j0 + u * stride, Vi, bias, t, zt2,
+                                                  p.softcap, want_sum);
     }
     st = flce_block_reduce_stats(st);
-    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
+    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, Vi, grad_token_loss, scalars,
                                              p, threadIdx.x == 0, token_loss, token_lse);
     if (!BACKWARD) return;
 
     T *drow = reinterpret_cast<T *>(row);
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
-    for (int64_t base = 0; base < ldl; base += U * stride) {
-        const int64_t j0 = base + (int64_t)threadIdx.x * VEC;
+    for (int base = 0; base < ld; base += U * stride) {
+        const int j0 = base + (int)threadIdx.x * VEC;
         flce_vec<TL> x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -341,12 +361,13 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
         for (int u = 0; u < U; u++) {
 #pragma unroll
             for (int e = 0; e < VEC; e++) d[u][e] = 0.0f;  // pad columns, and all of an ignored row
-            if (live && j0 + u * stride < v_end) flce_grad_vec(d[u], x[u], j0 + u * stride, V, bias, rg);
+            if (live && j0 + u * stride < v_end)
+                flce_grad_vec<T, TL, SIMPLE>(d[u], x[u], j0 + u * stride, Vi, bias, rg);
         }
         if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u * stride < ldl) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
+            if (j0 + u * stride < ld) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
     }
 }
 
@@ -362,7 +383,7 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
 // (BACKWARD) each writes dL/dz for its columns from shared memory. Writes start only after
 // the first cluster barrier, when every block of the row has its segment in shared memory,
 // so a bf16 dlogits row may overwrite fp32 logits of a neighbouring segment.
-template <typename T, typename TL, typename Tgt, bool BACKWARD>
+template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
 __global__ void __launch_bounds__(FLCE_CE_CLUSTER_THREADS, 2)
 flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64_t V,
                        const T *bias, const Tgt *targets, long long ignore_index,
@@ -378,19 +399,21 @@ flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64
     const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
     const int64_t r = blockIdx.x / n_ranks, i = row0 + r;
     TL *row = logits + r * ldl;
-    const int64_t c0 = (int64_t)rank * seg;
-    const int64_t v_end = (V + VEC - 1) / VEC * VEC;
-    const int64_t load_end = c0 + seg < v_end ? c0 + seg : v_end;  // may be <= c0
-    const int64_t stride = (int64_t)blockDim.x * VEC;
+    const int Vi = (int)V, ld = (int)ldl, c0 = rank * (int)seg;
+    const int v_end = (Vi + VEC - 1) / VEC * VEC;
+    const int load_end = c0 + (int)seg < v_end ? c0 + (int)seg : v_end;  // may be <= c0
+    const int stride = (int)blockDim.x * VEC;
     const Tgt tg = targets[i];
     const int valid = flce_target_state(tg, ignore_index, V) > 0;
-    const int64_t t = valid ? (int64_t)tg : -1;
+    const int t = valid ? (int)tg : -1;
     const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
+    const float zt2 = zt * FLCE_LOG2E;
+    const int want_sum = p.label_smoothing > 0.0f;
 
     // the one read of the segment: U loads in flight per thread, each folded into the stats
     // and kept in shared memory for the gradient
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < load_end; j0 += U * stride) {
+    for (int j0 = (int)threadIdx.x * VEC; c0 + j0 < load_end; j0 += U * stride) {
         flce_vec<TL> x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -399,7 +422,8 @@ flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64
         for (int u = 0; u < U; u++) {
             if (c0 + j0 + u * stride >= load_end) continue;
             *reinterpret_cast<int4 *>(segment + j0 + u * stride) = x[u].raw;
-            flce_stats_add_vec(st, x[u], c0 + j0 + u * stride, V, bias, t, zt, p.softcap);
+            flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], c0 + j0 + u * stride, Vi, bias, t, zt2,
+                                              p.softcap, want_sum);
         }
     }
     st = flce_block_reduce_stats(st);  // its barrier also publishes the segment
@@ -409,19 +433,20 @@ flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64
     st = flce_row_stats{-INFINITY, 0.0f, 0.0f};
     for (int q = 0; q < n_ranks; q++) st = flce_stats_merge(st, *cluster.map_shared_rank(&block_stats, q));
     cluster.sync();  // no block leaves while a partner may still read its block_stats
-    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, V, grad_token_loss, scalars,
+    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, Vi, grad_token_loss, scalars,
                                              p, rank == 0 && threadIdx.x == 0, token_loss,
                                              token_lse);
     if (!BACKWARD) return;
 
     T *drow = reinterpret_cast<T *>(row);
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
-    const int64_t write_end = c0 + seg < ldl ? c0 + seg : ldl;  // the last segment zeroes the pad
-    for (int64_t j0 = (int64_t)threadIdx.x * VEC; c0 + j0 < write_end; j0 += stride) {
+    const int write_end = c0 + (int)seg < ld ? c0 + (int)seg : ld;  // the last segment zeroes the pad
+    for (int j0 = (int)threadIdx.x * VEC; c0 + j0 < write_end; j0 += stride) {
         float d[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++) d[e] = 0.0f;
-        if (c0 + j0 < load_end && live) flce_grad_vec(d, flce_load16(segment + j0), c0 + j0, V, bias, rg);
+        if (c0 + j0 < load_end && live)
+            flce_grad_vec<T, TL, SIMPLE>(d, flce_load16(segment + j0), c0 + j0, Vi, bias, rg);
         flce_store_vec<T, VEC>(drow + c0 + j0, d);
     }
 }

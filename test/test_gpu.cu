@@ -622,19 +622,19 @@ int main(int argc, char **argv) {
     }
     test_fixtures(dir);
     test_random_shapes();
-    // the same again with the two-pass row kernel, which rows too wide for a cluster use
-    flce_context *cluster_ctx = g_ctx;
-    setenv("FLCE_CE_KERNEL", "twopass", 1);
+    // the same again with the single-pass cluster row kernel (FLCE_CE_KERNEL=cluster)
+    flce_context *default_ctx = g_ctx;
+    setenv("FLCE_CE_KERNEL", "cluster", 1);
     if (flce_create(&g_ctx) != FLCE_OK) {
         fprintf(stderr, "flce_create failed\n");
         return 2;
     }
     unsetenv("FLCE_CE_KERNEL");
-    g_kernel = "[two-pass] ";
+    g_kernel = "[cluster] ";
     test_fixtures(dir);
     test_random_shapes();
     flce_destroy(g_ctx);
-    g_ctx = cluster_ctx;
+    g_ctx = default_ctx;
     g_kernel = "";
     test_bad_inputs();
     test_large_offsets();
