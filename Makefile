@@ -56,7 +56,7 @@ $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h data/shard.h test/test_util.h | $(BUILD)
+$(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/shard.h test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -Idata -o $@ $< -lm
 
 $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(BUILD)/flce_ref.o test/test_util.h | $(BUILD)
@@ -75,7 +75,7 @@ test-gpu: $(BUILD)/test_gpu
 	$(BUILD)/test_gpu test/fixtures
 
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
-$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h data/shard.h | $(BUILD)
+$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h llmc/shard.h | $(BUILD)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -lm
 
 data: $(BUILD)/bpe_encode

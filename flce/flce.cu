@@ -46,7 +46,6 @@ struct flce_context {
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
     long long t_calls;
-    int ce_cluster;                       // FLCE_CE_KERNEL=cluster: the single-pass row kernel
     flce_host_status *host_status;        // mapped pinned memory: written by the device
     flce_host_status *host_status_device; // the device's pointer to it
     char message[512];
@@ -304,9 +303,6 @@ flce_status flce_create(flce_context **out) {
         return FLCE_ERR_CUDA;
     }
     memset(host, 0, sizeof(flce_host_status));
-    // for the dev/ benchmark: the single-pass cluster row kernel in place of the two-pass one
-    const char *ce = getenv("FLCE_CE_KERNEL");
-    ctx->ce_cluster = ce != NULL && strcmp(ce, "cluster") == 0;
     const char *timing = getenv("FLCE_TIMING");
     if (timing != NULL && strcmp(timing, "1") == 0 &&
         cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
@@ -453,48 +449,23 @@ static void flce_phase_end(flce_context *ctx, cudaStream_t stream, int phase) {
 
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-// The row kernel for one chunk: the single-pass cluster kernel when a row fits in the shared
-// memory of at most FLCE_CE_CLUSTER_MAX blocks (V up to ~200k in fp32), else the two-pass one.
-// SIMPLE (no bias, no softcap) compiles those two out of the per-logit work.
+// The row kernel for one chunk. SIMPLE (no bias, no softcap) compiles those two out of the
+// per-logit work.
 template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
-static cudaError_t flce_launch_rows_as(const flce_context *ctx, cudaStream_t stream, TL *logits,
-                                       int64_t ldl, int64_t rows, int64_t row0, int64_t V,
-                                       const T *bias, const Tgt *targets, long long ignore_index,
-                                       const float *target_logit, const float *grad_token_loss,
+static cudaError_t flce_launch_rows_as(cudaStream_t stream, TL *logits, int64_t ldl, int64_t rows,
+                                       int64_t row0, int64_t V, const T *bias, const Tgt *targets,
+                                       long long ignore_index, const float *target_logit,
+                                       const float *grad_token_loss,
                                        const flce_call_scalars *scalars, flce_loss_params lp,
                                        float *token_loss, float *token_lse) {
-    const int64_t max_seg = FLCE_CE_SEGMENT_BYTES / (int64_t)sizeof(TL);
-    const int64_t n_ranks = (ldl + max_seg - 1) / max_seg;
-    if (!ctx->ce_cluster || n_ranks > FLCE_CE_CLUSTER_MAX) {
-        flce_ce_rows_kernel<T, TL, Tgt, BACKWARD, SIMPLE><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
-            logits, ldl, row0, V, bias, targets, ignore_index, target_logit, grad_token_loss,
-            scalars, lp, token_loss, token_lse);
-        return cudaGetLastError();
-    }
-    // segments of whole 64-column groups, so every segment starts 16-byte aligned
-    const int64_t seg = ((ldl + n_ranks - 1) / n_ranks + 63) / 64 * 64;
-    const size_t smem = (size_t)seg * sizeof(TL);
-    auto kernel = flce_ce_cluster_kernel<T, TL, Tgt, BACKWARD, SIMPLE>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)(n_ranks * rows), 1, 1);
-    lc.blockDim = dim3(FLCE_CE_CLUSTER_THREADS, 1, 1);
-    lc.dynamicSmemBytes = smem;
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)n_ranks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    return cudaLaunchKernelEx(&lc, kernel, logits, ldl, seg, row0, V, bias, targets, ignore_index,
-                              target_logit, grad_token_loss, scalars, lp, token_loss, token_lse);
+    flce_ce_rows_kernel<T, TL, Tgt, BACKWARD, SIMPLE><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
+        logits, ldl, row0, V, bias, targets, ignore_index, target_logit, grad_token_loss, scalars,
+        lp, token_loss, token_lse);
+    return cudaGetLastError();
 }
 
 template <typename T, typename TL, typename Tgt, bool BACKWARD>
-static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream, TL *logits,
+static cudaError_t flce_launch_rows(cudaStream_t stream, TL *logits,
                                     int64_t ldl, int64_t rows, int64_t row0, int64_t V,
                                     const T *bias, const Tgt *targets, long long ignore_index,
                                     const float *target_logit, const float *grad_token_loss,
@@ -502,10 +473,10 @@ static cudaError_t flce_launch_rows(const flce_context *ctx, cudaStream_t stream
                                     float *token_loss, float *token_lse) {
     if (bias == NULL && lp.softcap == 0.0f)
         return flce_launch_rows_as<T, TL, Tgt, BACKWARD, true>(
-            ctx, stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
+            stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
             grad_token_loss, scalars, lp, token_loss, token_lse);
     return flce_launch_rows_as<T, TL, Tgt, BACKWARD, false>(
-        ctx, stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
+        stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
         grad_token_loss, scalars, lp, token_loss, token_lse);
 }
 
@@ -580,11 +551,11 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         flce_phase_end(ctx, stream, FLCE_T_LOGITS);
         flce_phase_begin(ctx, stream);
         cudaError_t row_err =
-            backward ? flce_launch_rows<T, TL, Tgt, true>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
+            backward ? flce_launch_rows<T, TL, Tgt, true>(stream, logits, p->ldl, rows, c0, V, bias,
                                                           targets, (long long)cfg->ignore_index,
                                                           target_logit, t->grad_token_loss, scalars,
                                                           lp, token_loss, token_lse)
-                     : flce_launch_rows<T, TL, Tgt, false>(ctx, stream, logits, p->ldl, rows, c0, V, bias,
+                     : flce_launch_rows<T, TL, Tgt, false>(stream, logits, p->ldl, rows, c0, V, bias,
                                                            targets, (long long)cfg->ignore_index,
                                                            target_logit, t->grad_token_loss, scalars,
                                                            lp, token_loss, token_lse);

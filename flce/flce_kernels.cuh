@@ -17,7 +17,6 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 #ifndef FLCE_KERNELS_CUH
 #define FLCE_KERNELS_CUH
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <float.h>
@@ -25,9 +24,6 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 
 #define FLCE_CE_THREADS 512
 #define FLCE_CE_UNROLL_ELEMS 16                    // logits loaded per thread before use (64 B)
-#define FLCE_CE_CLUSTER_THREADS 512
-#define FLCE_CE_CLUSTER_MAX 8                      // portable cluster size limit
-#define FLCE_CE_SEGMENT_BYTES (100 * 1024)        // shared memory per block: two blocks an SM
 #define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
 
 // Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
@@ -368,86 +364,6 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (j0 + u * stride < ld) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
-    }
-}
-
-// ----------------------------------------------------------------------------------------
-// the single-pass row kernel: a cluster of blocks per row, each holding a segment of the row
-// in shared memory, so the logits are read from device memory once instead of twice
-
-// Grid: n_ranks * rows blocks in clusters of n_ranks; block b works on segment b % n_ranks
-// (columns [rank * seg, rank * seg + seg)) of row b / n_ranks. Each block reads its segment
-// once, folding it into (max, sum-exp, sum) and keeping it in shared memory (100 KB, so two
-// blocks share an SM and one reads while the other writes); the blocks of the cluster
-// exchange their partial stats through distributed shared memory, and
-// (BACKWARD) each writes dL/dz for its columns from shared memory. Writes start only after
-// the first cluster barrier, when every block of the row has its segment in shared memory,
-// so a bf16 dlogits row may overwrite fp32 logits of a neighbouring segment.
-template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
-__global__ void __launch_bounds__(FLCE_CE_CLUSTER_THREADS, 2)
-flce_ce_cluster_kernel(TL *logits, int64_t ldl, int64_t seg, int64_t row0, int64_t V,
-                       const T *bias, const Tgt *targets, long long ignore_index,
-                       const float *target_logit, const float *grad_token_loss,
-                       const flce_call_scalars *scalars, flce_loss_params p, float *token_loss,
-                       float *token_lse) {
-    namespace cg = cooperative_groups;
-    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
-    extern __shared__ __align__(16) unsigned char flce_segment_smem[];
-    TL *segment = reinterpret_cast<TL *>(flce_segment_smem);
-    __shared__ flce_row_stats block_stats;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int rank = (int)cluster.block_rank(), n_ranks = (int)cluster.num_blocks();
-    const int64_t r = blockIdx.x / n_ranks, i = row0 + r;
-    TL *row = logits + r * ldl;
-    const int Vi = (int)V, ld = (int)ldl, c0 = rank * (int)seg;
-    const int v_end = (Vi + VEC - 1) / VEC * VEC;
-    const int load_end = c0 + (int)seg < v_end ? c0 + (int)seg : v_end;  // may be <= c0
-    const int stride = (int)blockDim.x * VEC;
-    const Tgt tg = targets[i];
-    const int valid = flce_target_state(tg, ignore_index, V) > 0;
-    const int t = valid ? (int)tg : -1;
-    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
-    const float zt2 = zt * FLCE_LOG2E;
-    const int want_sum = p.label_smoothing > 0.0f;
-
-    // the one read of the segment: U loads in flight per thread, each folded into the stats
-    // and kept in shared memory for the gradient
-    flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
-    for (int j0 = (int)threadIdx.x * VEC; c0 + j0 < load_end; j0 += U * stride) {
-        flce_vec<TL> x[U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (c0 + j0 + u * stride < load_end) x[u] = flce_load16(row + c0 + j0 + u * stride);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + j0 + u * stride >= load_end) continue;
-            *reinterpret_cast<int4 *>(segment + j0 + u * stride) = x[u].raw;
-            flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], c0 + j0 + u * stride, Vi, bias, t, zt2,
-                                              p.softcap, want_sum);
-        }
-    }
-    st = flce_block_reduce_stats(st);  // its barrier also publishes the segment
-    if (threadIdx.x == 0) block_stats = st;
-    cluster.sync();
-    // every block merges the partials in rank order, so all get the same bits
-    st = flce_row_stats{-INFINITY, 0.0f, 0.0f};
-    for (int q = 0; q < n_ranks; q++) st = flce_stats_merge(st, *cluster.map_shared_rank(&block_stats, q));
-    cluster.sync();  // no block leaves while a partner may still read its block_stats
-    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, Vi, grad_token_loss, scalars,
-                                             p, rank == 0 && threadIdx.x == 0, token_loss,
-                                             token_lse);
-    if (!BACKWARD) return;
-
-    T *drow = reinterpret_cast<T *>(row);
-    const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
-    const int write_end = c0 + (int)seg < ld ? c0 + (int)seg : ld;  // the last segment zeroes the pad
-    for (int j0 = (int)threadIdx.x * VEC; c0 + j0 < write_end; j0 += stride) {
-        float d[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; e++) d[e] = 0.0f;
-        if (c0 + j0 < load_end && live)
-            flce_grad_vec<T, TL, SIMPLE>(d, flce_load16(segment + j0), c0 + j0, Vi, bias, rg);
-        flce_store_vec<T, VEC>(drow + c0 + j0, d);
     }
 }
 

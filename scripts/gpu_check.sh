@@ -4,14 +4,12 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing]
-#                        [bench-cluster]   (default: all of them)
-#   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-cluster: the same with
-#   its single-pass cluster row kernel (FLCE_CE_KERNEL=cluster).
+#   (default: all of them). bench-timing: the library's per-phase times (FLCE_TIMING=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench-check bench bench-timing bench-cluster}"
+steps="${*:-build test fixtures tokens bench-check bench bench-timing}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -33,7 +31,6 @@ for s in $steps; do
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
-    bench-cluster) FLCE_TIMING=1 FLCE_CE_KERNEL=cluster run_step bench_cluster timeout 240 build/flce_bench -v flce -o "$OUT/bench_cluster.md" ;;
     esac
 done
 echo "== failures in the GPU test log =="
@@ -41,7 +38,7 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
-for f in bench_timing bench_cluster; do
+for f in bench_timing; do
     [ -f "$OUT/$f.log" ] && { echo "== $f: per-phase ms =="; grep -E "^flce (config|timing)" "$OUT/$f.log"; }
 done
 echo "== gpu =="; cat "$OUT/gpu.txt"
