@@ -17,6 +17,7 @@ NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,
 NVCC_LIBS := -lcublasLt -lcublas
 
 FLCE_HEADERS := flce/flce.h flce/flce_gemm.cuh flce/flce_kernels.cuh
+LLMC_HEADERS := llmc/utils.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/checkpoint.h
 TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
@@ -25,7 +26,7 @@ all: lib tests dev
 
 lib: $(BUILD)/libflce.a
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/bpe_encode
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -56,17 +57,20 @@ $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/shard.h test/test_util.h | $(BUILD)
+$(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -Idata -o $@ $< -lm
 
 $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(BUILD)/flce_ref.o test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ test/test_gpt2_cpu.c test/gpt2_ref.c $(BUILD)/flce_ref.o -lm
 
+$(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< -lm
+
 # every CPU suite; the last line sums them up as "N passed, M failed" (a suite that dies
 # before its own summary line counts as a failure)
-CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures
-N_CPU_SUITES := 3
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu
+CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc
+N_CPU_SUITES := 4
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; \
 	 awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 	      END {if (n != $(N_CPU_SUITES)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
@@ -75,7 +79,7 @@ test-gpu: $(BUILD)/test_gpu
 	$(BUILD)/test_gpu test/fixtures
 
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
-$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h llmc/shard.h | $(BUILD)
+$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h | $(BUILD)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -lm
 
 data: $(BUILD)/bpe_encode

@@ -21,6 +21,7 @@ Options:
     -h        help
 Writes DIR/NAME_val.bin, DIR/NAME_train.bin and DIR/gpt2_tokenizer.bin.
 */
+#define _POSIX_C_SOURCE 200809L  // llmc/utils.h: fseeko, fsync under -std=c11
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,8 @@ Writes DIR/NAME_val.bin, DIR/NAME_train.bin and DIR/gpt2_tokenizer.bin.
 #include <time.h>
 
 #include "bpe.h"
-#include "shard.h"
+#include "../llmc/shard.h"
+#include "../llmc/tokenizer.h"
 
 static void usage(FILE *f, const char *prog) {
     fprintf(f,
@@ -150,8 +152,8 @@ int main(int argc, char **argv) {
     printf("wrote %s: %zu tokens\n", val_path, nval);
     if (shard_write(train_path, ids.ids + nval, ntrain) != 0) return 1;
     printf("wrote %s: %zu tokens\n", train_path, ntrain);
-    if (llmc_tokenizer_write(tok_path, (uint32_t)enc.vocab_size, (uint32_t)enc.eot, enc.tok_off,
-                             enc.tok_bytes) != 0)
+    if (tokenizer_write(tok_path, (uint32_t)enc.vocab_size, (uint32_t)enc.eot, enc.tok_off,
+                        enc.tok_bytes) != 0)
         return 1;
     printf("wrote %s: %d tokens, eot %d\n", tok_path, enc.vocab_size, enc.eot);
 

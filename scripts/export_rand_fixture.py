@@ -20,11 +20,13 @@ File layout (little endian):
   uniform cases: int64 seed, int64 n, float64 from, float64 to, int32 kernel, int32 0,
                  then float32[n]: torch.rand(n) if (from, to) == (0, 1), else
                  torch.empty(n).uniform_(from, to)
-  randint cases: int64 seed, int64 n, then uint32[n]: torch.randint(0, 2**32 - 1, (n,)),
-                 i.e. the raw 32-bit draws modulo 2^32 - 1
+  randint cases: int64 seed, int64 n, then uint32[n]: the generator's first n raw 32-bit
+                 draws, taken from torch.empty(k, dtype=torch.int64).random_(-2**63, None)
+                 (PyTorch's full-range kernel returns random64() unchanged: each value is
+                 two draws, the first in the high half)
   permutation cases: int64 seed, int64 n, then int32[n]: llm.c's random_permutation of
                  0..n-1 (for i = n-1 .. 1: swap p[i], p[draw % (i + 1)]), computed here in
-                 Python from the draws of torch.randint as above
+                 Python from those raw draws
 
 Run (from the repository root; deterministic, re-running rewrites identical bytes):
     python3 scripts/export_rand_fixture.py [out.bin]     # default test/fixtures/rand_torch.bin
@@ -96,18 +98,22 @@ def emit_cases(kernel, path):
 
 
 def raw_draws(seed, n):
+    """The first n 32-bit draws of torch.manual_seed(seed)'s generator."""
     import torch
     torch.manual_seed(seed)
-    return [int(v) for v in torch.randint(0, 2**32 - 1, (n,), dtype=torch.int64)]
+    pairs = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)
+    draws = []
+    for v in pairs.tolist():
+        v %= 2**64
+        draws += [v >> 32, v & 0xFFFFFFFF]
+    return draws[:n]
 
 
 def llmc_random_permutation(seed, n):
-    import torch
-    torch.manual_seed(seed)
+    draws = iter(raw_draws(seed, max(n - 1, 0)))
     p = list(range(n))
     for i in range(n - 1, 0, -1):
-        draw = int(torch.randint(0, 2**32 - 1, (1,), dtype=torch.int64))
-        j = draw % (i + 1)
+        j = next(draws) % (i + 1)
         p[i], p[j] = p[j], p[i]
     return p
 

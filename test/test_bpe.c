@@ -1,6 +1,6 @@
 /*
 test_bpe.c - CPU test of the C GPT-2 encoder (data/bpe.h) and of the llm.c file readers
-(data/shard.h).
+(llmc/shard.h, llmc/tokenizer.h).
 
   1. encodes every string of the tiktoken token fixture (written by
      scripts/check_tokens_tiktoken.py) and compares the ids exactly;
@@ -30,8 +30,19 @@ per case: uint32 nbytes, the UTF-8 bytes, uint32 ntok, ntok x uint32 ids.
 #include <unistd.h>
 
 #include "../data/bpe.h"
-#include "../data/shard.h"
+#include "../llmc/shard.h"
+#include "../llmc/tokenizer.h"
 #include "test_util.h"
+
+// llmc/tokenizer.h reports errors into a buffer; print them as the test expects on stderr
+static int read_tokenizer(const char *path, Tokenizer *t) {
+    char err[512];
+    if (tokenizer_init_checked(t, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
 
 #define ENCODER_JSON "data/gpt2/encoder.json"
 #define VOCAB_BPE "data/gpt2/vocab.bpe"
@@ -165,16 +176,16 @@ int main(int argc, char **argv) {
     TokCase *cases = NULL;
     long ncases = load_token_fixture(fixture_path, &cases);
     test_check(ncases > 0, "load token fixture %s (%ld strings)", fixture_path, ncases);
-    LlmcTokenizer tok;
-    int tok_ok = llmc_tokenizer_read(TOKENIZER_BIN, &tok) == 0;
-    test_check(tok_ok && tok.version == 2 && tok.vocab_size == 50257 && tok.eot == 50256,
+    Tokenizer tok;
+    int tok_ok = read_tokenizer(TOKENIZER_BIN, &tok) == 0;
+    test_check(tok_ok && tok.version == 2 && tok.vocab_size == 50257 && tok.eot_token == 50256,
                "load %s (version 2, vocab 50257, eot 50256)", TOKENIZER_BIN);
     if (tok_ok) {
         int same = tok.vocab_size == (uint32_t)enc.vocab_size;
         for (uint32_t id = 0; same && id < tok.vocab_size; id++) {
             size_t n;
             const unsigned char *p = bpe_token_bytes(&enc, (int)id, &n);
-            same = n == tok.off[id + 1] - tok.off[id] && memcmp(p, tok.bytes + tok.off[id], n) == 0;
+            same = n == tok.offsets[id + 1] - tok.offsets[id] && memcmp(p, tok.bytes + tok.offsets[id], n) == 0;
         }
         test_check(same, "%s holds the encoder's bytes for every id", TOKENIZER_BIN);
     }
@@ -200,7 +211,7 @@ int main(int argc, char **argv) {
             if (tok_ok) {
                 size_t cap = cases[c].nbytes + 1;
                 unsigned char *out = (unsigned char *)malloc(cap);
-                size_t m = llmc_tokenizer_decode(&tok, ids.ids, ids.n, out, cap);
+                size_t m = tokenizer_decode_ids(&tok, ids.ids, ids.n, out, cap);
                 int rt = m == cases[c].nbytes && memcmp(out, cases[c].bytes, m) == 0;
                 n_rt += rt;
                 if (!rt)
@@ -219,7 +230,7 @@ int main(int argc, char **argv) {
         BpeIds ids = {NULL, 0, 0};
         bpe_encode(&enc, junk, sizeof(junk), &ids);
         unsigned char out[64];
-        size_t m = tok_ok ? llmc_tokenizer_decode(&tok, ids.ids, ids.n, out, sizeof(out)) : 0;
+        size_t m = tok_ok ? tokenizer_decode_ids(&tok, ids.ids, ids.n, out, sizeof(out)) : 0;
         test_check(tok_ok && m == sizeof(junk) && memcmp(out, junk, m) == 0,
                    "invalid UTF-8 bytes encode and round-trip (%zu tokens)", ids.n);
         bpe_ids_free(&ids);
@@ -244,9 +255,9 @@ int main(int argc, char **argv) {
                 size_t n = s == 0 ? nval : ntrain;
                 for (size_t i = 0; i < n && same; i++) {
                     if (t[i] >= tok.vocab_size) { inrange = same = 0; break; }
-                    if (t[i] == tok.eot) { neot++; continue; }
-                    size_t len = tok.off[t[i] + 1] - tok.off[t[i]];
-                    if (pos + len > ntext || memcmp(text + pos, tok.bytes + tok.off[t[i]], len) != 0)
+                    if (t[i] == tok.eot_token) { neot++; continue; }
+                    size_t len = tok.offsets[t[i] + 1] - tok.offsets[t[i]];
+                    if (pos + len > ntext || memcmp(text + pos, tok.bytes + tok.offsets[t[i]], len) != 0)
                         same = 0;
                     pos += len;
                 }
@@ -341,13 +352,13 @@ int main(int argc, char **argv) {
     }
     if (tok_ok) {
         // a good tokenizer round-trips through the writer
-        LlmcTokenizer t2;
-        int ok = llmc_tokenizer_write(p_tok, tok.vocab_size, tok.eot, tok.off, tok.bytes) == 0 &&
-                 llmc_tokenizer_read(p_tok, &t2) == 0;
-        ok = ok && t2.vocab_size == tok.vocab_size && t2.eot == tok.eot &&
-             memcmp(t2.off, tok.off, (tok.vocab_size + 1) * sizeof(uint32_t)) == 0 &&
-             memcmp(t2.bytes, tok.bytes, tok.off[tok.vocab_size]) == 0;
-        if (ok) llmc_tokenizer_free(&t2);
+        Tokenizer t2;
+        int ok = tokenizer_write(p_tok, tok.vocab_size, tok.eot_token, tok.offsets, tok.bytes) == 0 &&
+                 read_tokenizer(p_tok, &t2) == 0;
+        ok = ok && t2.vocab_size == tok.vocab_size && t2.eot_token == tok.eot_token &&
+             memcmp(t2.offsets, tok.offsets, (tok.vocab_size + 1) * sizeof(uint32_t)) == 0 &&
+             memcmp(t2.bytes, tok.bytes, tok.offsets[tok.vocab_size]) == 0;
+        if (ok) tokenizer_free(&t2);
         test_check(ok, "tokenizer write + read round trip");
 
         unsigned char *raw;
@@ -371,16 +382,16 @@ int main(int argc, char **argv) {
                 if (bad[k].word >= 0) llmc_put_u32(g + 4 * bad[k].word, bad[k].value);
                 if (bad[k].byte_at >= 0) g[bad[k].byte_at] = 0;
                 write_bytes(p_tok, g, bad[k].len);
-                LlmcTokenizer t3;
-                int rc = llmc_tokenizer_read(p_tok, &t3);
-                test_check(rc != 0 && t3.off == NULL, "tokenizer reader rejects: %s", bad[k].what);
-                if (rc == 0) llmc_tokenizer_free(&t3);
+                Tokenizer t3;
+                int rc = read_tokenizer(p_tok, &t3);
+                test_check(rc != 0 && t3.offsets == NULL, "tokenizer reader rejects: %s", bad[k].what);
+                if (rc == 0) tokenizer_free(&t3);
             }
             free(g);
             free(raw);
         }
-        LlmcTokenizer t4;
-        test_check(llmc_tokenizer_read(p_missing, &t4) != 0, "tokenizer reader rejects: missing file");
+        Tokenizer t4;
+        test_check(read_tokenizer(p_missing, &t4) != 0, "tokenizer reader rejects: missing file");
     }
     {
         BpeEncoder e2;
@@ -421,7 +432,7 @@ int main(int argc, char **argv) {
     rmdir(dir);
     fflush(stderr);
 
-    if (tok_ok) llmc_tokenizer_free(&tok);
+    if (tok_ok) tokenizer_free(&tok);
     bpe_free(&enc);
     return test_summary();
 }
