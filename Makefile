@@ -1,7 +1,8 @@
 # Build of the flce library, its tests, the data tools, the dev/ benchmarks and the trainer.
 #   make                 everything (CUDA code for sm_$(GPU_COMPUTE_CAPABILITY), default 90)
 #   make test            the CPU test suite (no GPU needed; what CI runs)
-#   make test-gpu        the GPU test suite (on a machine with a CUDA GPU)
+#   make test-gpu        the GPU test suites (on a machine with a CUDA GPU)
+#   make train_gpt       the trainer (./train_gpt -h)
 #   make data            re-creates the Tiny Shakespeare shards and tokenizer in data/
 # Warnings are errors everywhere: nvcc's own and the host compiler's.
 
@@ -18,15 +19,17 @@ NVCC_LIBS := -lcublasLt -lcublas
 
 FLCE_HEADERS := flce/flce.h flce/flce_gemm.cuh flce/flce_kernels.cuh
 LLMC_HEADERS := llmc/utils.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/checkpoint.h
+LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
+                     llmc/global_norm.cuh llmc/attention.cuh llmc/matmul.cuh
 TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
 
-all: lib tests dev
+all: lib tests dev train_gpt
 
 lib: $(BUILD)/libflce.a
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/bpe_encode
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -40,6 +43,30 @@ $(BUILD)/libflce.a: $(BUILD)/flce.o
 
 $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# --- the trainer ------------------------------------------------------------------------
+# Several GPUs (mpirun -np N ./train_gpt) when OpenMPI and NCCL are installed; NO_MULTI_GPU=1
+# builds a single-GPU trainer anyway.
+OPENMPI_DIR ?= /usr/lib/x86_64-linux-gnu/openmpi
+NCCL_H := $(firstword $(wildcard /usr/include/nccl.h /usr/local/include/nccl.h $(dir $(shell which $(NVCC)))../include/nccl.h))
+ifeq ($(NO_MULTI_GPU),)
+ifneq ($(wildcard $(OPENMPI_DIR)/include/mpi.h),)
+ifneq ($(NCCL_H),)
+TRAIN_MULTI_GPU := -DMULTI_GPU -DOMPI_SKIP_MPICXX -I$(OPENMPI_DIR)/include -L$(OPENMPI_DIR)/lib -lmpi -lnccl
+endif
+endif
+endif
+
+train_gpt: train_gpt.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(FLCE_HEADERS) $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -I. -o $@ train_gpt.cu $(BUILD)/libflce.a $(NVCC_LIBS) $(TRAIN_MULTI_GPU)
+
+$(BUILD)/gpt2_ref.o: test/gpt2_ref.c test/gpt2_ref.h flce/flce_ref.h | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu_kernels_*.cuh) $(LLMC_HEADERS) \
+                         $(LLMC_CUDA_HEADERS) $(TEST_HEADERS) $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -I. -o $@ test/test_train_gpu.cu $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o \
+	    $(BUILD)/libflce.a $(NVCC_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
 dev: $(BUILD)/flce_bench
@@ -66,17 +93,20 @@ $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(B
 $(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
-# every CPU suite; the last line sums them up as "N passed, M failed" (a suite that dies
-# before its own summary line counts as a failure)
+# the last line of a test run sums the suites' "N passed, M failed" lines; a suite that dies
+# before its own summary line counts as a failure. $(1): how many suites, $(2): their log
+sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
+                  END {if (n != $(1)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(2)
+
+# every CPU suite
 CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc
 N_CPU_SUITES := 4
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc
-	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; \
-	 awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
-	      END {if (n != $(N_CPU_SUITES)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(BUILD)/test.log
+	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
-test-gpu: $(BUILD)/test_gpu
-	$(BUILD)/test_gpu test/fixtures
+test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu
+	@{ $(BUILD)/test_gpu test/fixtures; $(BUILD)/test_train_gpu; } 2>&1 | tee $(BUILD)/test_gpu.log; \
+	 $(call sum_suites,2,$(BUILD)/test_gpu.log)
 
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
 $(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h | $(BUILD)
@@ -86,4 +116,4 @@ data: $(BUILD)/bpe_encode
 	$(BUILD)/bpe_encode -i data/tinyshakespeare.txt -e data/gpt2/encoder.json -m data/gpt2/vocab.bpe -o data
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) train_gpt

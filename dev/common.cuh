@@ -31,6 +31,7 @@ Indices that can exceed 2^31 (row * stride, N * V, N * H) are int64_t everywhere
 #include <string.h>
 
 #include "flce.h"
+#include "flce_kernels.cuh"  // flce_block_sum_f64: the same fixed-order sum as the library
 #include "flce_gemm.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -357,15 +358,10 @@ __global__ void count_valid_kernel(const int *targets, int64_t N, int64_t V, int
 // one block: the mean of the per-token losses in a fixed order (deterministic), in double
 __global__ void loss_finalize_kernel(const float *token_loss, int64_t N, const int *n_valid,
                                      float *loss, double *loss64) {
-    __shared__ double warp_sums[32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
+    double total = flce_block_sum_f64(acc);
     if (threadIdx.x != 0) return;
-    double total = 0.0;
-    for (int w = 0; w < (int)(blockDim.x / 32); w++) total += warp_sums[w];
     total = *n_valid > 0 ? total / (double)*n_valid : 0.0;
     if (loss != NULL) *loss = (float)total;
     if (loss64 != NULL) *loss64 = total;

@@ -6,6 +6,9 @@ per-chunk calls of a step pay the heuristic query once per distinct shape.
 
 A row-major (rows, cols) matrix with row stride ld is, to cuBLASLt, a column-major
 (cols, rows) matrix with leading dimension ld; flce.cu states each GEMM in that form.
+
+flce_gemm_ex adds cuBLASLt's epilogues (bias, GELU with its input kept, their gradients); see
+flce_gemm_epilogue for what each needs. flce_gemm is flce_gemm_ex without one.
 */
 #ifndef FLCE_GEMM_CUH
 #define FLCE_GEMM_CUH
@@ -15,7 +18,44 @@ A row-major (rows, cols) matrix with row stride ld is, to cuBLASLt, a column-maj
 #include <stdint.h>
 #include <string.h>
 
-#define FLCE_GEMM_CACHE 32
+#ifndef FLCE_GEMM_CACHE
+#define FLCE_GEMM_CACHE 64  // distinct (shape, epilogue, alignment) keys kept
+#endif
+
+/*
+An epilogue of cuBLASLt applied to D = alpha op(A) op(B) + beta C, in D's column-major terms
+(D is m x n). Per cublasLt.h (CUDA 13.1) and the cuBLASLt documentation:
+  DEFAULT        nothing (the same as no epilogue)
+  BIAS           D[i,j] += bias[i]; bias has m elements (one per row of D, packed)
+  GELU_AUX       D = gelu(acc); aux (m x n, aux_ld) receives the GELU input acc
+  GELU_AUX_BIAS  D = gelu(acc + bias[i]); aux receives acc + bias[i] (the pre-activation)
+  DGELU          D = acc * gelu'(aux): aux (read) is the GELU input the forward kept
+  DGELU_BGRAD    DGELU and, in bias (m elements), the bias gradient (written, not accumulated)
+  BGRADA         bias[i] = sum over k of op(A)[i, :]  (m elements; written, not accumulated)
+  BGRADB         bias[j] = sum over k of op(B)[:, j]  (n elements; written, not accumulated)
+The bias gradient of the *BGRAD* epilogues is written (=): beta applies to C/D only, and its
+elements have D's type. Callers that accumulate gradients (+=) must compute into scratch and
+add. Requirements checked here (CUBLAS_STATUS_NOT_SUPPORTED when unmet, so that a caller can
+fall back on separate kernels): GELU aux_ld a multiple of 8 and >= m, ReLU bit-mask aux_ld a
+multiple of 128 (both from cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); aux and bias
+pointers 16-byte aligned (our conservative rule, not a documented one: llm.c requires it of
+every cuBLASLt pointer, and Marian reports bias epilogues failing on A100 below 16). A NULL
+bias or aux pointer where the epilogue needs one is CUBLAS_STATUS_INVALID_VALUE.
+bias_type is D's type for bf16/fp16/fp32 GEMMs (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); aux_type
+is D's type too except in fp8 cases (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: the attribute
+is set only when aux_type differs from D's, as unset means "D's type").
+cuBLASLt does not document which GELU its epilogues compute; llm.c fuses GPT-2's tanh GELU with
+them and matches PyTorch's tanh form. In bf16 storage the tanh and erf forms (at most 4.7e-4
+apart) are not distinguishable anyway.
+*/
+typedef struct {
+    cublasLtEpilogue_t epilogue;
+    void *bias;               // BIAS: read; BGRAD: written. NULL when the epilogue has no bias
+    cudaDataType_t bias_type;
+    void *aux;                // *_AUX: written; DGELU/DRELU: read. NULL when it has no aux
+    int64_t aux_ld;           // in elements (bits for the ReLU mask)
+    cudaDataType_t aux_type;
+} flce_gemm_epilogue;
 
 typedef struct {
     // everything that decides descriptors and algorithm (not the pointers themselves)
@@ -24,6 +64,11 @@ typedef struct {
     cudaDataType_t type_a, type_b, type_d;
     int beta_zero;
     int align_a, align_b, align_d;  // pointer alignment in bytes (power of 2, <= 256)
+    // the epilogue (all zero for none/DEFAULT); the heuristic reads the pointers' alignment
+    int epilogue, uses_bias, uses_aux;
+    int bias_type, aux_type;
+    int64_t aux_ld;
+    int align_bias, align_aux;
 } flce_gemm_key;
 
 typedef struct {
@@ -64,7 +109,8 @@ static void flce_gemm_cache_release(flce_gemm_cache *c) {
 // Builds descriptors and picks an algorithm for key; returns a cuBLAS status, and in
 // *no_algo whether the heuristic found none.
 static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry *e,
-                                            const flce_gemm_key *key, size_t ws_bytes,
+                                            const flce_gemm_key *key,
+                                            const flce_gemm_epilogue *ep, size_t ws_bytes,
                                             int *no_algo) {
     *no_algo = 0;
     memset(e, 0, sizeof(*e));
@@ -79,6 +125,32 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (key->epilogue != 0) {
+        // the pointers of this first call are set too: the heuristic reads their alignment
+        // (every call sets its own before the matmul)
+        uint32_t epi = (uint32_t)key->epilogue;
+        st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        if (st == CUBLAS_STATUS_SUCCESS && key->uses_bias) {
+            int32_t bt = (int32_t)key->bias_type;
+            st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &ep->bias, sizeof(ep->bias));
+        }
+        if (st == CUBLAS_STATUS_SUCCESS && key->uses_aux) {
+            int64_t ald = key->aux_ld;
+            st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof(ald));
+            if (st == CUBLAS_STATUS_SUCCESS && key->aux_type != (int)key->type_d) {
+                int32_t at = (int32_t)key->aux_type;
+                st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                    &at, sizeof(at));
+            }
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &ep->aux, sizeof(ep->aux));
+        }
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
     // stored shapes: A is (m,k) or (k,m) when transposed; B likewise with (k,n)
     uint64_t a_rows = key->transa ? key->k : key->m, a_cols = key->transa ? key->m : key->k;
     uint64_t b_rows = key->transb ? key->n : key->k, b_cols = key->transb ? key->k : key->n;
@@ -119,14 +191,49 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
     return st;
 }
 
-// D (m x n, ldd) = alpha * op(A) * op(B) + beta * D, on stream. On failure returns the cuBLAS
-// status (CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape).
-static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int transa, int transb,
-                                int64_t m, int64_t n, int64_t k, const void *A,
-                                cudaDataType_t type_a, int64_t lda, const void *B,
-                                cudaDataType_t type_b, int64_t ldb, void *D,
-                                cudaDataType_t type_d, int64_t ldd, float alpha, float beta,
-                                void *ws, size_t ws_bytes) {
+// What an epilogue needs: a bias vector, an aux matrix, and which kind of aux (0 none, 1 the
+// GELU input matrix, 2 the ReLU bit-mask). Returns 0 for an epilogue not known here.
+static inline int flce_epilogue_needs(cublasLtEpilogue_t epi, int *bias, int *aux) {
+    *bias = 0;
+    *aux = 0;
+    switch (epi) {
+    case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_RELU: case CUBLASLT_EPILOGUE_GELU:
+        return 1;
+    case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_RELU_BIAS: case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_BGRADA: case CUBLASLT_EPILOGUE_BGRADB:
+        *bias = 1;
+        return 1;
+    case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_DGELU:
+        *aux = 1;
+        return 1;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+        *bias = 1;
+        *aux = 1;
+        return 1;
+    case CUBLASLT_EPILOGUE_RELU_AUX: case CUBLASLT_EPILOGUE_DRELU:
+        *aux = 2;
+        return 1;
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: case CUBLASLT_EPILOGUE_DRELU_BGRAD:
+        *bias = 1;
+        *aux = 2;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+// D (m x n, ldd) = alpha * op(A) * op(B) + beta * D, on stream, followed by the epilogue ep
+// (NULL: none; see flce_gemm_epilogue). On failure returns the cuBLAS status:
+// CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape or the epilogue's
+// requirements (aux_ld, pointer alignment) are not met, CUBLAS_STATUS_INVALID_VALUE for an
+// unknown epilogue or a missing bias/aux pointer, or whatever cuBLASLt returned.
+static inline cublasStatus_t flce_gemm_ex(flce_gemm_cache *c, cudaStream_t stream, int transa,
+                                          int transb, int64_t m, int64_t n, int64_t k,
+                                          const void *A, cudaDataType_t type_a, int64_t lda,
+                                          const void *B, cudaDataType_t type_b, int64_t ldb,
+                                          void *D, cudaDataType_t type_d, int64_t ldd, float alpha,
+                                          float beta, const flce_gemm_epilogue *ep, void *ws,
+                                          size_t ws_bytes) {
     flce_gemm_key key;
     memset(&key, 0, sizeof(key));
     key.transa = transa; key.transb = transb;
@@ -136,6 +243,31 @@ static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int tra
     key.align_a = flce_ptr_alignment(A);
     key.align_b = flce_ptr_alignment(B);
     key.align_d = flce_ptr_alignment(D);
+    if (ep != NULL && ep->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        int uses_bias = 0, uses_aux = 0;
+        if (!flce_epilogue_needs(ep->epilogue, &uses_bias, &uses_aux))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if ((uses_bias && ep->bias == NULL) || (uses_aux && ep->aux == NULL))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (uses_bias && flce_ptr_alignment(ep->bias) < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (uses_aux) {
+            const int64_t multiple = uses_aux == 2 ? 128 : 8;
+            if (ep->aux_ld < m || ep->aux_ld % multiple != 0 || flce_ptr_alignment(ep->aux) < 16)
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+        key.epilogue = (int)ep->epilogue;
+        key.uses_bias = uses_bias;
+        key.uses_aux = uses_aux;
+        if (uses_bias) {
+            key.bias_type = (int)ep->bias_type;
+            key.align_bias = flce_ptr_alignment(ep->bias);
+        }
+        if (uses_aux) {
+            key.aux_type = (int)ep->aux_type;
+            key.aux_ld = ep->aux_ld;
+            key.align_aux = flce_ptr_alignment(ep->aux);
+        }
+    }
 
     flce_gemm_entry *e = NULL, *victim = &c->entries[0];
     for (int i = 0; i < FLCE_GEMM_CACHE; i++) {
@@ -146,16 +278,39 @@ static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int tra
     if (e == NULL) {
         flce_gemm_entry_release(victim);
         int no_algo = 0;
-        cublasStatus_t st = flce_gemm_entry_build(c, victim, &key, ws_bytes, &no_algo);
+        cublasStatus_t st = flce_gemm_entry_build(c, victim, &key, ep, ws_bytes, &no_algo);
         if (st != CUBLAS_STATUS_SUCCESS || no_algo) {
             flce_gemm_entry_release(victim);
             return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
         }
         e = victim;
+    } else if (key.epilogue != 0) {
+        // the pointers are attributes of the (cached) descriptor: this call's, every call;
+        // cublasLtMatmul reads them on the host when it launches, so a later change is safe
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        if (key.uses_bias)
+            st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &ep->bias, sizeof(ep->bias));
+        if (st == CUBLAS_STATUS_SUCCESS && key.uses_aux)
+            st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &ep->aux, sizeof(ep->aux));
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     e->last_use = ++c->clock;
     return cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta, D, e->ld, D,
                           e->ld, &e->algo, ws, ws_bytes, stream);
+}
+
+// D (m x n, ldd) = alpha * op(A) * op(B) + beta * D, on stream. On failure returns the cuBLAS
+// status (CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape).
+static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int transa, int transb,
+                                int64_t m, int64_t n, int64_t k, const void *A,
+                                cudaDataType_t type_a, int64_t lda, const void *B,
+                                cudaDataType_t type_b, int64_t ldb, void *D,
+                                cudaDataType_t type_d, int64_t ldd, float alpha, float beta,
+                                void *ws, size_t ws_bytes) {
+    return flce_gemm_ex(c, stream, transa, transb, m, n, k, A, type_a, lda, B, type_b, ldb, D,
+                        type_d, ldd, alpha, beta, NULL, ws, ws_bytes);
 }
 
 static size_t flce_type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }

@@ -160,10 +160,7 @@ __device__ __forceinline__ flce_row_stats flce_stats_merge(flce_row_stats a, flc
     return r;
 }
 
-__device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
-    __shared__ flce_row_stats warp_stats[32];
-    __shared__ flce_row_stats result;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+__device__ __forceinline__ flce_row_stats flce_warp_reduce_stats(flce_row_stats st) {
     for (int off = 16; off > 0; off /= 2) {
         flce_row_stats o;
         o.m = __shfl_xor_sync(0xffffffffu, st.m, off);
@@ -171,21 +168,36 @@ __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
         o.sz = __shfl_xor_sync(0xffffffffu, st.sz, off);
         st = flce_stats_merge(st, o);
     }
+    return st;
+}
+
+static __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
+    __shared__ flce_row_stats warp_stats[32];
+    __shared__ flce_row_stats result;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    st = flce_warp_reduce_stats(st);
     if (lane == 0) warp_stats[warp] = st;
     __syncthreads();
     if (warp == 0) {
         st = lane < n_warps ? warp_stats[lane] : flce_row_stats{-INFINITY, 0.0f, 0.0f};
-        for (int off = 16; off > 0; off /= 2) {
-            flce_row_stats o;
-            o.m = __shfl_xor_sync(0xffffffffu, st.m, off);
-            o.s = __shfl_xor_sync(0xffffffffu, st.s, off);
-            o.sz = __shfl_xor_sync(0xffffffffu, st.sz, off);
-            st = flce_stats_merge(st, o);
-        }
+        st = flce_warp_reduce_stats(st);
         if (lane == 0) result = st;
     }
     __syncthreads();
     return result;
+}
+
+// Sum of each thread's acc over the block in double, in a fixed order (deterministic);
+// the result is valid on thread 0 only.
+static __device__ double flce_block_sum_f64(double acc) {
+    __shared__ double warp_sums[32];
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+    __syncthreads();
+    double total = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < (int)(blockDim.x / 32); w++) total += warp_sums[w];
+    return total;
 }
 
 // Logit j (< V) as the loss sees it, in base 2: bias added, softcapped.
@@ -374,15 +386,10 @@ template <typename Tgt>
 __global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int reduction,
                                      const flce_call_scalars *scalars, const Tgt *targets,
                                      float *loss_out, flce_host_status *host_status) {
-    __shared__ double warp_sums[32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
+    double total = flce_block_sum_f64(acc);
     if (threadIdx.x != 0) return;
-    double total = 0.0;
-    for (int w = 0; w < (int)(blockDim.x / 32); w++) total += warp_sums[w];
     if (reduction == 0) total = scalars->n_valid > 0 ? total / (double)scalars->n_valid : 0.0;
     const unsigned long long bad = scalars->first_bad_token;
     if (bad != FLCE_NO_BAD_TOKEN) {
@@ -398,7 +405,7 @@ __global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int red
 }
 
 // out[k] = (accumulate ? out[k] : 0) + acc[k], for the bf16 d_weight / d_bias outputs
-__global__ void flce_add_f32_kernel(__nv_bfloat16 *out, const float *acc, int64_t n,
+static __global__ void flce_add_f32_kernel(__nv_bfloat16 *out, const float *acc, int64_t n,
                                     int accumulate) {
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {

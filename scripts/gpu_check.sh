@@ -4,12 +4,14 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing]
-#   (default: all of them). bench-timing: the library's per-phase times (FLCE_TIMING=1).
+#                        [train] [train-b64] [train-bmax]   (default: all of them)
+#   bench-timing: the library's per-phase times (FLCE_TIMING=1); train: ./train_gpt as a user
+#   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench-check bench bench-timing}"
+steps="${*:-build test fixtures tokens bench-check bench bench-timing train train-b64 train-bmax}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -23,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 git log -1 --format='%H %cd' > "$OUT/commit.txt" 2>/dev/null || echo "no git" > "$OUT/commit.txt"
 for s in $steps; do
     case $s in
-    build) run_step build make -j"$(nproc)" lib tests || { tail -30 "$OUT/build.log"; break; }
+    build) run_step build make -j"$(nproc)" lib tests train_gpt || { tail -30 "$OUT/build.log"; break; }
            run_step build_dev make -j"$(nproc)" dev || tail -30 "$OUT/build_dev.log" ;;
     test) run_step test_cpu make test; run_step test_gpu make test-gpu ;;
     fixtures) run_step fixtures bash -c 'python3 scripts/export_fixtures.py /tmp/fixtures_again && python3 scripts/compare_fixtures.py test/fixtures /tmp/fixtures_again' ;;
@@ -31,6 +33,9 @@ for s in $steps; do
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
+    train) run_step train timeout 400 ./train_gpt ;;
+    train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
+    train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     esac
 done
 echo "== failures in the GPU test log =="
@@ -38,6 +43,9 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
+for f in train train_b64 train_bmax; do
+    [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
+done
 for f in bench_timing; do
     [ -f "$OUT/$f.log" ] && { echo "== $f: per-phase ms =="; grep -E "^flce (config|timing)" "$OUT/$f.log"; }
 done

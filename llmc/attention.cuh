@@ -1,0 +1,715 @@
+/*
+attention.cuh - causal multi-head self-attention, bf16 in and out, fp32 softmax: a
+FlashAttention-2 style forward and a deterministic backward, on mma.sync tensor cores.
+
+  qkv  (B, T, 3C): per token [q | k | v], each C wide, head h in columns h*hs .. h*hs+hs-1
+  out  (B, T, C) : the heads side by side;  out_h = softmax(q_h k_h^T / sqrt(hs), causal) v_h
+  hs = C / NH must be 16, 32, 64 or 128 (GPT-2: 64; the debug fixture: 16).
+
+Forward (attention_forward, out =): one block of 4 warps per 64 query rows of one (b, h);
+each warp owns 16 rows. The block walks the key/value tiles of 64 keys up to the diagonal:
+S = Q K^T (bf16 mma, fp32 accumulate), an online softmax in base 2 on the fp32 scores, then
+O += P V with P rounded to bf16. Only the per-row log-sum-exp is saved for the backward
+(`saved`: fp32 (B, NH, T), base-2 of the scaled scores: P = exp2(s * log2(e)/sqrt(hs) - lse)).
+
+Backward (attention_backward, dqkv =): three kernels, no atomics, so bitwise deterministic.
+  1. Dvec = rowsum(dout * out), fp32 (B, NH, T) in `scratch`;
+  2. per key tile of 64 (4 warps x 16 keys): loop over the query tiles at or after it,
+     recompute S^T and P^T from the saved lse, dP^T = V dO^T, dS^T = P^T (dP^T - Dvec);
+     dV += P^T dO, dK += dS^T Q in registers; written once at the end;
+  3. per query tile of 64: loop over the key tiles up to the diagonal, recompute P and dP,
+     dQ += dS K; written once at the end.
+The backward thus recomputes S and dP twice (7 tile matmuls against FA2's 5 with atomics);
+that is the price of determinism without a dS buffer.
+
+Fragments: mma.sync.m16n8k16 bf16 with fp32 accumulators, operands read with ldmatrix (.trans
+for the k-major operands V, dO, Q, K of the second matmuls) from padded shared-memory rows
+(hs + 8 elements: 16-byte aligned, no bank conflicts); -DATTN_LDMATRIX=0 reads them with plain
+loads instead (a cross-check). Tiles are loaded with 16-byte accesses, rows past T
+zero-filled, no software pipelining: the 2-3 resident blocks per SM hide the load latency.
+
+Indices: everything that scales with B*T*C or B*NH*T is size_t (attn_*_index below, checked
+by the test at B*T*3C > 2^32); the grid is (B*NH, ceil(T/64)), heaviest tiles first.
+Requirements (checked on the host): hs in {16, 32, 64, 128}; qkv, out, dout, dqkv 16-byte
+aligned; B*NH <= 2^31 - 1 and T <= 64 * 65535. dqkv must not alias the inputs.
+No cuBLAS handle is used. The forward needs no scratch; `saved` may be NULL for a forward
+that will not be followed by a backward (inference).
+*/
+#ifndef LLMC_ATTENTION_CUH
+#define LLMC_ATTENTION_CUH
+
+#include "cuda_common.cuh"
+
+#define ATTN_THREADS 128  // 4 warps
+#define ATTN_TILE 64      // query rows per forward / dQ block, keys per key tile
+#define ATTN_LOG2E 1.4426950408889634f
+
+// --- index helpers (host and device; 64-bit) ---------------------------------------------
+
+// element d of head h of part (0 q, 1 k, 2 v) of token t of sequence b in qkv (B, T, 3C)
+static __host__ __device__ __forceinline__ size_t attn_qkv_index(int b, int t, int T, int C, int part, int h,
+                                                                 int hs, int d) {
+    return ((size_t)b * T + t) * (3 * (size_t)C) + (size_t)part * C + (size_t)h * hs + d;
+}
+// element d of head h of token t of sequence b in out / dout (B, T, C)
+static __host__ __device__ __forceinline__ size_t attn_out_index(int b, int t, int T, int C, int h, int hs, int d) {
+    return ((size_t)b * T + t) * (size_t)C + (size_t)h * hs + d;
+}
+// row t of (b, h) = bh in the per-row vectors (B, NH, T): lse, Dvec
+static __host__ __device__ __forceinline__ size_t attn_row_index(int bh, int t, int T) {
+    return (size_t)bh * T + t;
+}
+
+// --- warp-level pieces --------------------------------------------------------------------
+
+// D += A B, A 16x16 (row), B 16x8 (col), bf16 in, fp32 accumulate. Fragment layout per lane
+// (g = lane / 4, t = lane % 4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8,
+// 2t+8..); b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); d0,d1 (g, 2t..2t+1), d2,d3 (g+8, 2t..).
+// The lower-index element of a pair sits in the low 16 bits.
+static __device__ __forceinline__ void attn_mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(__CUDA_ARCH__)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d; (void)a; (void)b;
+#endif
+}
+
+static __device__ __forceinline__ float attn_exp2(float x) {  // exp2(-inf) = 0
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
+static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low half
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+static __device__ __forceinline__ uint32_t attn_ld32(const floatX *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+static __device__ __forceinline__ uint32_t attn_ld_pair(const floatX *lo, const floatX *hi) {
+    return (uint32_t)*reinterpret_cast<const unsigned short *>(lo) |
+           ((uint32_t)*reinterpret_cast<const unsigned short *>(hi) << 16);
+}
+
+// ldmatrix .x4: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i;
+// r[i] gets (row lane/4, columns 2*(lane%4), +1) of matrix i, or with .trans (rows 2*(lane%4),
+// +1, column lane/4): the matrix transposed.
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const floatX *p) {
+#if defined(__CUDA_ARCH__)
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#else
+    (void)r; (void)p;
+#endif
+}
+
+static __device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t r[4], const floatX *p) {
+#if defined(__CUDA_ARCH__)
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#else
+    (void)r; (void)p;
+#endif
+}
+
+// Fragment loads from shared memory. ATTN_LDMATRIX 0 swaps ldmatrix for plain 32-bit and
+// 16-bit loads that follow the mma layout above element by element (slower; a cross-check).
+#ifndef ATTN_LDMATRIX
+#define ATTN_LDMATRIX 1
+#endif
+
+// A fragment: rows r0..r0+15, columns c0..c0+15 of a row-major bf16 matrix (leading dim ld)
+static __device__ __forceinline__ void attn_load_a(uint32_t a[4], const floatX *m, int ld, int r0, int c0,
+                                                   int lane) {
+#if ATTN_LDMATRIX
+    const int i = lane >> 3;  // matrices: rows +0 / +8 (i & 1), columns +0 / +8 (i >> 1)
+    attn_ldsm_x4(a, m + (r0 + (i & 1) * 8 + (lane & 7)) * ld + c0 + (i >> 1) * 8);
+#else
+    const floatX *p = m + (r0 + (lane >> 2)) * ld + c0 + 2 * (lane & 3);
+    a[0] = attn_ld32(p);
+    a[1] = attn_ld32(p + 8 * ld);
+    a[2] = attn_ld32(p + 8);
+    a[3] = attn_ld32(p + 8 * ld + 8);
+#endif
+}
+
+// B fragments (k0..k0+15) x (n0..n0+7) in b[0..1] and x (n0+8..n0+15) in b[2..3] of a matrix
+// stored n-major: element (k, n) at m[n*ld + k]
+static __device__ __forceinline__ void attn_load_b2_nk(uint32_t b[4], const floatX *m, int ld, int n0, int k0,
+                                                       int lane) {
+#if ATTN_LDMATRIX
+    const int i = lane >> 3;  // matrices: k +0 / +8 (i & 1), n +0 / +8 (i >> 1)
+    attn_ldsm_x4(b, m + (n0 + (i >> 1) * 8 + (lane & 7)) * ld + k0 + (i & 1) * 8);
+#else
+    const floatX *p = m + (n0 + (lane >> 2)) * ld + k0 + 2 * (lane & 3);
+    b[0] = attn_ld32(p);
+    b[1] = attn_ld32(p + 8);
+    b[2] = attn_ld32(p + 8 * ld);
+    b[3] = attn_ld32(p + 8 * ld + 8);
+#endif
+}
+
+// the same for a matrix stored k-major: element (k, n) at m[k*ld + n]
+static __device__ __forceinline__ void attn_load_b2_kn(uint32_t b[4], const floatX *m, int ld, int k0, int n0,
+                                                       int lane) {
+#if ATTN_LDMATRIX
+    const int i = lane >> 3;  // matrices: k +0 / +8 (i & 1), n +0 / +8 (i >> 1)
+    attn_ldsm_x4_trans(b, m + (k0 + (i & 1) * 8 + (lane & 7)) * ld + n0 + (i >> 1) * 8);
+#else
+    const floatX *p = m + (k0 + 2 * (lane & 3)) * ld + n0 + (lane >> 2);
+    b[0] = attn_ld_pair(p, p + ld);
+    b[1] = attn_ld_pair(p + 8 * ld, p + 9 * ld);
+    b[2] = attn_ld_pair(p + 8, p + ld + 8);
+    b[3] = attn_ld_pair(p + 8 * ld + 8, p + 9 * ld + 8);
+#endif
+}
+
+// the A fragment (16 x 16, bf16) made of two neighbouring 16x8 accumulator tiles c0 | c1
+static __device__ __forceinline__ void attn_c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = attn_pack(c0[0], c0[1]);
+    a[1] = attn_pack(c0[2], c0[3]);
+    a[2] = attn_pack(c1[0], c1[1]);
+    a[3] = attn_pack(c1[2], c1[3]);
+}
+
+// rows t0 .. t0+rows-1 (HS wide; row t at src + t*stride) into shared dst (leading dim HS+8);
+// rows at or past T are zero. All threads of the block take part.
+template <int HS>
+static __device__ __forceinline__ void attn_load_tile(floatX *dst, const floatX *src, size_t stride, int t0,
+                                                      int rows, int T) {
+    constexpr int CH = HS / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < rows * CH; c += ATTN_THREADS) {
+        const int r = c / CH, cc = (c % CH) * 8;
+        int4 v = make_int4(0, 0, 0, 0);
+        if (t0 + r < T) v = *reinterpret_cast<const int4 *>(src + (size_t)(t0 + r) * stride + cc);
+        *reinterpret_cast<int4 *>(dst + r * (HS + 8) + cc) = v;
+    }
+}
+
+// --- shared-memory sizes ------------------------------------------------------------------
+
+static inline size_t attn_fwd_smem(int hs) { return (size_t)3 * ATTN_TILE * (hs + 8) * sizeof(floatX); }
+static inline int attn_dkv_bq(int hs) { return hs >= 128 ? 32 : 64; }  // query tile of the dK/dV kernel
+static inline size_t attn_dkv_smem(int hs) {
+    const int bq = attn_dkv_bq(hs);
+    return (size_t)(2 * ATTN_TILE + 2 * bq) * (hs + 8) * sizeof(floatX) + (size_t)2 * bq * sizeof(float);
+}
+static inline size_t attn_dq_smem(int hs) { return (size_t)4 * ATTN_TILE * (hs + 8) * sizeof(floatX); }
+
+// --- forward ------------------------------------------------------------------------------
+
+// grid (B*NH, ceil(T/64)); block 128. out (B,T,C) =, lse (B,NH,T) = (skipped when NULL)
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_fwd_kernel(floatX *__restrict__ out, float *__restrict__ lse, const floatX *__restrict__ qkv, int T, int C,
+                    int NH, float scale_log2) {
+    constexpr int LD = HS + 8, KD = HS / 16, ND = HS / 8, NT = ATTN_TILE / 8;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX *Qs = reinterpret_cast<floatX *>(attn_smem);
+    floatX *Ks = Qs + ATTN_TILE * LD;
+    floatX *Vs = Ks + ATTN_TILE * LD;
+
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * ATTN_TILE;  // the longest rows first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tg = lane & 3;
+    const size_t stride = 3 * (size_t)C;
+    const floatX *qbase = qkv + attn_qkv_index(b, 0, T, C, 0, h, HS, 0);
+    const floatX *kbase = qbase + C, *vbase = qbase + 2 * (size_t)C;
+
+    attn_load_tile<HS>(Qs, qbase, stride, q0, ATTN_TILE, T);
+    __syncthreads();
+    uint32_t qf[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) attn_load_a(qf[kk], Qs, LD, warp * 16, kk * 16, lane);
+
+    float o[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows row0 and row0 + 8
+    const int row0 = q0 + warp * 16 + g;
+    const int kend = min(T, q0 + ATTN_TILE);  // keys 0 .. kend-1 can be seen by this block
+    const int nkt = (kend + ATTN_TILE - 1) / ATTN_TILE;
+
+    for (int kt = 0; kt < nkt; kt++) {
+        const int k0 = kt * ATTN_TILE;
+        __syncthreads();  // the previous K/V tile is no longer read
+        attn_load_tile<HS>(Ks, kbase, stride, k0, ATTN_TILE, T);
+        attn_load_tile<HS>(Vs, vbase, stride, k0, ATTN_TILE, T);
+        __syncthreads();
+
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt += 2) {
+                uint32_t bf[4];
+                attn_load_b2_nk(bf, Ks, LD, nt * 8, kk * 16, lane);
+                attn_mma(s[nt], qf[kk], bf);
+                attn_mma(s[nt + 1], qf[kk], bf + 2);
+            }
+
+        // scale, mask (keys past the row or past T), row max
+        const bool need_mask = k0 + ATTN_TILE > q0 || k0 + ATTN_TILE > T;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * scale_log2;
+                if (need_mask) {
+                    const int key = k0 + nt * 8 + 2 * tg + (e & 1), row = row0 + (e >> 1) * 8;
+                    if (key > row || key >= T) x = -INFINITY;
+                }
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mnew = fmaxf(m[r], mx[r]);
+            mu[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing seen yet stays at zero
+            const float alpha = attn_exp2(m[r] - mu[r]);
+            m[r] = mnew;
+            l[r] *= alpha;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) {
+                o[nd][2 * r] *= alpha;
+                o[nd][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = attn_exp2(s[nt][e] - mu[e >> 1]);
+                s[nt][e] = p;
+                l[e >> 1] += p;  // this lane's share; the 4 lanes of a row are added at the end
+            }
+
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t pa[4];
+            attn_c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                uint32_t bf[4];
+                attn_load_b2_kn(bf, Vs, LD, kk * 16, nd * 8, lane);
+                attn_mma(o[nd], pa, bf);
+                attn_mma(o[nd + 1], pa, bf + 2);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = row0 + 8 * r;
+        if (row < T) {
+            const float inv = 1.0f / l[r];
+            floatX *orow = out + attn_out_index(b, row, T, C, h, HS, 2 * tg);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++)
+                *reinterpret_cast<uint32_t *>(orow + nd * 8) = attn_pack(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+            if (lse != nullptr && tg == 0) lse[attn_row_index(bh, row, T)] = m[r] + log2f(l[r]);
+        }
+    }
+}
+
+// --- backward -----------------------------------------------------------------------------
+
+// Dvec (B,NH,T) = rowsum(dout * out) per (token, head). Rows r = (b*T + t)*NH + h are HS
+// contiguous elements at r*HS of both (B,T,C) tensors; HS/8 lanes take one row.
+template <int HS>
+__global__ void attn_bwd_dot_kernel(float *__restrict__ Dvec, const floatX *__restrict__ dout,
+                                    const floatX *__restrict__ out, size_t rows, int T, int NH) {
+    constexpr int CH = HS / 8;  // 2, 4, 8 or 16 lanes per row
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t r = idx / CH;
+    const int c = (int)(idx % CH);
+    float acc = 0.0f;
+    if (r < rows) {
+        const Packed128<floatX> a = load128(dout + r * HS + c * 8), o = load128(out + r * HS + c * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc += to_float(a[k]) * to_float(o[k]);
+    }
+#pragma unroll
+    for (int off = 1; off < CH; off *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (r < rows && c == 0) {
+        const int h = (int)(r % NH);
+        const size_t bt = r / NH;
+        const int t = (int)(bt % T), b = (int)(bt / T);
+        Dvec[attn_row_index(b * NH + h, t, T)] = acc;
+    }
+}
+
+// grid (B*NH, ceil(T/64)); block 128; each warp owns 16 keys of the block's 64. dK, dV of
+// those keys (part 1 and 2 of dqkv) =.
+template <int HS, int BQ>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_bwd_dkv_kernel(floatX *__restrict__ dqkv, const floatX *__restrict__ dout, const floatX *__restrict__ qkv,
+                        const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
+                        float scale_log2, float scale) {
+    constexpr int LD = HS + 8, KD = HS / 16, ND = HS / 8, NQ = BQ / 8;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX *Ks = reinterpret_cast<floatX *>(attn_smem);
+    floatX *Vs = Ks + ATTN_TILE * LD;
+    floatX *Qs = Vs + ATTN_TILE * LD;
+    floatX *dOs = Qs + BQ * LD;
+    float *lse_s = reinterpret_cast<float *>(dOs + BQ * LD);
+    float *D_s = lse_s + BQ;
+
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int k0 = (int)blockIdx.y * ATTN_TILE;  // the first key tiles see the most queries
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tg = lane & 3;
+    const size_t stride = 3 * (size_t)C;
+    const floatX *qbase = qkv + attn_qkv_index(b, 0, T, C, 0, h, HS, 0);
+    const floatX *dobase = dout + attn_out_index(b, 0, T, C, h, HS, 0);
+
+    attn_load_tile<HS>(Ks, qbase + C, stride, k0, ATTN_TILE, T);
+    attn_load_tile<HS>(Vs, qbase + 2 * (size_t)C, stride, k0, ATTN_TILE, T);
+
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[nd][e] = dv[nd][e] = 0.0f;
+    const int key0 = k0 + warp * 16 + g;  // this lane's keys: key0 and key0 + 8
+    const int nqt = (T + BQ - 1) / BQ;
+
+    for (int qt = k0 / BQ; qt < nqt; qt++) {
+        const int q0 = qt * BQ;
+        __syncthreads();  // the previous Q/dO tile is no longer read
+        attn_load_tile<HS>(Qs, qbase, stride, q0, BQ, T);
+        attn_load_tile<HS>(dOs, dobase, (size_t)C, q0, BQ, T);
+        for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
+            const bool in = q0 + i < T;
+            lse_s[i] = in ? lse[attn_row_index(bh, q0 + i, T)] : 0.0f;
+            D_s[i] = in ? Dvec[attn_row_index(bh, q0 + i, T)] : 0.0f;
+        }
+        __syncthreads();
+
+        // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x BQ queries
+        float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+        for (int nq = 0; nq < NQ; nq++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[nq][e] = dpt[nq][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ka[4], va[4];
+            attn_load_a(ka, Ks, LD, warp * 16, kk * 16, lane);
+            attn_load_a(va, Vs, LD, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int nq = 0; nq < NQ; nq += 2) {
+                uint32_t bq[4], bd[4];
+                attn_load_b2_nk(bq, Qs, LD, nq * 8, kk * 16, lane);
+                attn_mma(st[nq], ka, bq);
+                attn_mma(st[nq + 1], ka, bq + 2);
+                attn_load_b2_nk(bd, dOs, LD, nq * 8, kk * 16, lane);
+                attn_mma(dpt[nq], va, bd);
+                attn_mma(dpt[nq + 1], va, bd + 2);
+            }
+        }
+
+        // P^T from the saved lse (zero for query < key and for queries past T); dS^T
+        const bool need_mask = q0 < k0 + ATTN_TILE || q0 + BQ > T;
+#pragma unroll
+        for (int nq = 0; nq < NQ; nq++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = nq * 8 + 2 * tg + (e & 1);  // query within the tile
+                float p = attn_exp2(st[nq][e] * scale_log2 - lse_s[qi]);
+                if (need_mask) {
+                    const int q = q0 + qi, key = key0 + (e >> 1) * 8;
+                    if (q < key || q >= T) p = 0.0f;
+                }
+                st[nq][e] = p;
+                dpt[nq][e] = p * (dpt[nq][e] - D_s[qi]);
+            }
+
+        // dV += P^T dO, dK += dS^T Q (the scale is applied once at the end)
+#pragma unroll
+        for (int kq = 0; kq < BQ / 16; kq++) {
+            uint32_t pa[4], da[4];
+            attn_c_to_a(pa, st[2 * kq], st[2 * kq + 1]);
+            attn_c_to_a(da, dpt[2 * kq], dpt[2 * kq + 1]);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                uint32_t bo[4], bq[4];
+                attn_load_b2_kn(bo, dOs, LD, kq * 16, nd * 8, lane);
+                attn_mma(dv[nd], pa, bo);
+                attn_mma(dv[nd + 1], pa, bo + 2);
+                attn_load_b2_kn(bq, Qs, LD, kq * 16, nd * 8, lane);
+                attn_mma(dk[nd], da, bq);
+                attn_mma(dk[nd + 1], da, bq + 2);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key < T) {
+            floatX *dkrow = dqkv + attn_qkv_index(b, key, T, C, 1, h, HS, 2 * tg);
+            floatX *dvrow = dkrow + C;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) {
+                *reinterpret_cast<uint32_t *>(dkrow + nd * 8) =
+                    attn_pack(dk[nd][2 * r] * scale, dk[nd][2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t *>(dvrow + nd * 8) = attn_pack(dv[nd][2 * r], dv[nd][2 * r + 1]);
+            }
+        }
+    }
+}
+
+// grid (B*NH, ceil(T/64)); block 128; each warp owns 16 query rows of the block's 64. dQ
+// (part 0 of dqkv) =.
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_bwd_dq_kernel(floatX *__restrict__ dqkv, const floatX *__restrict__ dout, const floatX *__restrict__ qkv,
+                       const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
+                       float scale_log2, float scale) {
+    constexpr int LD = HS + 8, KD = HS / 16, ND = HS / 8, NT = ATTN_TILE / 8;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    floatX *Qs = reinterpret_cast<floatX *>(attn_smem);
+    floatX *dOs = Qs + ATTN_TILE * LD;
+    floatX *Ks = dOs + ATTN_TILE * LD;
+    floatX *Vs = Ks + ATTN_TILE * LD;
+
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * ATTN_TILE;  // the longest rows first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tg = lane & 3;
+    const size_t stride = 3 * (size_t)C;
+    const floatX *qbase = qkv + attn_qkv_index(b, 0, T, C, 0, h, HS, 0);
+    const floatX *kbase = qbase + C, *vbase = qbase + 2 * (size_t)C;
+
+    attn_load_tile<HS>(Qs, qbase, stride, q0, ATTN_TILE, T);
+    attn_load_tile<HS>(dOs, dout + attn_out_index(b, 0, T, C, h, HS, 0), (size_t)C, q0, ATTN_TILE, T);
+
+    const int row0 = q0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
+    float lr[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const bool in = row0 + 8 * r < T;
+        lr[r] = in ? lse[attn_row_index(bh, row0 + 8 * r, T)] : 0.0f;
+        dr[r] = in ? Dvec[attn_row_index(bh, row0 + 8 * r, T)] : 0.0f;
+    }
+    float dq[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+    const int kend = min(T, q0 + ATTN_TILE);
+    const int nkt = (kend + ATTN_TILE - 1) / ATTN_TILE;
+
+    for (int kt = 0; kt < nkt; kt++) {
+        const int k0 = kt * ATTN_TILE;
+        __syncthreads();  // Q/dO visible (first pass); the previous K/V tile no longer read
+        attn_load_tile<HS>(Ks, kbase, stride, k0, ATTN_TILE, T);
+        attn_load_tile<HS>(Vs, vbase, stride, k0, ATTN_TILE, T);
+        __syncthreads();
+
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t qa[4], da[4];
+            attn_load_a(qa, Qs, LD, warp * 16, kk * 16, lane);
+            attn_load_a(da, dOs, LD, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt += 2) {
+                uint32_t bk[4], bv[4];
+                attn_load_b2_nk(bk, Ks, LD, nt * 8, kk * 16, lane);
+                attn_mma(s[nt], qa, bk);
+                attn_mma(s[nt + 1], qa, bk + 2);
+                attn_load_b2_nk(bv, Vs, LD, nt * 8, kk * 16, lane);
+                attn_mma(dp[nt], da, bv);
+                attn_mma(dp[nt + 1], da, bv + 2);
+            }
+        }
+
+        const bool need_mask = k0 + ATTN_TILE > q0 || k0 + ATTN_TILE > T;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = attn_exp2(s[nt][e] * scale_log2 - lr[r]);
+                if (need_mask) {
+                    const int key = k0 + nt * 8 + 2 * tg + (e & 1);
+                    if (key > row0 + 8 * r || key >= T) p = 0.0f;
+                }
+                s[nt][e] = p * (dp[nt][e] - dr[r]);  // dS
+            }
+
+        // dQ += dS K
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++) {
+            uint32_t a[4];
+            attn_c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                uint32_t bk[4];
+                attn_load_b2_kn(bk, Ks, LD, kk * 16, nd * 8, lane);
+                attn_mma(dq[nd], a, bk);
+                attn_mma(dq[nd + 1], a, bk + 2);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        if (row < T) {
+            floatX *dqrow = dqkv + attn_qkv_index(b, row, T, C, 0, h, HS, 2 * tg);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++)
+                *reinterpret_cast<uint32_t *>(dqrow + nd * 8) =
+                    attn_pack(dq[nd][2 * r] * scale, dq[nd][2 * r + 1] * scale);
+        }
+    }
+}
+
+// --- host side ----------------------------------------------------------------------------
+
+static inline void attn_require(int ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "[attention] %s\n", what);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static inline int attn_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// the launch grid: (B*NH, ceil(T/64)); checked against CUDA's grid limits
+static inline dim3 attn_grid(int B, int T, int NH) {
+    attn_require(B > 0 && T > 0 && NH > 0, "B, T and NH must be positive");
+    attn_require((long long)B * NH <= 2147483647LL, "B * NH exceeds the grid's x limit");
+    const size_t ntiles = llmc_ceil_div((size_t)T, ATTN_TILE);
+    attn_require(ntiles <= 65535, "T exceeds 64 * 65535");
+    return dim3((unsigned)(B * NH), (unsigned)ntiles, 1);
+}
+
+static inline int attn_head_size(int C, int NH) {
+    attn_require(NH > 0 && C > 0 && C % NH == 0, "C must be a positive multiple of NH");
+    const int hs = C / NH;
+    attn_require(hs == 16 || hs == 32 || hs == 64 || hs == 128, "head size C/NH must be 16, 32, 64 or 128");
+    return hs;
+}
+
+// dynamic shared memory above 48 KiB has to be opted into, once per kernel
+template <typename K>
+static inline void attn_smem_optin(K kernel, size_t bytes, bool *done) {
+    if (bytes > 48 * 1024 && !*done)
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
+static inline size_t attn_round256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// per-forward state kept for the backward: the row log-sum-exps, fp32 (B, NH, T)
+static inline size_t attention_saved_bytes(int B, int T, int C, int NH) {
+    (void)C;
+    return attn_round256((size_t)B * NH * T * sizeof(float));
+}
+
+// workspace of attention_backward: Dvec, fp32 (B, NH, T). The forward uses none.
+static inline size_t attention_scratch_bytes(int B, int T, int C, int NH) {
+    (void)C;
+    return attn_round256((size_t)B * NH * T * sizeof(float));
+}
+
+template <int HS>
+static inline void attn_forward_hs(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
+                            cudaStream_t s) {
+    static bool optin = false;
+    const size_t smem = attn_fwd_smem(HS);
+    attn_smem_optin(attn_fwd_kernel<HS>, smem, &optin);
+    const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
+    attn_fwd_kernel<HS><<<attn_grid(B, T, NH), ATTN_THREADS, smem, s>>>(out, lse, qkv, T, C, NH, scale_log2);
+    cudaLaunchCheck("attn_fwd_kernel");
+}
+
+// out (B,T,C) = causal attention of qkv (B,T,3C); saved (attention_saved_bytes) = the row
+// log-sum-exps, or NULL to skip them. scratch is unused (may be NULL).
+static inline void attention_forward(floatX *out, void *saved, void *scratch, const floatX *qkv, int B, int T, int C,
+                              int NH, cudaStream_t s) {
+    (void)scratch;
+    const int hs = attn_head_size(C, NH);
+    attn_require(attn_aligned16(out) && attn_aligned16(qkv), "forward: out and qkv must be 16-byte aligned");
+    float *lse = (float *)saved;
+    switch (hs) {
+    case 16: attn_forward_hs<16>(out, lse, qkv, B, T, C, NH, s); break;
+    case 32: attn_forward_hs<32>(out, lse, qkv, B, T, C, NH, s); break;
+    case 64: attn_forward_hs<64>(out, lse, qkv, B, T, C, NH, s); break;
+    default: attn_forward_hs<128>(out, lse, qkv, B, T, C, NH, s); break;
+    }
+}
+
+template <int HS>
+static inline void attn_backward_hs(floatX *dqkv, float *Dvec, const floatX *dout, const floatX *qkv, const floatX *out,
+                             const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
+    constexpr int BQ = HS >= 128 ? 32 : 64;  // = attn_dkv_bq(HS)
+    static bool optin_dkv = false, optin_dq = false;
+    const dim3 grid = attn_grid(B, T, NH);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
+
+    const size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
+    attn_bwd_dot_kernel<HS><<<(unsigned)llmc_ceil_div(threads, 256), 256, 0, s>>>(Dvec, dout, out, rows, T, NH);
+    cudaLaunchCheck("attn_bwd_dot_kernel");
+
+    const size_t smem_dkv = attn_dkv_smem(HS);
+    attn_smem_optin(attn_bwd_dkv_kernel<HS, BQ>, smem_dkv, &optin_dkv);
+    attn_bwd_dkv_kernel<HS, BQ><<<grid, ATTN_THREADS, smem_dkv, s>>>(dqkv, dout, qkv, lse, Dvec, T, C, NH,
+                                                                      scale_log2, scale);
+    cudaLaunchCheck("attn_bwd_dkv_kernel");
+
+    const size_t smem_dq = attn_dq_smem(HS);
+    attn_smem_optin(attn_bwd_dq_kernel<HS>, smem_dq, &optin_dq);
+    attn_bwd_dq_kernel<HS><<<grid, ATTN_THREADS, smem_dq, s>>>(dqkv, dout, qkv, lse, Dvec, T, C, NH, scale_log2,
+                                                                scale);
+    cudaLaunchCheck("attn_bwd_dq_kernel");
+}
+
+// dqkv (B,T,3C) = the gradient of the attention forward that produced out (B,T,C) and saved
+// from qkv, given dout (B,T,C). scratch: attention_scratch_bytes.
+static inline void attention_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                               const floatX *out, const void *saved, int B, int T, int C, int NH, cudaStream_t s) {
+    const int hs = attn_head_size(C, NH);
+    attn_require(attn_aligned16(dqkv) && attn_aligned16(dout) && attn_aligned16(qkv) && attn_aligned16(out),
+                 "backward: dqkv, dout, qkv and out must be 16-byte aligned");
+    attn_require(saved != NULL && scratch != NULL, "backward: saved and scratch are required");
+    float *Dvec = (float *)scratch;
+    const float *lse = (const float *)saved;
+    switch (hs) {
+    case 16: attn_backward_hs<16>(dqkv, Dvec, dout, qkv, out, lse, B, T, C, NH, s); break;
+    case 32: attn_backward_hs<32>(dqkv, Dvec, dout, qkv, out, lse, B, T, C, NH, s); break;
+    case 64: attn_backward_hs<64>(dqkv, Dvec, dout, qkv, out, lse, B, T, C, NH, s); break;
+    default: attn_backward_hs<128>(dqkv, Dvec, dout, qkv, out, lse, B, T, C, NH, s); break;
+    }
+}
+
+#endif // LLMC_ATTENTION_CUH

@@ -1,0 +1,273 @@
+/*
+gpu_kernels_matmul.cuh - matmul_forward and matmul_backward (llmc/matmul.cuh) on the GPU
+against CPU double references computed here, for test_train_gpu.cu (which includes
+test/test_util.h and llmc/cuda_common.cuh first).
+
+Inputs are bf16-representable random values (never zero), so the references see exactly what
+the GPU sees; every output is poisoned with 0xFF bytes (NaN) before each call and compared in
+full (a NaN anywhere fails rel_l2), and MMT_GUARD elements after each output must still be
+0xFF afterwards. Shapes: BT not a multiple of 128; C 64 / OC 256, C 768 / OC 3072, and an
+odd C 40 / OC 100 (no 16-byte vectors, no GELU epilogue: the unfused paths). Each runs with
+and without bias and GELU, in three modes: cuBLASLt epilogues (what the trainer runs),
+cuBLASLt GEMMs with separate kernels, and the fallback GEMM kernel alone. The backward runs
+twice on the same inputs: dinp must be the same (=, bitwise), dweight and dbias must hold
+their initial (non-zero) values plus twice the gradient (+=).
+*/
+#ifndef TEST_GPU_KERNELS_MATMUL_CUH
+#define TEST_GPU_KERNELS_MATMUL_CUH
+
+#include "../llmc/matmul.cuh"
+
+#define MMT_GUARD 64   // elements after each output that no call may touch
+#define MMT_TOL 1e-2   // rel L2 for bf16 results (expected ~3e-3)
+
+static void *mmt_malloc(size_t bytes) {
+    void *p = malloc(bytes > 0 ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "test_matmul: out of host memory (%zu bytes)\n", bytes);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+// uniform in [-scale, scale), rounded to bf16
+static void mmt_fill_bf16(float *x, size_t n, float scale, uint64_t *state) {
+    fill_uniform(x, n, scale, state);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
+}
+
+// device buffer of n elements of elem bytes plus the guard, all bytes 0xFF
+static void *mmt_dev_alloc(size_t n, size_t elem) {
+    void *d = NULL;
+    cudaCheck(cudaMalloc(&d, (n + MMT_GUARD) * elem));
+    cudaCheck(cudaMemset(d, 0xFF, (n + MMT_GUARD) * elem));
+    return d;
+}
+
+static void mmt_upload_bf16(floatX *d, const float *x, size_t n) {
+    uint16_t *h = (uint16_t *)mmt_malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16_bits(x[i]);
+    cudaCheck(cudaMemcpy(d, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static void mmt_download_bf16(float *x, const floatX *d, size_t n) {
+    uint16_t *h = (uint16_t *)mmt_malloc(n * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(h, d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_f32(h[i]);
+    free(h);
+}
+
+// the MMT_GUARD elements after the n of d are all 0xFF bytes
+static int mmt_guard_ok(const void *d, size_t n, size_t elem) {
+    unsigned char g[MMT_GUARD * 4];
+    cudaCheck(cudaMemcpy(g, (const char *)d + n * elem, MMT_GUARD * elem, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < MMT_GUARD * elem; i++)
+        if (g[i] != 0xFF) return 0;
+    return 1;
+}
+
+static double mmt_gelu(double x) {
+    const double s = 0.7978845608028654;  // sqrt(2 / pi)
+    return 0.5 * x * (1.0 + tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+static double mmt_gelu_grad(double x) {
+    const double s = 0.7978845608028654;
+    const double th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static const char *mmt_mode_name(int mode) {
+    return mode == 0 ? "epilogue" : mode == 1 ? "unfused" : "kernel-gemm";
+}
+
+// mode 0: cuBLASLt with epilogues; 1: cuBLASLt GEMMs, separate kernels; 2: fallback GEMM kernel
+static void mmt_set_mode(MatmulContext *ctx, int mode) {
+    ctx->fuse_epilogues = mode == 0;
+    ctx->use_cublaslt = mode != 2;
+}
+
+static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int OC, uint64_t *rng) {
+    const size_t nin = (size_t)BT * C, nw = (size_t)OC * C, nout = (size_t)BT * OC;
+    float *inp = (float *)mmt_malloc(nin * sizeof(float));
+    float *w = (float *)mmt_malloc(nw * sizeof(float));
+    float *bias = (float *)mmt_malloc((size_t)OC * sizeof(float));
+    float *dout = (float *)mmt_malloc(nout * sizeof(float));
+    float *pre_in = (float *)mmt_malloc(nout * sizeof(float));  // the backward's pre_gelu
+    float *dw0 = (float *)mmt_malloc(nw * sizeof(float));
+    float *db0 = (float *)mmt_malloc((size_t)OC * sizeof(float));
+    mmt_fill_bf16(inp, nin, 1.0f, rng);
+    mmt_fill_bf16(w, nw, 3.0f / sqrtf((float)C), rng);  // pre-activations of std ~1
+    mmt_fill_bf16(bias, (size_t)OC, 0.5f, rng);
+    mmt_fill_bf16(dout, nout, 1.0f, rng);
+    mmt_fill_bf16(pre_in, nout, 3.0f, rng);
+    fill_uniform(dw0, nw, 2.0f, rng);  // the accumulators' previous contents (fp32)
+    fill_uniform(db0, (size_t)OC, 2.0f, rng);
+
+    // references: pre0 = inp @ w^T; per gelu in {0,1}: g = dout (* gelu'(pre_in)), dinp = g @ w,
+    // dw = g^T @ inp, db = column sums of g
+    double *pre0 = (double *)mmt_malloc(nout * sizeof(double));
+    double *g_ref[2], *dinp_ref[2], *dw_ref[2], *db_ref[2];
+    for (size_t r = 0; r < (size_t)BT; r++)
+        for (size_t o = 0; o < (size_t)OC; o++) {
+            double acc = 0.0;
+            for (size_t c = 0; c < (size_t)C; c++) acc += (double)inp[r * C + c] * (double)w[o * C + c];
+            pre0[r * OC + o] = acc;
+        }
+    for (int gl = 0; gl < 2; gl++) {
+        double *g = g_ref[gl] = (double *)mmt_malloc(nout * sizeof(double));
+        double *di = dinp_ref[gl] = (double *)calloc(nin, sizeof(double));
+        double *dw = dw_ref[gl] = (double *)calloc(nw, sizeof(double));
+        double *db = db_ref[gl] = (double *)calloc((size_t)OC, sizeof(double));
+        if (di == NULL || dw == NULL || db == NULL) {
+            fprintf(stderr, "test_matmul: out of host memory\n");
+            exit(EXIT_FAILURE);
+        }
+        for (size_t i = 0; i < nout; i++) g[i] = (double)dout[i] * (gl ? mmt_gelu_grad((double)pre_in[i]) : 1.0);
+        for (size_t r = 0; r < (size_t)BT; r++)
+            for (size_t o = 0; o < (size_t)OC; o++) {
+                const double gv = g[r * OC + o];
+                db[o] += gv;
+                for (size_t c = 0; c < (size_t)C; c++) {
+                    di[r * C + c] += gv * (double)w[o * C + c];
+                    dw[o * C + c] += gv * (double)inp[r * C + c];
+                }
+            }
+    }
+
+    // device buffers (inputs too get guards: nothing may write them)
+    floatX *d_inp = (floatX *)mmt_dev_alloc(nin, 2), *d_w = (floatX *)mmt_dev_alloc(nw, 2);
+    floatX *d_bias = (floatX *)mmt_dev_alloc((size_t)OC, 2), *d_out = (floatX *)mmt_dev_alloc(nout, 2);
+    floatX *d_pre = (floatX *)mmt_dev_alloc(nout, 2), *d_dout = (floatX *)mmt_dev_alloc(nout, 2);
+    floatX *d_pre_in = (floatX *)mmt_dev_alloc(nout, 2), *d_dinp = (floatX *)mmt_dev_alloc(nin, 2);
+    float *d_dw = (float *)mmt_dev_alloc(nw, 4), *d_db = (float *)mmt_dev_alloc((size_t)OC, 4);
+    mmt_upload_bf16(d_inp, inp, nin);
+    mmt_upload_bf16(d_w, w, nw);
+    mmt_upload_bf16(d_bias, bias, (size_t)OC);
+    mmt_upload_bf16(d_pre_in, pre_in, nout);
+
+    float *h_out = (float *)mmt_malloc(nout * sizeof(float));
+    float *h_pre = (float *)mmt_malloc(nout * sizeof(float));
+    float *h_dinp = (float *)mmt_malloc(nin * sizeof(float));
+    float *h_dinp1 = (float *)mmt_malloc(nin * sizeof(float));
+    float *h_dw = (float *)mmt_malloc(nw * sizeof(float));
+    float *h_db = (float *)mmt_malloc((size_t)OC * sizeof(float));
+    double *expect = (double *)mmt_malloc((nout > nw ? nout : nw) * sizeof(double));
+    double *expect_pre = (double *)mmt_malloc(nout * sizeof(double));
+
+    // ---- forward
+    for (int mode = 0; mode < 3; mode++)
+        for (int has_bias = 0; has_bias < 2; has_bias++)
+            for (int gl = 0; gl < 2; gl++) {
+                mmt_set_mode(ctx, mode);
+                cudaCheck(cudaMemsetAsync(d_out, 0xFF, (nout + MMT_GUARD) * 2, s));
+                cudaCheck(cudaMemsetAsync(d_pre, 0xFF, (nout + MMT_GUARD) * 2, s));
+                matmul_forward(ctx, d_out, gl ? d_pre : NULL, d_inp, d_w, has_bias ? d_bias : NULL, BT, C, OC, s);
+                cudaCheck(cudaStreamSynchronize(s));
+                cudaCheck(cudaGetLastError());
+                for (size_t r = 0; r < (size_t)BT; r++)
+                    for (size_t o = 0; o < (size_t)OC; o++) {
+                        const double v = pre0[r * OC + o] + (has_bias ? (double)bias[o] : 0.0);
+                        expect_pre[r * OC + o] = v;
+                        expect[r * OC + o] = gl ? mmt_gelu(v) : v;
+                    }
+                mmt_download_bf16(h_out, d_out, nout);
+                const double e_out = rel_l2_f64(h_out, expect, nout);
+                double e_pre = 0.0;
+                int pre_untouched = 1;
+                if (gl) {
+                    mmt_download_bf16(h_pre, d_pre, nout);
+                    e_pre = rel_l2_f64(h_pre, expect_pre, nout);
+                } else {
+                    pre_untouched = mmt_guard_ok(d_pre, 0, 2);  // its first elements: still poison
+                }
+                const int guards = mmt_guard_ok(d_out, nout, 2) && mmt_guard_ok(d_pre, nout, 2) &&
+                                   mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
+                                   mmt_guard_ok(d_bias, (size_t)OC, 2) && pre_untouched;
+                test_check(e_out <= MMT_TOL && e_pre <= MMT_TOL && guards,
+                           "matmul_forward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s: out rel L2 %.2e, "
+                           "pre_gelu %.2e, guards %s", BT, C, OC, has_bias, gl, mmt_mode_name(mode),
+                           e_out, e_pre, guards ? "intact" : "WRITTEN");
+            }
+
+    // ---- backward, twice on the same inputs
+    for (int mode = 0; mode < 3; mode += 2)
+        for (int has_bias = 0; has_bias < 2; has_bias++)
+            for (int gl = 0; gl < 2; gl++) {
+                mmt_set_mode(ctx, mode);
+                cudaCheck(cudaMemcpy(d_dw, dw0, nw * sizeof(float), cudaMemcpyHostToDevice));
+                cudaCheck(cudaMemcpy(d_db, db0, (size_t)OC * sizeof(float), cudaMemcpyHostToDevice));
+                double worst[4] = {0.0, 0.0, 0.0, 0.0};  // dinp, dweight, dbias, dout
+                int ok = 1, same_dinp = 1;
+                for (int call = 1; call <= 2; call++) {
+                    mmt_upload_bf16(d_dout, dout, nout);  // restored: the GELU backward is in place
+                    cudaCheck(cudaMemsetAsync(d_dinp, 0xFF, (nin + MMT_GUARD) * 2, s));
+                    matmul_backward(ctx, d_dinp, d_dw, has_bias ? d_db : NULL, d_dout, d_inp, d_w,
+                                    gl ? d_pre_in : NULL, BT, C, OC, s);
+                    cudaCheck(cudaStreamSynchronize(s));
+                    cudaCheck(cudaGetLastError());
+                    double e[4] = {0.0, 0.0, 0.0, 0.0};
+                    mmt_download_bf16(h_dinp, d_dinp, nin);
+                    e[0] = rel_l2_f64(h_dinp, dinp_ref[gl], nin);
+                    if (call == 1) memcpy(h_dinp1, h_dinp, nin * sizeof(float));
+                    else same_dinp = memcmp(h_dinp1, h_dinp, nin * sizeof(float)) == 0;
+                    cudaCheck(cudaMemcpy(h_dw, d_dw, nw * sizeof(float), cudaMemcpyDeviceToHost));
+                    for (size_t i = 0; i < nw; i++) expect[i] = (double)dw0[i] + call * dw_ref[gl][i];
+                    e[1] = rel_l2_f64(h_dw, expect, nw);
+                    cudaCheck(cudaMemcpy(h_db, d_db, (size_t)OC * sizeof(float), cudaMemcpyDeviceToHost));
+                    for (size_t o = 0; o < (size_t)OC; o++)
+                        expect[o] = (double)db0[o] + (has_bias ? call * db_ref[gl][o] : 0.0);
+                    e[2] = rel_l2_f64(h_db, expect, (size_t)OC);  // without bias: untouched
+                    mmt_download_bf16(h_out, d_dout, nout);  // dout: g with GELU, unchanged without
+                    for (size_t i = 0; i < nout; i++) expect[i] = gl ? g_ref[gl][i] : (double)dout[i];
+                    e[3] = rel_l2_f64(h_out, expect, nout);
+                    if (!gl && memcmp(h_out, dout, nout * sizeof(float)) != 0) e[3] = INFINITY;
+                    for (int q = 0; q < 4; q++) {
+                        if (e[q] > worst[q] || e[q] != e[q]) worst[q] = e[q];
+                        if (!(e[q] <= MMT_TOL)) ok = 0;
+                    }
+                }
+                const int guards = mmt_guard_ok(d_dinp, nin, 2) && mmt_guard_ok(d_dw, nw, 4) &&
+                                   mmt_guard_ok(d_db, (size_t)OC, 4) && mmt_guard_ok(d_dout, nout, 2) &&
+                                   mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
+                                   mmt_guard_ok(d_pre_in, nout, 2);
+                test_check(ok && same_dinp && guards,
+                           "matmul_backward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s x2: worst rel L2 dinp "
+                           "%.2e (=, %s), dweight %.2e (+=), dbias %.2e (+=), dout %.2e, guards %s",
+                           BT, C, OC, has_bias, gl, mmt_mode_name(mode), worst[0], worst[1], worst[2],
+                           worst[3], same_dinp ? "bitwise repeatable" : "NOT REPEATABLE",
+                           guards ? "intact" : "WRITTEN");
+            }
+    mmt_set_mode(ctx, 0);
+
+    void *dev[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_pre_in, d_dinp, d_dw, d_db};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaCheck(cudaFree(dev[i]));
+    void *host[] = {inp, w, bias, dout, pre_in, dw0, db0, pre0, h_out, h_pre, h_dinp, h_dinp1,
+                    h_dw, h_db, expect, expect_pre};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+    for (int gl = 0; gl < 2; gl++) {
+        free(g_ref[gl]);
+        free(dinp_ref[gl]);
+        free(dw_ref[gl]);
+        free(db_ref[gl]);
+    }
+}
+
+static void test_matmul(void) {
+    printf("matmul (llmc/matmul.cuh) against CPU double references, rel L2 <= %.0e:\n", MMT_TOL);
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    MatmulContext ctx;
+    matmul_init(&ctx);
+    uint64_t rng = 0x6d61746d756cULL;
+    const int shapes[][3] = {{200, 64, 256}, {136, 768, 3072}, {61, 40, 100}};  // BT, C, OC
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        mmt_run_shape(&ctx, s, shapes[i][0], shapes[i][1], shapes[i][2], &rng);
+    printf("      (%lld calls fell back from cuBLASLt epilogues/GEMMs to the unfused path; expected: the odd shape's GELU ones)\n",
+           ctx.n_fallback);
+    matmul_free(&ctx);
+    cudaCheck(cudaStreamDestroy(s));
+}
+
+#endif // TEST_GPU_KERNELS_MATMUL_CUH

@@ -1,0 +1,174 @@
+/*
+test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
+  1. each llmc kernel against a CPU double reference (test/gpu_kernels_*.cuh);
+  2. the whole model against the PyTorch debug fixture (test/fixtures/gpt2_debug*.bin, from
+     scripts/export_gpt2_debug.py): the loss and every parameter gradient of one batch, then
+     the losses of the fixture's AdamW runs (10 steps each, global-norm clipping, weight decay
+     on the 2-D tensors only);
+  3. determinism: the same batch twice gives bitwise the same gradients;
+  4. resume: a checkpoint written mid-run and resumed continues with bitwise the same losses.
+The trainer runs in bf16 against PyTorch's fp32/fp64, so the bounds are bf16's: they are
+printed with the measured errors.
+*/
+#define TESTING
+#include "../train_gpt.cu"
+
+#include "gpt2_ref.h"
+#include "test_util.h"
+
+#include "gpu_kernels_attention.cuh"
+#include "gpu_kernels_basic.cuh"
+#include "gpu_kernels_matmul.cuh"
+
+#define LOSS_TOL 3e-2        // bf16 activations against fp32: measured values are printed
+#define GRAD_TOL 5e-2        // per-tensor rel L2
+
+static const char *MODEL_PATH = "test/fixtures/gpt2_debug.bin";
+static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
+
+// One forward+backward on the fixture batch; returns the loss (grads left in m->grads).
+static float train_micro_step(GPT2 *m, const GPT2RefState *st, cudaStream_t s) {
+    gpt2_zero_grad(m, s);
+    gpt2_set_batch(m, st->x, st->y, st->B, st->T, 1, s);
+    gpt2_forward_train(m, st->B, st->T, 0, s);
+    gpt2_backward(m, st->B, st->T, s);
+    float loss = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&loss, m->acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    return loss;
+}
+
+static void test_model_vs_pytorch(void) {
+    GPT2Ref ref;
+    GPT2RefState st;
+    if (!test_check(gpt2ref_load(&ref, MODEL_PATH) == 0, "load %s: %s", MODEL_PATH, ref.error)) return;
+    if (!test_check(gpt2ref_state_load(&st, STATE_PATH, &ref) == 0, "load %s: %s", STATE_PATH, st.error)) {
+        gpt2ref_free(&ref);
+        return;
+    }
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    GPT2 m;
+    gpt2_build(&m, MODEL_PATH, 0);
+    gpt2_alloc_activations(&m, st.B, st.T, (size_t)64 << 20, 1);
+    const size_t n = m.num_parameters;
+    test_check(n == st.num_parameters, "parameter count %zu vs the fixture's %zu", n, st.num_parameters);
+
+    // 1. loss and every gradient tensor of one batch
+    const float loss = train_micro_step(&m, &st, s);
+    test_check(fabs(loss - st.loss) < LOSS_TOL, "model loss %.6f vs PyTorch %.6f (abs err %.2e, bound %.0e)", loss,
+               st.loss, fabs(loss - st.loss), LOSS_TOL);
+    float *grads = (float *)malloc(n * sizeof(float)), *grads2 = (float *)malloc(n * sizeof(float));
+    cudaCheck(cudaMemcpy(grads, m.grads, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const ParameterTensor *pt = &m.tensors[i];
+        const double e = rel_l2_f32(grads + pt->offset, st.grads + pt->offset, pt->numel);
+        test_check(e < GRAD_TOL, "gradient of %-8s rel L2 %.2e (bound %.0e)", pt->name, e, GRAD_TOL);
+    }
+    // 3. determinism
+    train_micro_step(&m, &st, s);
+    cudaCheck(cudaMemcpy(grads2, m.grads, n * sizeof(float), cudaMemcpyDeviceToHost));
+    test_check(memcmp(grads, grads2, n * sizeof(float)) == 0, "the same batch twice: bitwise the same gradients");
+
+    // 2. the fixture's AdamW runs, each from the fixture's parameters
+    for (int run = 0; run < st.n_runs; run++) {
+        gpt2_upload_params(&m, ref.params);  // the fixture's fp32 parameters, llm.c's order
+        cudaCheck(cudaMemset(m.m, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(m.v, 0, n * sizeof(float)));
+        double worst = 0.0;
+        for (int k = 0; k < st.n_steps; k++) {
+            const float l = train_micro_step(&m, &st, s);
+            const float norm = gpt2_grad_norm(&m, s);
+            const float scale = st.grad_clip > 0.0f && norm > st.grad_clip ? st.grad_clip / norm : 1.0f;
+            gpt2_update(&m, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay[run], scale, k + 1, s);
+            const double e = fabs((double)l - st.losses[run * st.n_steps + k]);
+            if (!(e <= worst)) worst = e;  // NaN propagates
+            printf("      run %d step %2d: loss %.6f vs PyTorch %.6f, norm %.4f vs %.4f\n", run, k + 1, l,
+                   st.losses[run * st.n_steps + k], norm, st.norms[run * st.n_steps + k]);
+        }
+        test_check(worst < LOSS_TOL, "AdamW run %d (weight decay %.2f): %d step losses within %.2e of PyTorch's (bound %.0e)",
+                   run, st.weight_decay[run], st.n_steps, worst, LOSS_TOL);
+    }
+    free(grads);
+    free(grads2);
+    gpt2_free(&m);
+    gpt2ref_state_free(&st);
+    gpt2ref_free(&ref);
+    cudaCheck(cudaStreamDestroy(s));
+}
+
+// One training step of the real loop's shape (zero, micro-steps, clip, AdamW); its loss.
+static float train_step(GPT2 *m, DataLoader *loader, int B, int T, int step, cudaStream_t s) {
+    gpt2_zero_grad(m, s);
+    dataloader_next_batch(loader);
+    gpt2_set_batch(m, loader->inputs, loader->targets, B, T, 1, s);
+    gpt2_forward_train(m, B, T, 0, s);
+    gpt2_backward(m, B, T, s);
+    const float norm = gpt2_grad_norm(m, s);
+    gpt2_update(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0f ? 1.0f / norm : 1.0f, step + 1, s);
+    float loss = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&loss, m->acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    return loss;
+}
+
+// 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses
+static void test_resume_bitwise(void) {
+    const int B = 4, T = 64, steps = 4, at = 2;
+    char dir[] = "/tmp/train_gpt_resume_XXXXXX";
+    if (!test_check(mkdtemp(dir) != NULL, "mkdtemp for the resume test")) return;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    float straight[8], resumed[8];
+    MultiGpu single;
+    memset(&single, 0, sizeof(single));
+    single.nproc = 1;
+    {
+        GPT2 m;
+        gpt2_build(&m, "d6", 0);
+        gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1);
+        DataLoader loader;
+        dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
+        for (int k = 0; k < steps; k++) {
+            if (k == at) write_checkpoint(&m, &loader, dir, k, &single);
+            straight[k] = train_step(&m, &loader, B, T, k, s);
+        }
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    {
+        GPT2 m;
+        gpt2_build(&m, "d6", 0);
+        gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1);
+        DataLoader loader;
+        dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
+        const int step = resume_checkpoint(&m, &loader, dir, &single);
+        test_check(step == at, "resume finds the checkpoint of step %d (got %d)", at, step);
+        for (int k = at; k < steps; k++) resumed[k] = train_step(&m, &loader, B, T, k, s);
+        dataloader_free(&loader);
+        gpt2_free(&m);
+    }
+    int same = 1;
+    for (int k = at; k < steps; k++) {
+        printf("      step %d: loss %.9g straight, %.9g resumed\n", k + 1, straight[k], resumed[k]);
+        same &= memcmp(&straight[k], &resumed[k], sizeof(float)) == 0;
+    }
+    test_check(same && isfinite(straight[steps - 1]) && straight[steps - 1] < straight[0],
+               "resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
+               straight[0], straight[steps - 1]);
+    cudaCheck(cudaStreamDestroy(s));
+}
+
+int main(void) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        fprintf(stderr, "test_train_gpu: no CUDA device\n");
+        return 2;
+    }
+    test_basic_kernels();
+    test_matmul();
+    test_attention();
+    test_model_vs_pytorch();
+    test_resume_bitwise();
+    return test_summary();
+}
