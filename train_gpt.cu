@@ -300,7 +300,8 @@ static float *alloc_actf(GPT2 *m, size_t elems) {
 }
 
 // Activations for batches of up to B x T tokens, and flce's workspace within flce_budget.
-static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps) {
+static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps,
+                                   int bf16_logits) {
     const GPT2Config *c = &m->config;
     const size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers;
     const int NH = c->num_heads;
@@ -361,6 +362,7 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     fc->d_weight_dtype = FLCE_FP32;
     fc->accumulate_d_weight = 1;  // onto the encoder's part of d(wte), over micro-steps too
     fc->grad_scale = 1.0f / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
+    fc->bf16_logits = bf16_logits;
     flce_status st = flce_workspace_size(fc, flce_budget, &m->flce_ws_bytes);
     if (st != FLCE_OK) {
         fprintf(stderr, "Error: flce workspace: %s (needs %zu bytes)\n", flce_status_string(st), m->flce_ws_bytes);
@@ -731,6 +733,7 @@ static void usage(void) {
     printf("  -r <int>    recompute: 1 recomputes GELU in the backward (default 1; 0 is the same here)\n");
     printf("  -w <int>    fp32 master weights (default 1; required)\n");
     printf("  -f <int>    flce workspace budget in MiB (default 1024)\n");
+    printf("  -fl <int>   flce logits in fp32 (1: exact LSE) or bf16 (0, as llm.c; default 1)\n");
     printf("  -h          this help\n");
 }
 
@@ -739,17 +742,19 @@ int main(int argc, char **argv) {
     const char *model_arg = "d12", *out_dir = NULL, *schedule = "cosine";
     int B = 4, T = 1024, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_max = 20;
     int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, recompute = 1, master = 1;
-    int padded_vocab = 0, flce_mib = 1024;
+    int padded_vocab = 0, flce_mib = 1024, flce_fp32_logits = 1;
     float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { usage(); return 0; }
-        if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) != 2) {
+        if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) < 2 || strlen(argv[i]) > 3) {
             fprintf(stderr, "Error: bad argument '%s' (flags are -x value; see -h)\n", argv[i]);
             return 1;
         }
         const char f = argv[i][1];
         const char *v = argv[i + 1];
-        if (f == 'i') train_glob = v;
+        if (strcmp(argv[i], "-fl") == 0) flce_fp32_logits = atoi(v);
+        else if (strlen(argv[i]) != 2) { fprintf(stderr, "Error: unknown flag %s (see -h)\n", argv[i]); return 1; }
+        else if (f == 'i') train_glob = v;
         else if (f == 'j') val_glob = v;
         else if (f == 'e') model_arg = v;
         else if (f == 'o') out_dir = v;
@@ -775,8 +780,10 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "Error: unknown flag -%c (see -h)\n", f); return 1; }
     }
     if (B < 1 || T < 1 || flce_mib < 1 || master != 1 || (recompute != 0 && recompute != 1) ||
+        (flce_fp32_logits != 0 && flce_fp32_logits != 1) ||
         (strcmp(schedule, "cosine") && strcmp(schedule, "linear") && strcmp(schedule, "constant") && strcmp(schedule, "wsd"))) {
-        fprintf(stderr, "Error: bad value among -b %d -t %d -f %d -w %d -r %d -k %s\n", B, T, flce_mib, master, recompute, schedule);
+        fprintf(stderr, "Error: bad value among -b %d -t %d -f %d -fl %d -w %d -r %d -k %s\n", B, T, flce_mib,
+                flce_fp32_logits, master, recompute, schedule);
         return 1;
     }
 
@@ -810,7 +817,7 @@ int main(int argc, char **argv) {
     dataloader_init_eval(&val_loader, val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc);
     if (max_steps < 0) max_steps = (int)(train_loader.num_tokens / total_batch);
     const int val_batches = val_max < 0 || (size_t)val_max > val_loader.num_batches ? (int)val_loader.num_batches : val_max;
-    gpt2_alloc_activations(&model, B, T, (size_t)flce_mib << 20, grad_accum);
+    gpt2_alloc_activations(&model, B, T, (size_t)flce_mib << 20, grad_accum, !flce_fp32_logits);
     Tokenizer tok;
     tokenizer_init(&tok, "data/gpt2_tokenizer.bin");
 
@@ -845,6 +852,7 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50zu |\n", "parameters", np);
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
+        printf("| %-21s | %-50s |\n", "flce logits", flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
         printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", "H100/H200 SXM 989 TFLOP/s dense");
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);
@@ -880,7 +888,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&val_token_loss, (size_t)B * T * sizeof(float)));
     cudaCheck(cudaMalloc(&val_sum, sizeof(float)));
     uint64_t sample_rng = 1337;
-    double tok_per_s_ema = 0.0;
+    double tok_per_s_ema = 0.0, ema_weight = 0.0;
     float *losses = (float *)malloc_check((size_t)grad_accum * sizeof(float));
 
     for (int step = start_step; step <= max_steps; step++) {
@@ -946,11 +954,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "Error: the loss is %f at step %d: stopping\n", loss, step + 1);
             return 1;
         }
+        // tokens/s: an exponential average (bias-corrected) from the second step on, since the
+        // first carries one-time setup (cuBLASLt heuristics, allocations)
         const double tok_per_s = total_batch / (ms / 1e3);
-        tok_per_s_ema = step == start_step ? tok_per_s : 0.95 * tok_per_s_ema + 0.05 * tok_per_s;
-        const double mfu = flops_per_token * tok_per_s / 989e12 / mg.nproc * 100.0;
+        if (step > start_step) {
+            tok_per_s_ema = 0.9 * tok_per_s_ema + 0.1 * tok_per_s;
+            ema_weight = 0.9 * ema_weight + 0.1;
+        }
+        const double tok_per_s_shown = ema_weight > 0.0 ? tok_per_s_ema / ema_weight : tok_per_s;
+        const double mfu = flops_per_token * tok_per_s_shown / 989e12 / mg.nproc * 100.0;
         if (main_rank) printf("step %4d/%d | loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s\n",
-               step + 1, max_steps, loss, norm, step_lr, ms, mfu, tok_per_s_ema);
+               step + 1, max_steps, loss, norm, step_lr, ms, mfu, tok_per_s_shown);
         if (log) { fprintf(log, "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, step_lr, norm); fflush(log); }
     }
     if (log) fclose_check(log);

@@ -25,8 +25,8 @@ that is the price of determinism without a dS buffer.
 Fragments: mma.sync.m16n8k16 bf16 with fp32 accumulators, operands read with ldmatrix (.trans
 for the k-major operands V, dO, Q, K of the second matmuls) from padded shared-memory rows
 (hs + 8 elements: 16-byte aligned, no bank conflicts); -DATTN_LDMATRIX=0 reads them with plain
-loads instead (a cross-check). Tiles are loaded with 16-byte accesses, rows past T
-zero-filled, no software pipelining: the 2-3 resident blocks per SM hide the load latency.
+loads instead (a cross-check). Tiles are copied with 16-byte cp.async, rows past T zero-filled;
+no double buffering: the 2-4 resident blocks per SM hide the load latency.
 
 Indices: everything that scales with B*T*C or B*NH*T is size_t (attn_*_index below, checked
 by the test at B*T*3C > 2^32); the grid is (B*NH, ceil(T/64)), heaviest tiles first.
@@ -188,17 +188,35 @@ static __device__ __forceinline__ void attn_c_to_a(uint32_t a[4], const float c0
     a[3] = attn_pack(c1[2], c1[3]);
 }
 
+// 16 bytes global -> shared without a register round trip (cp.async, sm_80+); complete after
+// attn_cp_wait() in the issuing thread, visible to the block after a __syncthreads() that follows
+static __device__ __forceinline__ void attn_cp16(floatX *sdst, const floatX *gsrc) {
+#if defined(__CUDA_ARCH__)
+    const unsigned d = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(gsrc) : "memory");
+#else
+    *reinterpret_cast<int4 *>(sdst) = *reinterpret_cast<const int4 *>(gsrc);
+#endif
+}
+
+static __device__ __forceinline__ void attn_cp_wait(void) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // rows t0 .. t0+rows-1 (HS wide; row t at src + t*stride) into shared dst (leading dim HS+8);
-// rows at or past T are zero. All threads of the block take part.
+// rows at or past T are zero. All threads of the block take part; asynchronous: the data is
+// there after attn_cp_wait() and a __syncthreads().
 template <int HS>
 static __device__ __forceinline__ void attn_load_tile(floatX *dst, const floatX *src, size_t stride, int t0,
                                                       int rows, int T) {
     constexpr int CH = HS / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < rows * CH; c += ATTN_THREADS) {
         const int r = c / CH, cc = (c % CH) * 8;
-        int4 v = make_int4(0, 0, 0, 0);
-        if (t0 + r < T) v = *reinterpret_cast<const int4 *>(src + (size_t)(t0 + r) * stride + cc);
-        *reinterpret_cast<int4 *>(dst + r * (HS + 8) + cc) = v;
+        floatX *d = dst + r * (HS + 8) + cc;
+        if (t0 + r < T) attn_cp16(d, src + (size_t)(t0 + r) * stride + cc);
+        else *reinterpret_cast<int4 *>(d) = make_int4(0, 0, 0, 0);
     }
 }
 
@@ -233,6 +251,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const floatX *kbase = qbase + C, *vbase = qbase + 2 * (size_t)C;
 
     attn_load_tile<HS>(Qs, qbase, stride, q0, ATTN_TILE, T);
+    attn_cp_wait();
     __syncthreads();
     uint32_t qf[KD][4];
 #pragma unroll
@@ -251,6 +270,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads();  // the previous K/V tile is no longer read
         attn_load_tile<HS>(Ks, kbase, stride, k0, ATTN_TILE, T);
         attn_load_tile<HS>(Vs, vbase, stride, k0, ATTN_TILE, T);
+        attn_cp_wait();
         __syncthreads();
 
         float s[NT][4];
@@ -408,6 +428,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             lse_s[i] = in ? lse[attn_row_index(bh, q0 + i, T)] : 0.0f;
             D_s[i] = in ? Dvec[attn_row_index(bh, q0 + i, T)] : 0.0f;
         }
+        attn_cp_wait();  // (the first time also the K/V tile)
         __syncthreads();
 
         // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x BQ queries
@@ -524,9 +545,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     for (int kt = 0; kt < nkt; kt++) {
         const int k0 = kt * ATTN_TILE;
-        __syncthreads();  // Q/dO visible (first pass); the previous K/V tile no longer read
+        __syncthreads();  // the previous K/V tile is no longer read
         attn_load_tile<HS>(Ks, kbase, stride, k0, ATTN_TILE, T);
         attn_load_tile<HS>(Vs, vbase, stride, k0, ATTN_TILE, T);
+        attn_cp_wait();  // (the first time also the Q/dO tile)
         __syncthreads();
 
         float s[NT][4], dp[NT][4];
