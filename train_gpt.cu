@@ -188,7 +188,7 @@ static float *grad_ptr(GPT2 *m, int t, int layer) {
 }
 
 // GPT-2 sizes by depth, as llm.c's descriptors ("d12" = GPT-2 124M)
-static int gpt2_config_from_descriptor(const char *desc, int padded_vocab, GPT2Config *c) {
+static int gpt2_config_from_descriptor(const char *desc, int vocab, GPT2Config *c) {
     int depth = 0;
     if (sscanf(desc, "d%d", &depth) != 1 || depth < 1) return -1;
     int channels = 0, heads = 0;
@@ -201,9 +201,10 @@ static int gpt2_config_from_descriptor(const char *desc, int padded_vocab, GPT2C
     default: return -1;
     }
     c->max_seq_len = 1024;
-    c->vocab_size = 50257;
-    c->padded_vocab_size = padded_vocab > 0 ? padded_vocab : 50304;
-    if (c->padded_vocab_size < c->vocab_size) c->vocab_size = c->padded_vocab_size;
+    // GPT-2's 50257 tokens padded to 50304, or a vocabulary of `vocab` tokens (-V), padded to a
+    // multiple of 128 as llm.c pads
+    c->vocab_size = vocab > 0 ? vocab : 50257;
+    c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
     c->num_layers = depth;
     c->num_heads = heads;
     c->channels = channels;
@@ -262,10 +263,10 @@ static void gpt2_alloc_params(GPT2 *m) {
 }
 
 // From an llm.c model file (v3 fp32 or v5 bf16) or a depth descriptor such as "d12".
-static void gpt2_build(GPT2 *m, const char *model_arg, int padded_vocab) {
+static void gpt2_build(GPT2 *m, const char *model_arg, int vocab) {
     memset(m, 0, sizeof(*m));
     float *host = NULL;
-    if (model_arg[0] == 'd' && gpt2_config_from_descriptor(model_arg, padded_vocab, &m->config) == 0) {
+    if (model_arg[0] == 'd' && gpt2_config_from_descriptor(model_arg, vocab, &m->config) == 0) {
         gpt2_alloc_params(m);
         host = (float *)malloc_check(m->num_parameters * sizeof(float));
         gpt2_init_random(m, host);
@@ -597,7 +598,7 @@ static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int *gen_
         const float coin = (float)(random_u32(rng) >> 8) / 16777216.0f;
         const int next = sample_softmax(logits, V, coin);  // the padded rows are never sampled
         gen_buf[pos] = next;
-        if (tok->init_ok) tokenizer_print_token(stdout, tok, (uint32_t)next);
+        if (tok->init_ok && (uint32_t)next < tok->vocab_size) tokenizer_print_token(stdout, tok, (uint32_t)next);
         else printf("%d ", next);
         fflush(stdout);
     }
@@ -713,7 +714,8 @@ static void usage(void) {
     printf("  -i <string> train data glob (default data/tiny_shakespeare_train.bin)\n");
     printf("  -j <string> val data glob (default data/tiny_shakespeare_val.bin)\n");
     printf("  -e <string> model file (llm.c v3/v5) or depth descriptor d6|d12|d24|d36|d48 (default d12)\n");
-    printf("  -V <int>    padded vocabulary of a fresh model (default 50304; e.g. 151936, 176256)\n");
+    printf("  -V <int>    vocabulary of a fresh model (default GPT-2's 50257, padded to 50304; e.g. 151936,\n");
+    printf("              176245: any size, padded to a multiple of 128)\n");
     printf("  -o <string> output dir for main.log and checkpoints (default none)\n");
     printf("  -b <int>    micro-batch size B (default 4)\n");
     printf("  -t <int>    sequence length T (default 1024)\n");
@@ -742,7 +744,7 @@ int main(int argc, char **argv) {
     const char *model_arg = "d12", *out_dir = NULL, *schedule = "cosine";
     int B = 4, T = 1024, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_max = 20;
     int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, recompute = 1, master = 1;
-    int padded_vocab = 0, flce_mib = 1024, flce_fp32_logits = 1;
+    int vocab = 0, flce_mib = 1024, flce_fp32_logits = 1;
     float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { usage(); return 0; }
@@ -772,7 +774,7 @@ int main(int argc, char **argv) {
         else if (f == 'y') resume = atoi(v);
         else if (f == 'r') recompute = atoi(v);
         else if (f == 'w') master = atoi(v);
-        else if (f == 'V') padded_vocab = atoi(v);
+        else if (f == 'V') vocab = atoi(v);
         else if (f == 'f') flce_mib = atoi(v);
         else if (f == 'l') lr = (float)atof(v);
         else if (f == 'q') final_frac = (float)atof(v);
@@ -811,7 +813,7 @@ int main(int argc, char **argv) {
     const int grad_accum = total_batch / tokens_per_micro;
 
     GPT2 model;
-    gpt2_build(&model, model_arg, padded_vocab);
+    gpt2_build(&model, model_arg, vocab);
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, train_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 1);
     dataloader_init_eval(&val_loader, val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc);

@@ -4,14 +4,14 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing]
-#                        [train] [train-b64] [train-bmax]   (default: all of them)
+#                        [train] [train-b64] [train-bmax] [train-vocab] [train-flags]   (default: all)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); train: ./train_gpt as a user
 #   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench-check bench bench-timing train train-b64 train-bmax}"
+steps="${*:-build test fixtures tokens bench-check bench bench-timing train train-b64 train-bmax train-vocab train-flags}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -36,6 +36,9 @@ for s in $steps; do
     train) run_step train timeout 400 ./train_gpt ;;
     train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
+    train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
+    train-flags) for fl in 0 1; do for f in 1024 4096; do
+                     run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
 done
 echo "== failures in the GPU test log =="
@@ -43,7 +46,7 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
-for f in train train_b64 train_bmax; do
+for f in train train_b64 train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
 done
 for f in bench_timing; do
