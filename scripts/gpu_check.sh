@@ -4,7 +4,8 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing]
-#                        [train] [train-b64] [train-bmax] [train-vocab] [train-flags]   (default: all)
+#                        [train] [train-b64] [train-bmax] [train-vocab] [train-flags] [train-mpi]
+#   (default: all but train-mpi, which needs 2 GPUs: mpirun -np 2)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); train: ./train_gpt as a user
 #   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
 set -uo pipefail
@@ -37,6 +38,8 @@ for s in $steps; do
     train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
+    train-mpi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+                   run_step train_mpi timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt -b 16 -x 20 -v 10 -s 0 -o /tmp/mpi_run -n 10 ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
@@ -46,7 +49,7 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
-for f in train train_b64 train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
+for f in train train_mpi train_b64 train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
 done
 for f in bench_timing; do
