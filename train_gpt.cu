@@ -219,7 +219,7 @@ static void gpt2_init_random(GPT2 *m, float *host) {
     mt19937_state rng;
     manual_seed(&rng, 42);
     memset(host, 0, m->num_parameters * sizeof(float));
-    const float residual_std = 0.02f / sqrtf(2.0f * (float)L);
+    const double residual_std = 0.02 / sqrt(2.0 * (double)L);  // in double, as PyTorch computes it
     normal_(host + m->tensors[T_WTE].offset, (size_t)c->vocab_size * C, 0.0, 0.02, &rng);
     normal_(host + m->tensors[T_WPE].offset, (size_t)c->max_seq_len * C, 0.0, 0.02, &rng);
     for (size_t l = 0; l < L; l++) {
