@@ -165,6 +165,36 @@ static __device__ __forceinline__ void attn_load_b2_nk(uint32_t b[4], const floa
 #endif
 }
 
+// acc1 = A1 B1^T and acc2 = A2 B2^T for this warp's 16 rows of A1, A2 (rows warp*16..) and the
+// N*8 rows of B1, B2, k = KD*16 deep (row-major tiles in shared memory, leading dimension ld):
+// the two products of each backward kernel's tile (S and dP, or their transposes).
+template <int N, int KD>
+static __device__ __forceinline__ void attn_two_products(float (*acc1)[4], float (*acc2)[4],
+                                                         const floatX *A1, const floatX *A2,
+                                                         const floatX *B1, const floatX *B2, int ld,
+                                                         int warp, int lane) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc1[n][e] = acc2[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+        uint32_t a1[4], a2[4];
+        attn_load_a(a1, A1, ld, warp * 16, kk * 16, lane);
+        attn_load_a(a2, A2, ld, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) {
+            uint32_t b1[4], b2[4];
+            attn_load_b2_nk(b1, B1, ld, n * 8, kk * 16, lane);
+            attn_mma(acc1[n], a1, b1);
+            attn_mma(acc1[n + 1], a1, b1 + 2);
+            attn_load_b2_nk(b2, B2, ld, n * 8, kk * 16, lane);
+            attn_mma(acc2[n], a2, b2);
+            attn_mma(acc2[n + 1], a2, b2 + 2);
+        }
+    }
+}
+
 // the same for a matrix stored k-major: element (k, n) at m[k*ld + n]
 static __device__ __forceinline__ void attn_load_b2_kn(uint32_t b[4], const floatX *m, int ld, int k0, int n0,
                                                        int lane) {
@@ -433,26 +463,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
         // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x BQ queries
         float st[NQ][4], dpt[NQ][4];
-#pragma unroll
-        for (int nq = 0; nq < NQ; nq++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) st[nq][e] = dpt[nq][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t ka[4], va[4];
-            attn_load_a(ka, Ks, LD, warp * 16, kk * 16, lane);
-            attn_load_a(va, Vs, LD, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int nq = 0; nq < NQ; nq += 2) {
-                uint32_t bq[4], bd[4];
-                attn_load_b2_nk(bq, Qs, LD, nq * 8, kk * 16, lane);
-                attn_mma(st[nq], ka, bq);
-                attn_mma(st[nq + 1], ka, bq + 2);
-                attn_load_b2_nk(bd, dOs, LD, nq * 8, kk * 16, lane);
-                attn_mma(dpt[nq], va, bd);
-                attn_mma(dpt[nq + 1], va, bd + 2);
-            }
-        }
+        attn_two_products<NQ, KD>(st, dpt, Ks, Vs, Qs, dOs, LD, warp, lane);
 
         // P^T from the saved lse (zero for query < key and for queries past T); dS^T
         const bool need_mask = q0 < k0 + ATTN_TILE || q0 + BQ > T;
@@ -551,27 +562,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         attn_cp_wait();  // (the first time also the Q/dO tile)
         __syncthreads();
 
+        // S = Q K^T and dP = dO V^T for this warp's 16 queries x 64 keys
         float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t qa[4], da[4];
-            attn_load_a(qa, Qs, LD, warp * 16, kk * 16, lane);
-            attn_load_a(da, dOs, LD, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int nt = 0; nt < NT; nt += 2) {
-                uint32_t bk[4], bv[4];
-                attn_load_b2_nk(bk, Ks, LD, nt * 8, kk * 16, lane);
-                attn_mma(s[nt], qa, bk);
-                attn_mma(s[nt + 1], qa, bk + 2);
-                attn_load_b2_nk(bv, Vs, LD, nt * 8, kk * 16, lane);
-                attn_mma(dp[nt], da, bv);
-                attn_mma(dp[nt + 1], da, bv + 2);
-            }
-        }
+        attn_two_products<NT, KD>(s, dp, Qs, dOs, Ks, Vs, LD, warp, lane);
 
         const bool need_mask = k0 + ATTN_TILE > q0 || k0 + ATTN_TILE > T;
 #pragma unroll
