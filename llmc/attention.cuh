@@ -28,8 +28,10 @@ for the k-major operands V, dO, Q, K of the second matmuls) from padded shared-m
 loads instead (a cross-check). Tiles are copied with 16-byte cp.async, rows past T zero-filled;
 no double buffering: the 2-4 resident blocks per SM hide the load latency.
 
-Indices: everything that scales with B*T*C or B*NH*T is size_t (attn_*_index below, checked
-by the test at B*T*3C > 2^32); the grid is (B*NH, ceil(T/64)), heaviest tiles first.
+Indices: everything that scales with B*T*C or B*NH*T is size_t (attn_*_index below; the test
+checks their math past 2^32 and runs B*T*3C > 2^31 for real); nothing of size B*NH*T*T exists.
+The grid is (B*NH, ceil(T/64)), the heaviest tiles first. dK/dV use query tiles of 32 at
+hs = 128 (registers). ptxas: no spills at any hs (sm_90; 128-172 registers at hs = 64).
 Requirements (checked on the host): hs in {16, 32, 64, 128}; qkv, out, dout, dqkv 16-byte
 aligned; B*NH <= 2^31 - 1 and T <= 64 * 65535. dqkv must not alias the inputs.
 No cuBLAS handle is used. The forward needs no scratch; `saved` may be NULL for a forward

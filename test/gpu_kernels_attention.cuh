@@ -16,7 +16,8 @@ What is checked:
   - 64-bit indexing: the index helpers and the grid at sizes past 2^31 / 2^32 (host math),
     and one real run with B*T*3C > 2^31 (B = 1024, T = 1024, C = 768: about 13 GB of GPU
     memory, skipped when it cannot be allocated), checked on three sampled heads, including
-    the last one, plus a full non-finite scan of out and dqkv on the GPU.
+    the last one, plus a full non-finite scan of out and dqkv on the GPU; its forward and
+    backward times are printed (an "info" line, not a check).
 */
 #ifndef GPU_KERNELS_ATTENTION_CUH
 #define GPU_KERNELS_ATTENTION_CUH
