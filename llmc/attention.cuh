@@ -197,7 +197,7 @@ static __device__ __forceinline__ void attn_two_products(float (*acc1)[4], float
     }
 }
 
-// the same for a matrix stored k-major: element (k, n) at m[k*ld + n]
+// B fragments as attn_load_b2_nk, of a matrix stored k-major: element (k, n) at m[k*ld + n]
 static __device__ __forceinline__ void attn_load_b2_kn(uint32_t b[4], const floatX *m, int ld, int k0, int n0,
                                                        int lane) {
 #if ATTN_LDMATRIX
