@@ -27,7 +27,8 @@ targets (ignore_index -100):
                buffer; every vocab tile races on the same d_h rows (not deterministic).
   v5 flce      the library (flce/flce.h), flce_forward_backward with a 1 GiB workspace
                budget, "flce lean" with 160 MiB (both with the library's default fp32
-               logits), and "flce bf16 logits" (1 GiB, cfg.bf16_logits = 1).
+               logits; the planner takes the tile schedule where it models it faster),
+               and the two with cfg.bf16_logits = 1.
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
 
@@ -718,17 +719,21 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     flceCheck(st, NULL);
     WORK_ALLOC(w->flce_ws, void *, bytes);
     w->flce_ws_bytes = bytes;
-    const int64_t chunk = flce_chunk_tokens(&w->cfg, bytes);
+    const int64_t chunk = flce_chunk_tokens(&w->cfg, bytes), vtile = flce_vocab_tile(&w->cfg, bytes);
+    char tiles[96] = "";
+    if (vtile < P->V)
+        snprintf(tiles, sizeof(tiles), " x vocab tiles of %lld (%lld tiles, 4 GEMMs)", (long long)vtile,
+                 (long long)ceil_div(P->V, vtile));
     // a fresh context per configuration, so that FLCE_TIMING=1 (which prints the per-phase
     // times of a context when it is destroyed) reports each configuration on its own
     flce_destroy(g_flce);
-    fprintf(stderr, "flce config: %lldx%lldx%lld, budget %.0f MiB, chunk %lld, %s logits\n",
+    fprintf(stderr, "flce config: %lldx%lldx%lld, budget %.0f MiB, chunk %lld%s, %s logits\n",
             (long long)P->N, (long long)P->H, (long long)P->V, (double)budget / 1048576.0,
-            (long long)chunk, bf16_logits ? "bf16" : "fp32");
+            (long long)chunk, tiles, bf16_logits ? "bf16" : "fp32");
     flceCheck(flce_create(&g_flce), NULL);
-    snprintf(w->note, sizeof(w->note), "budget %.0f MiB: chunk %lld tokens (%lld chunks), %s logits",
+    snprintf(w->note, sizeof(w->note), "budget %.0f MiB: chunk %lld tokens (%lld chunks)%s, %s logits",
              (double)budget / 1048576.0, (long long)chunk, (long long)(chunk > 0 ? ceil_div(P->N, chunk) : 0),
-             bf16_logits ? "bf16" : "fp32");
+             tiles, bf16_logits ? "bf16" : "fp32");
     return 0;
 }
 
@@ -742,6 +747,10 @@ static int flce_setup_lean(const Problem *P, Work *w, char *why, size_t why_len)
 
 static int flce_setup_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
     return flce_setup_budget(P, w, (size_t)1 << 30, 1, why, why_len);
+}
+
+static int flce_setup_lean_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
+    return flce_setup_budget(P, w, (size_t)160 << 20, 1, why, why_len);
 }
 
 static void flce_run(const Problem *P, Work *w) {
@@ -765,6 +774,7 @@ static const Version g_versions[] = {
     {"flce", 5, flce_setup_1g, flce_run},
     {"flce lean", 5, flce_setup_lean, flce_run},
     {"flce bf16 logits", 5, flce_setup_bf16_logits, flce_run},
+    {"flce lean bf16 logits", 5, flce_setup_lean_bf16_logits, flce_run},
 };
 #define N_VERSIONS ((int)(sizeof(g_versions) / sizeof(g_versions[0])))
 

@@ -174,90 +174,181 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
     if (cfg->max_chunk_tokens < 0)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "max_chunk_tokens = %lld must be >= 0",
                          (long long)cfg->max_chunk_tokens);
+    if (cfg->max_vocab_tile != 0 && cfg->max_vocab_tile < FLCE_VOCAB_ALIGN)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "max_vocab_tile = %lld must be 0 (the planner's choice) or >= %d",
+                         (long long)cfg->max_vocab_tile, FLCE_VOCAB_ALIGN);
     return FLCE_OK;
 }
 
 // ----------------------------------------------------------------------------------------
-// the chunk planner: the workspace layout for a config and a byte budget
+// the planner: a schedule and the workspace layout for a config and a byte budget
 
 typedef struct {
     int64_t chunk;       // tokens per chunk (0: does not fit)
     int64_t n_chunks;
-    int64_t ldl;         // row stride of the chunk buffer, in logits (of logits_size bytes)
+    int64_t vocab_tile;  // vocabulary columns per tile: Vp for the chunk schedule
+    int64_t n_vtiles;    // 1: chunk schedule (3 GEMMs); > 1: tile schedule (4 GEMMs)
+    int64_t ldl;         // row stride of the logits buffer, in logits (of logits_size bytes)
     size_t logits_size;  // 4: fp32 logits; 2: bf16 logits (bf16_logits = 1)
     int64_t ldd;         // row stride of dlogits, written in place, in elements of dtype
     int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
-    int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden cut along Vp
-    int64_t vocab_cut;   // Vp rounded down to FLCE_VOCAB_ALIGN (0 or Vp: no cut)
+    int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden over vocabulary parts
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
-        off_dw32, off_ones, off_dh32, off_logits, total;
+        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_logits, total;
 } flce_plan;
 
 static size_t flce_align_up(size_t x) { return (x + FLCE_ALIGN - 1) / FLCE_ALIGN * FLCE_ALIGN; }
 
-// Lays out the workspace for chunks of `chunk` tokens; returns the total bytes.
-static size_t flce_layout(const flce_config *cfg, int64_t chunk, int dw_accumulator,
+static int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
+// (>= Vp: the whole vocabulary, no tiles); returns the total bytes.
+static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator,
                           flce_plan *p) {
+    const int64_t Vp = cfg->vocab_padded;
     size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
     size_t o = 0;
     p->chunk = chunk;
-    p->ldl = (cfg->vocab_padded + FLCE_LDL_MULTIPLE - 1) / FLCE_LDL_MULTIPLE * FLCE_LDL_MULTIPLE;
+    p->vocab_tile = vtile < Vp ? vtile : Vp;
+    p->n_vtiles = (Vp + p->vocab_tile - 1) / p->vocab_tile;
+    const int tiled = p->n_vtiles > 1;
+    p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (cfg->dtype == FLCE_BF16 && cfg->bf16_logits) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
-    p->vocab_cut = cfg->vocab_padded / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN;
-    p->dh_accumulator = p->vocab_cut > 0 && p->vocab_cut < cfg->vocab_padded &&
-                        cfg->d_hidden_dtype == FLCE_BF16;
+    // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
+    const int64_t cut = Vp / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN;
+    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (cut > 0 && cut < Vp));
     p->dw_accumulator = dw_accumulator;
     p->off_lt = o;            o = flce_align_up(o + FLCE_LT_WORKSPACE);
     p->off_scalars = o;       o = flce_align_up(o + sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_align_up(o + n * sizeof(float));
     p->off_token_lse = o;     o = flce_align_up(o + n * sizeof(float));
     p->off_target_logit = o;  o = flce_align_up(o + n * sizeof(float));
-    p->off_db32 = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)cfg->vocab_padded * 4 : 0));
+    p->off_db32 = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)Vp * 4 : 0));
     p->off_dw32 = o;
-    o = flce_align_up(o + (dw_accumulator ? (size_t)cfg->vocab_padded * cfg->hidden * 4 : 0));
+    o = flce_align_up(o + (dw_accumulator ? (size_t)Vp * cfg->hidden * 4 : 0));
     p->off_ones = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)chunk * es : 0));
     p->off_dh32 = o;          o = flce_align_up(o + (p->dh_accumulator ? (size_t)chunk * cfg->hidden * 4 : 0));
+    p->off_tile_stats = o;    o = flce_align_up(o + (tiled ? (size_t)chunk * sizeof(flce_row_stats) : 0));
+    p->off_tile_grad = o;     o = flce_align_up(o + (tiled ? (size_t)chunk * sizeof(flce_row_grad) : 0));
     p->off_logits = o;        o = flce_align_up(o + (size_t)chunk * p->ldl * p->logits_size);
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
     return o;
 }
 
-// Largest chunk (<= N, <= max_chunk_tokens) whose layout fits budget, with or without the
-// d_weight accumulator; 0 if not even one token fits. The layout grows with the chunk, so a
-// binary search finds it exactly.
-static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int dw_accumulator) {
+// Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
+// one token fits. The layout grows with the chunk, so a binary search finds it exactly.
+static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
+                              int dw_accumulator) {
     flce_plan p;
-    int64_t lo = 0, hi = cfg->n_tokens;
-    if (cfg->max_chunk_tokens > 0 && hi > cfg->max_chunk_tokens) hi = cfg->max_chunk_tokens;
+    int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_layout(cfg, mid, dw_accumulator, &p) <= budget) lo = mid; else hi = mid - 1;
+        if (flce_layout(cfg, mid, vtile, dw_accumulator, &p) <= budget) lo = mid; else hi = mid - 1;
     }
     return lo;
 }
 
-// needs_dw: this call produces d_weight (the accumulator is only for a bf16 one).
-static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, flce_plan *p) {
-    int64_t c = flce_fit_chunk(cfg, budget, 0);
-    int dw_acc = 0;
-    int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
-    if (bf16_dw && (c < cfg->n_tokens || cfg->accumulate_d_weight)) {
-        // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
-        dw_acc = 1;
-        c = flce_fit_chunk(cfg, budget, 1);
+// Largest vocabulary tile (a multiple of FLCE_VOCAB_ALIGN, < Vp, <= hi) for chunks of `chunk`
+// tokens that fits budget; 0 if none.
+static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chunk, int64_t hi,
+                              int dw_accumulator) {
+    flce_plan p;
+    int64_t lo = 0;
+    hi /= FLCE_VOCAB_ALIGN;  // in units of FLCE_VOCAB_ALIGN columns
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (flce_layout(cfg, chunk, mid * FLCE_VOCAB_ALIGN, dw_accumulator, &p) <= budget) lo = mid;
+        else hi = mid - 1;
     }
-    if (c > 0 && c < cfg->n_tokens) {
-        // whole multiples of the GEMM tile, balanced so the last chunk is not a sliver
-        if (c >= FLCE_CHUNK_MULTIPLE) c = c / FLCE_CHUNK_MULTIPLE * FLCE_CHUNK_MULTIPLE;
-        int64_t n_chunks = (cfg->n_tokens + c - 1) / c;
-        int64_t balanced = (cfg->n_tokens + n_chunks - 1) / n_chunks;
-        if (c >= FLCE_CHUNK_MULTIPLE)
-            balanced = (balanced + FLCE_CHUNK_MULTIPLE - 1) / FLCE_CHUNK_MULTIPLE * FLCE_CHUNK_MULTIPLE;
-        if (balanced < c) c = balanced;
+    return lo * FLCE_VOCAB_ALIGN;
+}
+
+// Spreads n items over parts of at most c (a multiple of `multiple` when c is): the same
+// number of parts, each as even as the multiple allows, so the last is not a sliver.
+static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
+    if (c <= 0 || c >= n) return c;
+    if (c >= multiple) c = c / multiple * multiple;
+    int64_t parts = (n + c - 1) / c;
+    int64_t even = (n + parts - 1) / parts;
+    if (c >= multiple) even = flce_round_up(even, multiple);
+    return even < c ? even : c;
+}
+
+/*
+The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
+whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
+once for the row statistics and once more for the gradients). The terms are what the H200
+measurements in dev/RESULTS.md show: GEMMs at ~660 TFLOP/s, slower when the chunk or tile is
+short (a k or n of 128 halves the rate); the bytes the row passes and the logits GEMMs move
+per logit; the fp32 d_W read and written again by every chunk after the first; the fp32 d_h
+of a chunk read and written by every tile; and a few microseconds per launch. Only the
+comparison of two schedules matters, not the absolute value.
+*/
+static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
+    const double rate = 6.6e14, bandwidth = 3.5e12, launch = 3e-6;
+    const double N = (double)cfg->n_tokens, H = (double)cfg->hidden, Vp = (double)cfg->vocab_padded;
+    const double es = (double)flce_dtype_size(cfg->dtype), ls = (double)p->logits_size;
+    const int tiled = p->n_vtiles > 1;
+    const double shortest = (double)(p->chunk < p->vocab_tile ? p->chunk : p->vocab_tile);
+    const double gemms = backward ? (tiled ? 4.0 : 3.0) : 1.0;
+    double t = gemms * 2.0 * N * Vp * H / rate * (1.0 + 128.0 / shortest);
+    // per logit: the GEMM writes of it and the row passes (read twice, dlogits written)
+    double bytes = N * Vp * (backward ? (tiled ? 4.0 : 3.0) * ls + es : 2.0 * ls);
+    if (backward && needs_dw) bytes += (double)(p->n_chunks - 1) * Vp * H * 8.0;
+    if (backward && tiled) bytes += (double)p->n_vtiles * N * H * 8.0;
+    t += bytes / bandwidth;
+    t += (double)(p->n_chunks * p->n_vtiles) * (backward ? (tiled ? 7.0 : 5.0) : 2.0) * launch;
+    return t;
+}
+
+// needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
+// it produces gradients at all. The chunk schedule is taken whenever a chunk fits and the
+// model does not find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
+static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward,
+                           flce_plan *p) {
+    const int64_t N = cfg->n_tokens, Vp = cfg->vocab_padded;
+    int64_t max_chunk = N;
+    if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
+    const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
+    double best_cost = 0.0;
+    p->chunk = 0;
+    flce_plan cand;
+    // the chunk schedule: the whole vocabulary per chunk
+    if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= Vp) {
+        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, Vp, 0);
+        int dw_acc = 0;
+        if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
+            // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
+            dw_acc = 1;
+            c = flce_fit_chunk(cfg, budget, max_chunk, Vp, 1);
+        }
+        if (c > 0) {
+            flce_layout(cfg, flce_balance(N, c, FLCE_CHUNK_MULTIPLE), Vp, dw_acc, p);
+            best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
+        }
     }
-    flce_layout(cfg, c, dw_acc, p);
+    // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the
+    // widest vocabulary tile that fits beside it
+    int64_t max_vtile = Vp - 1;
+    if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
+    for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
+        const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
+        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc);
+        if (v > 0) {
+            const int64_t cb = flce_balance(N, c, FLCE_CHUNK_MULTIPLE);
+            flce_layout(cfg, cb, flce_balance(Vp, v, FLCE_VOCAB_ALIGN), dw_acc, &cand);
+            const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
+            if (p->chunk == 0 || cost < best_cost) {
+                *p = cand;
+                best_cost = cost;
+            }
+        }
+        if (c == max_chunk) break;
+    }
+    if (p->chunk == 0) flce_layout(cfg, 0, Vp, 0, p);
 }
 
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes) {
@@ -266,11 +357,12 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
     if (bytes == NULL) return FLCE_ERR_NULL_POINTER;
     if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
     flce_plan p;
-    flce_make_plan(cfg, budget_bytes, 1, &p);
+    flce_make_plan(cfg, budget_bytes, 1, 1, &p);
     if (p.chunk == 0) {
-        // the minimum: one token per chunk, with the accumulator a bf16 d_weight then needs
+        // the minimum: one token and one tile of FLCE_VOCAB_ALIGN columns (or the whole
+        // vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs
         int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-        *bytes = flce_layout(cfg, 1, bf16_dw, &p);
+        *bytes = flce_layout(cfg, 1, FLCE_VOCAB_ALIGN, bf16_dw, &p);
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;
@@ -280,8 +372,15 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, &p);
     return p.chunk;
+}
+
+int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes) {
+    if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
+    flce_plan p;
+    flce_make_plan(cfg, workspace_bytes, 1, 1, &p);
+    return p.chunk > 0 ? p.vocab_tile : 0;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -449,36 +548,32 @@ static void flce_phase_end(flce_context *ctx, cudaStream_t stream, int phase) {
 
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-// The row kernel for one chunk. SIMPLE (no bias, no softcap) compiles those two out of the
-// per-logit work.
-template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
-static cudaError_t flce_launch_rows_as(cudaStream_t stream, TL *logits, int64_t ldl, int64_t rows,
-                                       int64_t row0, int64_t V, const T *bias, const Tgt *targets,
-                                       long long ignore_index, const float *target_logit,
-                                       const float *grad_token_loss,
-                                       const flce_call_scalars *scalars, flce_loss_params lp,
-                                       float *token_loss, float *token_lse) {
-    flce_ce_rows_kernel<T, TL, Tgt, BACKWARD, SIMPLE><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(
-        logits, ldl, row0, V, bias, targets, ignore_index, target_logit, grad_token_loss, scalars,
-        lp, token_loss, token_lse);
+// The row kernel over `rows` rows of the buffer. SIMPLE (no bias, no softcap) compiles those
+// two out of the per-logit work.
+template <typename T, typename TL, typename Tgt, int MODE>
+static cudaError_t flce_launch_rows(cudaStream_t stream, TL *logits, int64_t rows,
+                                    const flce_rows_args<T, Tgt> &a) {
+    if (a.bias == NULL && a.p.softcap == 0.0f)
+        flce_ce_rows_kernel<T, TL, Tgt, MODE, true><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(logits, a);
+    else
+        flce_ce_rows_kernel<T, TL, Tgt, MODE, false><<<(unsigned)rows, FLCE_CE_THREADS, 0, stream>>>(logits, a);
     return cudaGetLastError();
 }
 
-template <typename T, typename TL, typename Tgt, bool BACKWARD>
-static cudaError_t flce_launch_rows(cudaStream_t stream, TL *logits,
-                                    int64_t ldl, int64_t rows, int64_t row0, int64_t V,
-                                    const T *bias, const Tgt *targets, long long ignore_index,
-                                    const float *target_logit, const float *grad_token_loss,
-                                    const flce_call_scalars *scalars, flce_loss_params lp,
-                                    float *token_loss, float *token_lse) {
-    if (bias == NULL && lp.softcap == 0.0f)
-        return flce_launch_rows_as<T, TL, Tgt, BACKWARD, true>(
-            stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
-            grad_token_loss, scalars, lp, token_loss, token_lse);
-    return flce_launch_rows_as<T, TL, Tgt, BACKWARD, false>(
-        stream, logits, ldl, rows, row0, V, bias, targets, ignore_index, target_logit,
-        grad_token_loss, scalars, lp, token_loss, token_lse);
+template <typename T, typename TL, typename Tgt>
+static cudaError_t flce_launch_rows_mode(cudaStream_t stream, int mode, TL *logits, int64_t rows,
+                                         const flce_rows_args<T, Tgt> &a) {
+    switch (mode) {
+    case FLCE_ROWS_FORWARD: return flce_launch_rows<T, TL, Tgt, FLCE_ROWS_FORWARD>(stream, logits, rows, a);
+    case FLCE_ROWS_BACKWARD: return flce_launch_rows<T, TL, Tgt, FLCE_ROWS_BACKWARD>(stream, logits, rows, a);
+    case FLCE_ROWS_TILE_STATS: return flce_launch_rows<T, TL, Tgt, FLCE_ROWS_TILE_STATS>(stream, logits, rows, a);
+    default: return flce_launch_rows<T, TL, Tgt, FLCE_ROWS_TILE_GRAD>(stream, logits, rows, a);
+    }
 }
+
+// A GEMM over vocabulary columns v0 .. v0+w: cut at a multiple of FLCE_VOCAB_ALIGN, so that
+// an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
+static int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
 
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
@@ -496,10 +591,13 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     float *db32 = (float *)(ws + p->off_db32);
     float *dw32 = (float *)(ws + p->off_dw32);
     float *dh32 = (float *)(ws + p->off_dh32);
+    flce_row_stats *tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
+    flce_row_grad *tile_grad = (flce_row_grad *)(ws + p->off_tile_grad);
     T *ones = (T *)(ws + p->off_ones);
     TL *logits = (TL *)(ws + p->off_logits);  // then dlogits (T, row stride ldd), in place
     T *dlogits = (T *)logits;
     const cudaDataType_t logits_type = sizeof(TL) == 4 ? CUDA_R_32F : CUDA_R_16BF;
+    const int tiled = p->n_vtiles > 1;
     int64_t c0 = 0;  // named in GEMM error messages
 
     const int want_dh = backward && t->d_hidden != NULL;
@@ -508,9 +606,10 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     // d_W goes to the fp32 accumulator when the plan has one, else straight to the output
     void *dw_target = p->dw_accumulator ? (void *)dw32 : t->d_weight;
     const cudaDataType_t dw_type = p->dw_accumulator ? CUDA_R_32F : flce_cuda_type(cfg->d_weight_dtype);
+    const size_t dw_es = p->dw_accumulator ? 4 : flce_dtype_size(cfg->d_weight_dtype);
     const int dw_add_first = p->dw_accumulator ? 0 : cfg->accumulate_d_weight;
     const int db_via_acc = cfg->d_bias_dtype == FLCE_BF16;
-    void *db_target = db_via_acc ? (void *)db32 : t->d_bias;
+    float *db_target = db_via_acc ? db32 : (float *)t->d_bias;
     const int db_add_first = db_via_acc ? 0 : cfg->accumulate_d_bias;
 
     flce_phase_begin(ctx, stream);
@@ -530,81 +629,113 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     }
     flce_phase_end(ctx, stream, FLCE_T_PREPARE);
 
-    flce_loss_params lp;
-    lp.label_smoothing = cfg->label_smoothing;
-    lp.z_loss_scale = cfg->z_loss_scale;
-    lp.softcap = cfg->softcap;
-    lp.grad_scale = cfg->grad_scale;
-    lp.reduction = (int)cfg->reduction;
+    flce_rows_args<T, Tgt> ra;
+    memset(&ra, 0, sizeof(ra));
+    ra.ldl = p->ldl;
+    ra.V = V;
+    ra.bias = bias;
+    ra.targets = targets;
+    ra.ignore_index = (long long)cfg->ignore_index;
+    ra.target_logit = target_logit;
+    ra.grad_token_loss = t->grad_token_loss;
+    ra.scalars = scalars;
+    ra.p.label_smoothing = cfg->label_smoothing;
+    ra.p.z_loss_scale = cfg->z_loss_scale;
+    ra.p.softcap = cfg->softcap;
+    ra.p.grad_scale = cfg->grad_scale;
+    ra.p.reduction = (int)cfg->reduction;
+    ra.token_loss = token_loss;
+    ra.token_lse = token_lse;
+    ra.tile_stats = tile_stats;
+    ra.tile_grad = tile_grad;
 
     for (c0 = 0; c0 < N; c0 += p->chunk) {
         const int64_t rows = (N - c0 < p->chunk) ? N - c0 : p->chunk;
         const T *h_chunk = hidden + c0 * H;
-        // logits (row-major rows x ldl) = h_chunk @ W^T, over all Vp rows of W: an aligned Vp
-        // (llm.c's 50304 for 50257) keeps cuBLASLt on its fast kernels; columns >= V are
-        // never read
-        flce_phase_begin(ctx, stream);
-        FLCE_GEMM_TRY("logits", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, p->vocab_cut, 1, 0,
-                                                Vp, rows, H, weight, in_type, H, h_chunk, in_type,
-                                                H, logits, logits_type, p->ldl, 1.0f, 0.0f, lt_ws,
-                                                FLCE_LT_WORKSPACE));
-        flce_phase_end(ctx, stream, FLCE_T_LOGITS);
-        flce_phase_begin(ctx, stream);
-        cudaError_t row_err =
-            backward ? flce_launch_rows<T, TL, Tgt, true>(stream, logits, p->ldl, rows, c0, V, bias,
-                                                          targets, (long long)cfg->ignore_index,
-                                                          target_logit, t->grad_token_loss, scalars,
-                                                          lp, token_loss, token_lse)
-                     : flce_launch_rows<T, TL, Tgt, false>(stream, logits, p->ldl, rows, c0, V, bias,
-                                                           targets, (long long)cfg->ignore_index,
-                                                           target_logit, t->grad_token_loss, scalars,
-                                                           lp, token_loss, token_lse);
-        if (row_err != cudaSuccess)
-            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
-                             "row kernel launch (chunk at token %lld): %s", (long long)c0,
-                             cudaGetErrorString(row_err));
-        flce_phase_end(ctx, stream, FLCE_T_ROWS);
-        if (!backward) continue;
-        const int first = c0 == 0;
-        if (want_dh) {
-            // d_h[chunk] (rows x H) = dlogits (rows x Vp) @ W (Vp x H); with Vp cut in two, a bf16
-            // d_h is summed in fp32 first and rounded once
-            void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
-            void *dh_sum = p->dh_accumulator ? (void *)dh32 : dh;
-            flce_phase_begin(ctx, stream);
-            const float beta = (!p->dh_accumulator && cfg->accumulate_d_hidden) ? 1.0f : 0.0f;
-            FLCE_GEMM_TRY("d_hidden", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_K, p->vocab_cut, 0, 0,
-                                                      H, rows, Vp, weight, in_type, H, dlogits, in_type,
-                                                      p->ldd, dh_sum,
-                                                      p->dh_accumulator ? CUDA_R_32F
-                                                                        : flce_cuda_type(cfg->d_hidden_dtype),
-                                                      H, 1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
-            if (p->dh_accumulator) {
-                flce_add_f32_kernel<<<256, 256, 0, stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
-                                                             cfg->accumulate_d_hidden);
-                FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
+        ra.row0 = c0;
+        // The tile schedule's first pass: each tile's logits for the row statistics only.
+        // The chunk schedule has one tile, the whole vocabulary, and needs no such pass.
+        for (int pass = tiled ? 0 : 1; pass < 2; pass++) {
+            if (pass == 1 && tiled) {
+                flce_phase_begin(ctx, stream);
+                flce_tile_finish_kernel<Tgt><<<(unsigned)((rows + 255) / 256), 256, 0, stream>>>(
+                    tile_stats, rows, c0, V, targets, ra.ignore_index, target_logit,
+                    t->grad_token_loss, scalars, ra.p, token_loss, token_lse, tile_grad);
+                FLCE_LAUNCH_CHECK("flce_tile_finish_kernel");
+                flce_phase_end(ctx, stream, FLCE_T_ROWS);
+                if (!backward) break;
             }
-            flce_phase_end(ctx, stream, FLCE_T_DHIDDEN);
-        }
-        if (want_dw) {
-            // d_W (Vp x H) (+)= dlogits^T (Vp x rows) @ h_chunk (rows x H)
-            const float beta = (!first || dw_add_first) ? 1.0f : 0.0f;
-            flce_phase_begin(ctx, stream);
-            FLCE_GEMM_TRY("d_weight", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_N, p->vocab_cut, 0, 1,
-                                                      H, Vp, rows, h_chunk, in_type, H, dlogits,
-                                                      in_type, p->ldd, dw_target, dw_type, H, 1.0f,
-                                                      beta, lt_ws, FLCE_LT_WORKSPACE));
-            flce_phase_end(ctx, stream, FLCE_T_DWEIGHT);
-        }
-        if (want_db) {
-            // d_b (Vp) (+)= dlogits^T @ ones: the column sums of the chunk
-            const float beta = (!first || db_add_first) ? 1.0f : 0.0f;
-            flce_phase_begin(ctx, stream);
-            FLCE_GEMM_TRY("d_bias", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, p->vocab_cut, 0, 0,
-                                                    Vp, 1, rows, dlogits, in_type, p->ldd, ones,
-                                                    in_type, rows, db_target, CUDA_R_32F, Vp, 1.0f,
-                                                    beta, lt_ws, FLCE_LT_WORKSPACE));
-            flce_phase_end(ctx, stream, FLCE_T_DBIAS);
+            const int mode = pass == 0 ? FLCE_ROWS_TILE_STATS
+                             : tiled   ? FLCE_ROWS_TILE_GRAD
+                             : backward ? FLCE_ROWS_BACKWARD : FLCE_ROWS_FORWARD;
+            for (int64_t v0 = 0; v0 < Vp; v0 += p->vocab_tile) {
+                // logits (rows x w, row stride ldl) = h_chunk @ W[v0 .. v0+w]^T, over the rows of
+                // W up to Vp: an aligned Vp (llm.c's 50304 for 50257) keeps cuBLASLt on its fast
+                // kernels; columns >= V are never read
+                const int64_t w = Vp - v0 < p->vocab_tile ? Vp - v0 : p->vocab_tile;
+                const int64_t cut = flce_vocab_cut(w);
+                const T *w_tile = weight + v0 * H;
+                flce_phase_begin(ctx, stream);
+                FLCE_GEMM_TRY("logits", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, cut, 1, 0, w,
+                                                        rows, H, w_tile, in_type, H, h_chunk, in_type,
+                                                        H, logits, logits_type, p->ldl, 1.0f, 0.0f,
+                                                        lt_ws, FLCE_LT_WORKSPACE));
+                flce_phase_end(ctx, stream, FLCE_T_LOGITS);
+                flce_phase_begin(ctx, stream);
+                ra.col0 = (int)v0;
+                ra.ncols = (int)w;
+                ra.first_tile = v0 == 0;
+                cudaError_t row_err = flce_launch_rows_mode<T, TL, Tgt>(stream, mode, logits, rows, ra);
+                if (row_err != cudaSuccess)
+                    return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
+                                     "row kernel launch (chunk at token %lld, tile at column %lld): %s",
+                                     (long long)c0, (long long)v0, cudaGetErrorString(row_err));
+                flce_phase_end(ctx, stream, FLCE_T_ROWS);
+                if (pass == 0 || !backward) continue;
+                if (want_dh) {
+                    // d_h[chunk] (rows x H) (+)= dlogits (rows x w) @ W[v0 .. v0+w] (w x H); a bf16
+                    // d_h summed over several GEMMs is summed in fp32 first and rounded once
+                    void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
+                    void *dh_sum = p->dh_accumulator ? (void *)dh32 : dh;
+                    const float beta = v0 > 0 || (!p->dh_accumulator && cfg->accumulate_d_hidden) ? 1.0f : 0.0f;
+                    flce_phase_begin(ctx, stream);
+                    FLCE_GEMM_TRY("d_hidden", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_K, cut, 0, 0, H,
+                                                              rows, w, w_tile, in_type, H, dlogits, in_type,
+                                                              p->ldd, dh_sum,
+                                                              p->dh_accumulator ? CUDA_R_32F
+                                                                                : flce_cuda_type(cfg->d_hidden_dtype),
+                                                              H, 1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
+                    if (p->dh_accumulator && v0 + w == Vp) {
+                        flce_add_f32_kernel<<<256, 256, 0, stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
+                                                                     cfg->accumulate_d_hidden);
+                        FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
+                    }
+                    flce_phase_end(ctx, stream, FLCE_T_DHIDDEN);
+                }
+                const int first = c0 == 0;
+                if (want_dw) {
+                    // d_W[v0 .. v0+w] (w x H) (+)= dlogits^T (w x rows) @ h_chunk (rows x H)
+                    const float beta = (!first || dw_add_first) ? 1.0f : 0.0f;
+                    flce_phase_begin(ctx, stream);
+                    FLCE_GEMM_TRY("d_weight", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_N, cut, 0, 1,
+                                                              H, w, rows, h_chunk, in_type, H, dlogits,
+                                                              in_type, p->ldd,
+                                                              (char *)dw_target + (size_t)v0 * H * dw_es,
+                                                              dw_type, H, 1.0f, beta, lt_ws,
+                                                              FLCE_LT_WORKSPACE));
+                    flce_phase_end(ctx, stream, FLCE_T_DWEIGHT);
+                }
+                if (want_db) {
+                    // d_b[v0 .. v0+w] (+)= dlogits^T @ ones: the column sums of the chunk
+                    const float beta = (!first || db_add_first) ? 1.0f : 0.0f;
+                    flce_phase_begin(ctx, stream);
+                    FLCE_GEMM_TRY("d_bias", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, cut, 0, 0, w,
+                                                            1, rows, dlogits, in_type, p->ldd, ones,
+                                                            in_type, rows, db_target + v0, CUDA_R_32F, w,
+                                                            1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
+                    flce_phase_end(ctx, stream, FLCE_T_DBIAS);
+                }
+            }
         }
     }
 
@@ -639,7 +770,7 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
     FLCE_TRY(flce_check_tensors(ctx, cfg, t, backward));
     FLCE_TRY(flce_check_ptr(ctx, workspace, "workspace", FLCE_ALIGN));
     flce_plan plan;
-    flce_make_plan(cfg, workspace_bytes, backward && t->d_weight != NULL, &plan);
+    flce_make_plan(cfg, workspace_bytes, backward && t->d_weight != NULL, backward, &plan);
     if (plan.chunk == 0) {
         size_t need = 0;
         flce_workspace_size(cfg, workspace_bytes, &need);

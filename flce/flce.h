@@ -11,9 +11,15 @@ classes, an optional bias b (Vp) and integer targets y (N):
     loss   = mean over non-ignored tokens | sum | none (per-token)
 
 and, in the same call, d_hidden = dL/dh, d_weight = dL/dW, d_bias = dL/db, without ever
-holding the (N, V) logits: tokens are processed in chunks whose size is chosen from the
-caller's workspace. Rows V..Vp-1 of W are padding: never a target, excluded from the
-softmax, and their gradient is zero.
+holding the (N, V) logits. Two schedules, chosen from the caller's workspace by a cost model:
+  chunks  tokens in chunks, the whole vocabulary per chunk: 3 GEMMs (logits, d_h, d_W); the
+          default whenever a chunk of useful size fits (a 1 GiB workspace at V = 176K)
+  tiles   chunks x vocabulary tiles: the logits of a tile are computed twice, once for the
+          row statistics and once for the gradients (4 GEMMs), but d_W is re-read once per
+          chunk of thousands of tokens rather than of a few hundred: the fast way under a
+          small workspace (~160 MiB) at large vocabularies.
+Rows V..Vp-1 of W are padding: never a target, excluded from the softmax, and their gradient
+is zero.
 
 Usage (all pointers are device pointers unless noted):
 
@@ -84,6 +90,9 @@ typedef struct {
     flce_dtype d_weight_dtype;  int accumulate_d_weight;
     flce_dtype d_bias_dtype;    int accumulate_d_bias;
     int64_t max_chunk_tokens;   // 0 = as large as the workspace allows; else an upper bound
+    // 0 = the planner's choice; else at most this many vocabulary columns per tile (>= 64;
+    // < Vp forces the tile schedule, see below)
+    int64_t max_vocab_tile;
     // bf16 inputs only: keep the chunk's logits in bf16, as PyTorch and Liger do (faster: the
     // row pass moves 8 instead of 14 bytes a logit; but the LSE and loss carry an error of
     // about 2^-9 |z| and the gradients a little more). Default 0: fp32 logits, exact LSE.
@@ -121,6 +130,10 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
 
 // The number of tokens per chunk a call with this workspace will use (0 if too small).
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
+
+// The vocabulary columns per tile that call will use: Vp for the chunk schedule (0 if the
+// workspace is too small).
+int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes);
 
 // Creates a context (a cuBLASLt handle, a small device error record) on the current device.
 flce_status flce_create(flce_context **ctx);

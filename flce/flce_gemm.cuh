@@ -106,6 +106,31 @@ static void flce_gemm_cache_release(flce_gemm_cache *c) {
     for (int i = 0; i < FLCE_GEMM_CACHE; i++) flce_gemm_entry_release(&c->entries[i]);
 }
 
+// The heuristic's preferences for key: workspace, fp32 split-K reduction, pointer alignment.
+static cublasStatus_t flce_gemm_preference(const flce_gemm_key *key, size_t ws_bytes,
+                                           cublasLtMatmulPreference_t *pref) {
+    cublasStatus_t st = cublasLtMatmulPreferenceCreate(pref);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    uint64_t ws = ws_bytes;
+    uint32_t aa = key->align_a, ab = key->align_b, ad = key->align_d;
+    // split-K partial sums in fp32 only: reducing them in a bf16 output would round each
+    // partial, adding error on top of the one rounding of the result
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    // the heuristic assumes 256-byte aligned pointers unless told otherwise
+    const struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t n; } prefs[] = {
+        {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)},
+        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad)},
+    };
+    for (int i = 0; i < 6 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(*pref, prefs[i].attr, prefs[i].v, prefs[i].n);
+    if (st != CUBLAS_STATUS_SUCCESS) cublasLtMatmulPreferenceDestroy(*pref);
+    return st;
+}
+
 // Builds descriptors and picks an algorithm for key; returns a cuBLAS status, and in
 // *no_algo whether the heuristic found none.
 static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry *e,
@@ -162,24 +187,8 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
     if (st != CUBLAS_STATUS_SUCCESS) return st;
 
     cublasLtMatmulPreference_t pref;
-    st = cublasLtMatmulPreferenceCreate(&pref);
+    st = flce_gemm_preference(key, ws_bytes, &pref);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
-    uint64_t ws = ws_bytes;
-    uint32_t aa = key->align_a, ab = key->align_b, ad = key->align_d;
-    // split-K partial sums in fp32 only: reducing them in a bf16 output would round each
-    // partial, adding error on top of the one rounding of the result
-    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    // the heuristic assumes 256-byte aligned pointers unless told otherwise
-    const struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t n; } prefs[] = {
-        {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)},
-        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad)},
-    };
-    for (int i = 0; i < 6 && st == CUBLAS_STATUS_SUCCESS; i++)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, prefs[i].attr, prefs[i].v, prefs[i].n);
     cublasLtMatmulHeuristicResult_t result;
     int returned = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -222,6 +231,24 @@ static inline int flce_epilogue_needs(cublasLtEpilogue_t epi, int *bias, int *au
     }
 }
 
+// The key of a GEMM without an epilogue (flce_gemm_ex adds the epilogue's fields).
+static inline flce_gemm_key flce_gemm_make_key(int transa, int transb, int64_t m, int64_t n,
+                                               int64_t k, const void *A, cudaDataType_t type_a,
+                                               int64_t lda, const void *B, cudaDataType_t type_b,
+                                               int64_t ldb, const void *D, cudaDataType_t type_d,
+                                               int64_t ldd, float beta) {
+    flce_gemm_key key;
+    memset(&key, 0, sizeof(key));
+    key.transa = transa; key.transb = transb;
+    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.type_a = type_a; key.type_b = type_b; key.type_d = type_d;
+    key.beta_zero = beta == 0.0f;
+    key.align_a = flce_ptr_alignment(A);
+    key.align_b = flce_ptr_alignment(B);
+    key.align_d = flce_ptr_alignment(D);
+    return key;
+}
+
 // D (m x n, ldd) = alpha * op(A) * op(B) + beta * D, on stream, followed by the epilogue ep
 // (NULL: none; see flce_gemm_epilogue). On failure returns the cuBLAS status:
 // CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape or the epilogue's
@@ -234,15 +261,8 @@ static inline cublasStatus_t flce_gemm_ex(flce_gemm_cache *c, cudaStream_t strea
                                           void *D, cudaDataType_t type_d, int64_t ldd, float alpha,
                                           float beta, const flce_gemm_epilogue *ep, void *ws,
                                           size_t ws_bytes) {
-    flce_gemm_key key;
-    memset(&key, 0, sizeof(key));
-    key.transa = transa; key.transb = transb;
-    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
-    key.type_a = type_a; key.type_b = type_b; key.type_d = type_d;
-    key.beta_zero = beta == 0.0f;
-    key.align_a = flce_ptr_alignment(A);
-    key.align_b = flce_ptr_alignment(B);
-    key.align_d = flce_ptr_alignment(D);
+    flce_gemm_key key = flce_gemm_make_key(transa, transb, m, n, k, A, type_a, lda, B, type_b,
+                                           ldb, D, type_d, ldd, beta);
     if (ep != NULL && ep->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         int uses_bias = 0, uses_aux = 0;
         if (!flce_epilogue_needs(ep->epilogue, &uses_bias, &uses_aux))

@@ -6,8 +6,10 @@ flce_kernels.cuh - the CUDA kernels of the fused linear cross-entropy, apart fro
                         (the divisor of a mean), and computes each target's logit exactly in
                         fp32 from h and W, so the loss does not inherit the rounding of the
                         bf16 logits buffer.
-  flce_ce_rows_kernel   once per chunk: one block per row of logits: max / sum-exp / LSE /
-                        loss, and (backward) dlogits = dL/dz written in place of the logits.
+  flce_ce_rows_kernel   once per chunk (or vocabulary tile): one block per row of logits:
+                        max / sum-exp / LSE / loss, and (backward) dlogits = dL/dz written
+                        in place of the logits; in the tile schedule, a statistics pass and a
+                        gradient pass per tile, with flce_tile_finish_kernel between them.
   flce_finalize_kernel  once per call: the loss scalar from the per-token losses (fixed order,
                         deterministic), NaN and a host-visible error record on a bad target.
   flce_add_f32_kernel   bf16 gradient outputs from their fp32 accumulators.
@@ -311,33 +313,16 @@ __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
     else *reinterpret_cast<uint2 *>(p) = u.v8;
 }
 
-// One block per row of a chunk of logits (row r = token row0 + r), logits of type TL with
-// row stride ldl. Pass 1 reads the row for its statistics; with BACKWARD, pass 2 reads it
-// again and writes dL/dz as T (the GEMM input type) over the same row: dlogits row r starts
-// where logits row r starts, so its stride is ldl * sizeof(TL) / sizeof(T) elements of T.
-// Pad columns V..ldl get zeros. When TL is wider than T (fp32 logits, bf16 dlogits) the
-// writes of tile k land on bytes that tiles 0..k were read from; the barrier between each
-// tile's reads and writes keeps every read ahead of the write that overlaps it.
-template <typename T, typename TL, typename Tgt, bool BACKWARD, bool SIMPLE>
-__global__ void __launch_bounds__(FLCE_CE_THREADS, 2)
-flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *bias,
-                    const Tgt *targets, long long ignore_index, const float *target_logit,
-                    const float *grad_token_loss, const flce_call_scalars *scalars,
-                    flce_loss_params p, float *token_loss, float *token_lse) {
+// Pass 1 of a row: its base-2 statistics over columns 0..Vl of a buffer row (Vl may be 0: a
+// tile of padding columns), reduced over the block. tl is the target's column in this row
+// (-1 if none here), bias_l the bias of column 0.
+template <typename T, typename TL, bool SIMPLE>
+__device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int Vl,
+                                                              const T *bias_l, int tl, float zt2,
+                                                              float cap, int want_sum) {
     constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
-    const int64_t i = row0 + blockIdx.x;
-    TL *row = logits + (int64_t)blockIdx.x * ldl;
-    const Tgt tg = targets[i];
-    const int valid = flce_target_state(tg, ignore_index, V) > 0;
-    const int t = valid ? (int)tg : -1;
-    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
-    const float zt2 = zt * FLCE_LOG2E;
-    const int want_sum = p.label_smoothing > 0.0f;
-    // bias is read per element; a vector read would run past the end of a (Vp) bias
-    const int Vi = (int)V, ld = (int)ldl;
-    const int v_end = (Vi + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
+    const int v_end = (Vl + VEC - 1) / VEC * VEC;  // <= the row stride: it is padded
     const int stride = (int)blockDim.x * VEC;
-
     // U loads in flight per thread before their first use
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
     for (int j0 = (int)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
@@ -348,17 +333,26 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (j0 + u * stride < v_end)
-                flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], j0 + u * stride, Vi, bias, t, zt2,
-                                                  p.softcap, want_sum);
+                flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], j0 + u * stride, Vl, bias_l, tl, zt2,
+                                                  cap, want_sum);
     }
-    st = flce_block_reduce_stats(st);
-    const flce_row_grad rg = flce_row_finish(st, valid, t, zt, i, Vi, grad_token_loss, scalars,
-                                             p, threadIdx.x == 0, token_loss, token_lse);
-    if (!BACKWARD) return;
+    return flce_block_reduce_stats(st);
+}
 
+// Pass 2 of a row: dL/dz of columns 0..Vl written as T over the same row (columns Vl..w_end
+// get zeros), rg.t being the target's column in this row. When TL is wider than T (fp32
+// logits, bf16 dlogits) the writes of tile k land on bytes that tiles 0..k were read from;
+// the barrier between each tile's reads and writes keeps every read ahead of the write that
+// overlaps it.
+template <typename T, typename TL, bool SIMPLE>
+__device__ __forceinline__ void flce_row_grad_pass(TL *row, int Vl, int w_end, const T *bias_l,
+                                                   const flce_row_grad &rg) {
+    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
+    const int v_end = (Vl + VEC - 1) / VEC * VEC;
+    const int stride = (int)blockDim.x * VEC;
     T *drow = reinterpret_cast<T *>(row);
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
-    for (int base = 0; base < ld; base += U * stride) {
+    for (int base = 0; base < w_end; base += U * stride) {
         const int j0 = base + (int)threadIdx.x * VEC;
         flce_vec<TL> x[U];
 #pragma unroll
@@ -370,13 +364,99 @@ flce_ce_rows_kernel(TL *logits, int64_t ldl, int64_t row0, int64_t V, const T *b
 #pragma unroll
             for (int e = 0; e < VEC; e++) d[u][e] = 0.0f;  // pad columns, and all of an ignored row
             if (live && j0 + u * stride < v_end)
-                flce_grad_vec<T, TL, SIMPLE>(d[u], x[u], j0 + u * stride, Vi, bias, rg);
+                flce_grad_vec<T, TL, SIMPLE>(d[u], x[u], j0 + u * stride, Vl, bias_l, rg);
         }
         if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u * stride < ld) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
+            if (j0 + u * stride < w_end) flce_store_vec<T, VEC>(drow + j0 + u * stride, d[u]);
     }
+}
+
+// What the row kernel does at its place in the schedule.
+enum {
+    FLCE_ROWS_FORWARD = 0,   // whole rows: statistics, loss
+    FLCE_ROWS_BACKWARD = 1,  // whole rows: statistics, loss, dlogits in place
+    FLCE_ROWS_TILE_STATS = 2,// a vocabulary tile: statistics merged into tile_stats
+    FLCE_ROWS_TILE_GRAD = 3, // a vocabulary tile: dlogits in place, from tile_grad
+};
+
+// The row kernel's arguments besides the buffer. The buffer holds logits of tokens row0.. in
+// rows of stride ldl; its column j is vocabulary column col0 + j, for j < ncols (the whole
+// rows: col0 = 0, ncols = Vp).
+template <typename T, typename Tgt> struct flce_rows_args {
+    int64_t ldl, row0, V;
+    int col0, ncols;
+    const T *bias;
+    const Tgt *targets;
+    long long ignore_index;
+    const float *target_logit, *grad_token_loss;
+    const flce_call_scalars *scalars;
+    flce_loss_params p;
+    float *token_loss, *token_lse;
+    flce_row_stats *tile_stats;   // (rows) statistics over the tiles so far (TILE_STATS)
+    const flce_row_grad *tile_grad;  // (rows) from flce_tile_finish_kernel (TILE_GRAD)
+    int first_tile;               // TILE_STATS: the first tile overwrites tile_stats
+};
+
+// One block per row of the buffer (token row0 + blockIdx.x), logits of type TL; dlogits are
+// written as T (the GEMM input type) over the same row: dlogits row r starts where logits row
+// r starts, so its stride is ldl * sizeof(TL) / sizeof(T) elements of T.
+template <typename T, typename TL, typename Tgt, int MODE, bool SIMPLE>
+__global__ void __launch_bounds__(FLCE_CE_THREADS, 2)
+flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
+    constexpr int VEC = flce_vec<TL>::N;
+    const int64_t r = blockIdx.x, i = a.row0 + r;
+    TL *row = logits + r * a.ldl;
+    const Tgt tg = a.targets[i];
+    const int valid = flce_target_state(tg, a.ignore_index, a.V) > 0;
+    const int t = valid ? (int)tg : -1;
+    // the buffer's view: its columns 0..Vl are real classes, tl is the target's column in it
+    const int Vi = (int)a.V, end = a.col0 + a.ncols < Vi ? a.col0 + a.ncols : Vi;
+    const int Vl = end > a.col0 ? end - a.col0 : 0;
+    const int tl = t >= a.col0 ? t - a.col0 : -1;
+    // bias is read per element; a vector read would run past the end of a (Vp) bias
+    const T *bias_l = a.bias != NULL ? a.bias + a.col0 : NULL;
+    const int w_end = (a.ncols + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
+
+    flce_row_grad rg;
+    if (MODE != FLCE_ROWS_TILE_GRAD) {
+        const float zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) : 0.0f;
+        const flce_row_stats st = flce_row_stats_pass<T, TL, SIMPLE>(
+            row, Vl, bias_l, tl, zt * FLCE_LOG2E, a.p.softcap, a.p.label_smoothing > 0.0f);
+        if (MODE == FLCE_ROWS_TILE_STATS) {
+            if (threadIdx.x == 0)
+                a.tile_stats[r] = a.first_tile ? st : flce_stats_merge(a.tile_stats[r], st);
+            return;
+        }
+        rg = flce_row_finish(st, valid, t, zt, i, Vi, a.grad_token_loss, a.scalars, a.p,
+                             threadIdx.x == 0, a.token_loss, a.token_lse);
+        if (MODE == FLCE_ROWS_FORWARD) return;
+    } else {
+        rg = a.tile_grad[r];
+    }
+    rg.t = tl;
+    flce_row_grad_pass<T, TL, SIMPLE>(row, Vl, w_end, bias_l, rg);
+}
+
+// The tile schedule, after the statistics pass over every tile: one thread per row turns its
+// statistics into the loss and the gradient coefficients the TILE_GRAD passes read.
+template <typename Tgt>
+__global__ void flce_tile_finish_kernel(const flce_row_stats *tile_stats, int64_t rows,
+                                        int64_t row0, int64_t V, const Tgt *targets,
+                                        long long ignore_index, const float *target_logit,
+                                        const float *grad_token_loss,
+                                        const flce_call_scalars *scalars, flce_loss_params p,
+                                        float *token_loss, float *token_lse,
+                                        flce_row_grad *tile_grad) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const int64_t i = row0 + r;
+    const Tgt tg = targets[i];
+    const int valid = flce_target_state(tg, ignore_index, V) > 0;
+    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
+    tile_grad[r] = flce_row_finish(tile_stats[r], valid, valid ? (int)tg : -1, zt, i, (int)V,
+                                   grad_token_loss, scalars, p, 1, token_loss, token_lse);
 }
 
 // ----------------------------------------------------------------------------------------

@@ -543,7 +543,7 @@ static void test_library_host(char **paths, int n_paths) {
     test_check(flce_config_check(&c, msg, sizeof(msg)) == FLCE_OK, "lib: defaults pass the check");
 
     // each broken field alone must be refused, with a message
-    struct { const char *what; flce_config c; flce_status expect; } bad[8];
+    struct { const char *what; flce_config c; flce_status expect; } bad[12];
     int nb = 0;
     bad[nb].what = "vocab_padded < vocab"; bad[nb].c = c; bad[nb].c.vocab_padded = 1000;
     bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
@@ -559,6 +559,8 @@ static void test_library_host(char **paths, int n_paths) {
     bad[nb].what = "softcap < 0"; bad[nb].c = c; bad[nb].c.softcap = -1.0f;
     bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
     bad[nb].what = "grad_scale NaN"; bad[nb].c = c; bad[nb].c.grad_scale = NAN;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "max_vocab_tile 63"; bad[nb].c = c; bad[nb].c.max_vocab_tile = 63;
     bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
     bad[nb].what = "reduction 7"; bad[nb].c = c; bad[nb].c.reduction = (flce_reduction)7;
     bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
@@ -601,13 +603,50 @@ static void test_library_host(char **paths, int n_paths) {
                    big_bytes >= (size_t)big_chunk * ldl * 4,
                "lib: 65535x1024x176245 in 1 GiB: %zu bytes, chunks of %lld tokens", big_bytes,
                (long long)big_chunk);
+    test_check(flce_vocab_tile(&big, big_bytes) == 176245,
+               "lib: 65535x1024x176245 in 1 GiB takes the chunk schedule (whole vocabulary)");
     big.d_weight_dtype = FLCE_BF16;
     st = flce_workspace_size(&big, gib, &big_bytes);
     int64_t bf16_chunk = flce_chunk_tokens(&big, big_bytes);
-    test_check(st == FLCE_OK && big_bytes <= gib && bf16_chunk < big_chunk &&
-                   big_bytes >= (size_t)176245 * 1024 * 4 + (size_t)bf16_chunk * ldl * 4,
-               "lib: a bf16 d_W adds its fp32 accumulator: %zu bytes, chunks of %lld tokens",
-               big_bytes, (long long)bf16_chunk);
+    int64_t bf16_tile = flce_vocab_tile(&big, big_bytes);
+    test_check(st == FLCE_OK && big_bytes <= gib && bf16_chunk >= 1 &&
+                   big_bytes >= (size_t)176245 * 1024 * 4 + (size_t)bf16_chunk * bf16_tile * 4,
+               "lib: a bf16 d_W adds its fp32 accumulator: %zu bytes, chunks of %lld tokens, "
+               "tiles of %lld columns", big_bytes, (long long)bf16_chunk, (long long)bf16_tile);
+    // the tile schedule: at 160 MiB, chunks of thousands of tokens with vocabulary tiles, where
+    // the chunk schedule would have to take chunks of ~100 tokens
+    big.d_weight_dtype = FLCE_FP32;
+    size_t lean = (size_t)160 << 20;
+    st = flce_workspace_size(&big, lean, &big_bytes);
+    int64_t lean_chunk = flce_chunk_tokens(&big, big_bytes), lean_tile = flce_vocab_tile(&big, big_bytes);
+    test_check(st == FLCE_OK && big_bytes <= lean && lean_chunk >= 1024 && lean_tile < 176245 &&
+                   lean_tile % 64 == 0 && big_bytes >= (size_t)lean_chunk * lean_tile * 4,
+               "lib: 65535x1024x176245 in 160 MiB: tiles of %lld tokens x %lld columns (%zu bytes)",
+               (long long)lean_chunk, (long long)lean_tile, big_bytes);
+    big.max_vocab_tile = 1000;
+    test_check(flce_vocab_tile(&big, big_bytes) <= 1000 && flce_vocab_tile(&big, big_bytes) % 64 == 0,
+               "lib: max_vocab_tile = 1000 bounds the tile: %lld columns",
+               (long long)flce_vocab_tile(&big, big_bytes));
+    big.max_vocab_tile = 0;
+    // the minimum workspace is one token by one tile of 64 columns
+    st = flce_workspace_size(&big, 1, &min_bytes);
+    test_check(st == FLCE_ERR_WORKSPACE && flce_chunk_tokens(&big, min_bytes) == 1 &&
+                   flce_vocab_tile(&big, min_bytes) == 64 && flce_chunk_tokens(&big, min_bytes - 1) == 0,
+               "lib: 65535x1024x176245 needs at least %zu bytes: 1 token x 64 columns", min_bytes);
+    // the chunk schedule at 1 GiB for the other benchmark shapes
+    {
+        const int64_t shapes[3][3] = {{8192, 768, 50304}, {4096, 4096, 128256}, {16384, 4096, 151936}};
+        for (int k = 0; k < 3; k++) {
+            flce_config sc;
+            flce_config_init(&sc, shapes[k][0], shapes[k][1], shapes[k][2]);
+            size_t sb = 0;
+            st = flce_workspace_size(&sc, gib, &sb);
+            test_check(st == FLCE_OK && flce_vocab_tile(&sc, sb) == shapes[k][2],
+                       "lib: %lldx%lldx%lld in 1 GiB takes the chunk schedule (chunk %lld)",
+                       (long long)shapes[k][0], (long long)shapes[k][1], (long long)shapes[k][2],
+                       (long long)flce_chunk_tokens(&sc, sb));
+        }
+    }
     // bf16 logits halve the chunk buffer
     big.d_weight_dtype = FLCE_FP32;
     big.bf16_logits = 1;

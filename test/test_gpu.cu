@@ -306,7 +306,7 @@ static int test_fixtures(const char *dir) {
         Expected ex = {f.loss, f.token_loss, f.token_lse, f.d_h, f.d_W, f.d_bias};
         for (int dti = 0; dti < 2; dti++) {
             flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
-            for (int variant = 0; variant < 4; variant++) {
+            for (int variant = 0; variant < 6; variant++) {
                 Problem pb = fixture_problem(&f, dt);
                 RunMode mode = {1, 1, 0, 0};
                 const char *vname = "one chunk";
@@ -320,6 +320,21 @@ static int test_fixtures(const char *dir) {
                     pb.cfg.bf16_logits = 1;
                     pb.cfg.max_chunk_tokens = 16;
                     vname = "bf16 logits, chunks of 16";
+                } else if (variant == 4) {
+                    // the tile schedule: 64-column vocabulary tiles (a narrow last one), the
+                    // bf16 gradients through their fp32 accumulators
+                    pb.cfg.max_vocab_tile = 64;
+                    pb.cfg.max_chunk_tokens = 16;
+                    if (dt == FLCE_BF16)
+                        pb.cfg.d_weight_dtype = pb.cfg.d_bias_dtype = FLCE_BF16;
+                    vname = "tiles of 64 columns, chunks of 16";
+                } else if (variant == 5) {
+                    pb.cfg.max_vocab_tile = 128;
+                    pb.cfg.d_hidden_dtype = FLCE_FP32;
+                    pb.cfg.target_type = FLCE_INT64;
+                    pb.cfg.bf16_logits = dt == FLCE_BF16;
+                    vname = dt == FLCE_BF16 ? "tiles of 128 columns, bf16 logits, fp32 d_h, int64 targets"
+                                            : "tiles of 128 columns, fp32 d_h, int64 targets";
                 } else if (variant == 2) {
                     pb.cfg.max_chunk_tokens = 7;
                     pb.cfg.d_hidden_dtype = FLCE_FP32;
@@ -442,6 +457,20 @@ static void test_random_shapes(void) {
             Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
             result_free(&r);
+            {
+                // the tile schedule on the same problem: 1024-column tiles, chunks of 512 tokens
+                rc.pb.cfg.max_vocab_tile = 1024;
+                rc.pb.cfg.max_chunk_tokens = 512;
+                char label2[400];
+                snprintf(label2, sizeof(label2), "%s; tiles of %lld x %lld", label,
+                         (long long)flce_chunk_tokens(&rc.pb.cfg, budget),
+                         (long long)flce_vocab_tile(&rc.pb.cfg, budget));
+                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
+                result_free(&r);
+                rc.pb.cfg.max_vocab_tile = 0;
+                rc.pb.cfg.max_chunk_tokens = 0;
+            }
             if (dt == FLCE_BF16) {
                 rc.pb.cfg.bf16_logits = 1;
                 char label2[300];
@@ -459,6 +488,17 @@ static void test_random_shapes(void) {
             r = run_flce(&rc.pb, (RunMode){1, 2, budget, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 2.0f, 5e-3);
             result_free(&r);
+            // the same two in the tile schedule
+            rc.pb.cfg.max_vocab_tile = 512;
+            snprintf(label, sizeof(label), "accumulate twice %s, tiles of 512 columns", dname);
+            r = run_flce(&rc.pb, (RunMode){1, 2, budget, 0});
+            compare(label, &rc.pb, &r, &rc.ex, 1, 2.0f, 5e-3);
+            result_free(&r);
+            snprintf(label, sizeof(label), "forward only %s, tiles of 512 columns", dname);
+            r = run_flce(&rc.pb, (RunMode){0, 1, budget, 0});
+            compare(label, &rc.pb, &r, &rc.ex, 0, 1.0f, 5e-3);
+            result_free(&r);
+            rc.pb.cfg.max_vocab_tile = 0;
             // 4. forward only
             snprintf(label, sizeof(label), "forward only %s", dname);
             r = run_flce(&rc.pb, (RunMode){0, 1, budget, 0});
@@ -470,6 +510,12 @@ static void test_random_shapes(void) {
             r = run_flce(&rc.pb, (RunMode){1, 1, budget, 1});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
             result_free(&r);
+            rc.pb.cfg.max_vocab_tile = 512;
+            snprintf(label, sizeof(label), "CUDA graph replay %s, tiles of 512 columns", dname);
+            r = run_flce(&rc.pb, (RunMode){1, 1, budget, 1});
+            compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
+            result_free(&r);
+            rc.pb.cfg.max_vocab_tile = 0;
         }
         random_case_free(&rc);
     }

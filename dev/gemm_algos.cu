@@ -1,0 +1,167 @@
+/*
+gemm_algos.cu - is cuBLASLt's first heuristic choice the fastest for flce's GEMMs?
+
+For each benchmark shape and workspace budget (1 GiB and 160 MiB), asks the library for its
+schedule (flce_chunk_tokens, flce_vocab_tile), states the three GEMMs a chunk runs exactly as
+flce.cu states them (the aligned part of the vocabulary cut; operands, strides, output types
+and beta as the library passes them), and times every algorithm cuBLASLt's heuristic returns
+for each (up to -n, default 16): median of 5 runs after 2 warm-ups, CUDA events. Prints the
+time of candidate 0 (what flce_gemm runs), the best candidate and its index. It answers
+whether an autotuning step in flce_gemm would pay; it reports, never asserts.
+
+./gemm_algos [-s shapes] [-n candidates]      shapes as in flce_bench: 1,2,3,4 (default all)
+*/
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+static const int64_t g_shapes[4][3] = {
+    {8192, 768, 50304}, {4096, 4096, 128256}, {16384, 4096, 151936}, {65535, 1024, 176245}};
+
+typedef struct {
+    const char *name;
+    int transa, transb;
+    int64_t m, n, k, lda, ldb, ldd;
+    const void *A, *B;
+    void *D;
+    cudaDataType_t type_d;
+    float beta;
+} GemmSpec;
+
+// Times one cuBLASLt algorithm on spec: median ms of 5 runs after 2 warm-ups.
+static float time_algo(flce_gemm_cache *cache, flce_gemm_entry *e, const cublasLtMatmulAlgo_t *algo,
+                       const GemmSpec *g, void *ws, cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
+    const float alpha = 1.0f;
+    float ms[5];
+    for (int r = -2; r < 5; r++) {
+        cudaCheck(cudaEventRecord(t0, s));
+        cublasCheck(cublasLtMatmul(cache->handle, e->desc, &alpha, g->A, e->la, g->B, e->lb, &g->beta,
+                                   g->D, e->ld, g->D, e->ld, algo, ws, LT_WORKSPACE, s),
+                    g->name);
+        cudaCheck(cudaEventRecord(t1, s));
+        cudaCheck(cudaEventSynchronize(t1));
+        if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
+    }
+    return median_of(ms, 5);
+}
+
+static void tune_one(flce_gemm_cache *cache, const GemmSpec *g, int max_algos, void *ws,
+                     cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
+    flce_gemm_key key = flce_gemm_make_key(g->transa, g->transb, g->m, g->n, g->k, g->A, CUDA_R_16BF,
+                                           g->lda, g->B, CUDA_R_16BF, g->ldb, g->D, g->type_d,
+                                           g->ldd, g->beta);
+    flce_gemm_entry e;
+    int no_algo = 0;
+    cublasCheck(flce_gemm_entry_build(cache, &e, &key, NULL, LT_WORKSPACE, &no_algo), g->name);
+    if (no_algo) {
+        printf("| %s | %lld x %lld x %lld | no algorithm | | | |\n", g->name, (long long)g->m,
+               (long long)g->n, (long long)g->k);
+        flce_gemm_entry_release(&e);
+        return;
+    }
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(flce_gemm_preference(&key, LT_WORKSPACE, &pref), "preference");
+    cublasLtMatmulHeuristicResult_t res[32];
+    int returned = 0;
+    if (max_algos > 32) max_algos = 32;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cache->handle, e.desc, e.la, e.lb, e.ld, e.ld, pref,
+                                               max_algos, res, &returned),
+                "heuristic");
+    cublasLtMatmulPreferenceDestroy(pref);
+    float first = 0.0f, best = 1e30f;
+    int best_i = 0;
+    for (int i = 0; i < returned; i++) {
+        const float ms = time_algo(cache, &e, &res[i].algo, g, ws, s, t0, t1);
+        if (i == 0) first = ms;
+        if (ms < best) { best = ms; best_i = i; }
+    }
+    const double flop = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    printf("| %s | %lld x %lld x %lld | %d | %.3f (%.0f TFLOP/s) | %.3f (%.0f TFLOP/s) #%d | %.1f%% |\n",
+           g->name, (long long)g->m, (long long)g->n, (long long)g->k, returned, first,
+           flop / first * 1e-9, best, flop / best * 1e-9, best_i, 100.0 * (first - best) / first);
+    fflush(stdout);
+    flce_gemm_entry_release(&e);
+}
+
+int main(int argc, char **argv) {
+    int use[4] = {1, 1, 1, 1}, max_algos = 16;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-s") == 0) {
+            memset(use, 0, sizeof(use));
+            for (const char *c = argv[i + 1]; *c; c++)
+                if (*c >= '1' && *c <= '4') use[*c - '1'] = 1;
+        } else if (strcmp(argv[i], "-n") == 0) {
+            max_algos = atoi(argv[i + 1]);
+        } else {
+            fprintf(stderr, "usage: %s [-s shapes 1234] [-n candidates]\n", argv[0]);
+            return 1;
+        }
+    }
+    flce_gemm_cache cache;
+    memset(&cache, 0, sizeof(cache));
+    cublasCheck(cublasLtCreate(&cache.handle), "cublasLtCreate");
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    void *ws;
+    cudaCheck(cudaMalloc(&ws, LT_WORKSPACE));
+    printf("| GEMM | m x n x k | candidates | #0 ms (heuristic's pick) | best ms | gain |\n");
+    printf("|---|---|---:|---:|---:|---:|\n");
+    for (int si = 0; si < 4; si++) {
+        if (!use[si]) continue;
+        const int64_t N = g_shapes[si][0], H = g_shapes[si][1], V = g_shapes[si][2];
+        for (int b = 0; b < 2; b++) {
+            const size_t budget = b == 0 ? (size_t)1 << 30 : (size_t)160 << 20;
+            flce_config cfg;
+            flce_config_init(&cfg, N, H, V);
+            size_t bytes = 0;
+            flceCheck(flce_workspace_size(&cfg, budget, &bytes), NULL);
+            const int64_t C = flce_chunk_tokens(&cfg, bytes), T = flce_vocab_tile(&cfg, bytes);
+            const int tiled = T < V;
+            // as flce.cu: buffer stride = tile rounded up to 64; the aligned part of the tile
+            const int64_t ldl = (T + 63) / 64 * 64, w = T / 64 * 64;
+            const int dh32 = tiled || w < V;  // bf16 d_h summed in fp32
+            printf("| **%lldx%lldx%lld, %zu MiB: chunk %lld, %s** | | | | | |\n", (long long)N,
+                   (long long)H, (long long)V, budget >> 20, (long long)C,
+                   tiled ? "vocabulary tiles" : "whole vocabulary");
+            bf16 *W, *h, *dh;
+            float *logits, *dW, *dh_f32;
+            cudaCheck(cudaMalloc(&W, (size_t)V * H * sizeof(bf16)));
+            cudaCheck(cudaMalloc(&h, (size_t)C * H * sizeof(bf16)));
+            cudaCheck(cudaMalloc(&dh, (size_t)C * H * sizeof(bf16)));
+            cudaCheck(cudaMalloc(&dh_f32, (size_t)C * H * sizeof(float)));
+            cudaCheck(cudaMalloc(&logits, (size_t)C * ldl * sizeof(float)));
+            cudaCheck(cudaMalloc(&dW, (size_t)V * H * sizeof(float)));
+            fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>(W, V * H, 0.1f, 1);
+            fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>(h, C * H, 0.1f, 2);
+            // dlogits: bf16 over the logits buffer (row stride 2 ldl), small values
+            fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>((bf16 *)logits, C * ldl * 2, 1e-3f, 3);
+            launchCheck();
+            cudaCheck(cudaMemsetAsync(dW, 0, (size_t)V * H * sizeof(float), s));
+            cudaCheck(cudaMemsetAsync(dh_f32, 0, (size_t)C * H * sizeof(float), s));
+            const GemmSpec specs[3] = {
+                {"logits", 1, 0, w, C, H, H, H, ldl, W, h, logits, CUDA_R_32F, 0.0f},
+                {"d_hidden", 0, 0, H, C, w, H, 2 * ldl, H, W, logits, dh32 ? (void *)dh_f32 : (void *)dh,
+                 dh32 ? CUDA_R_32F : CUDA_R_16BF, tiled ? 1.0f : 0.0f},
+                {"d_weight", 0, 1, H, w, C, H, 2 * ldl, H, h, logits, dW, CUDA_R_32F, 1.0f},
+            };
+            for (int g = 0; g < 3; g++) {
+                tune_one(&cache, &specs[g], max_algos, ws, s, t0, t1);
+                // the logits GEMM wrote fp32 over the bf16 dlogits the other two read
+                if (g == 0) fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>((bf16 *)logits, C * ldl * 2, 1e-3f, 3);
+                launchCheck();
+            }
+            cudaCheck(cudaFree(W)); cudaCheck(cudaFree(h)); cudaCheck(cudaFree(dh));
+            cudaCheck(cudaFree(dh_f32)); cudaCheck(cudaFree(logits)); cudaCheck(cudaFree(dW));
+        }
+    }
+    cudaCheck(cudaFree(ws));
+    cublasLtDestroy(cache.handle);
+    return 0;
+}
