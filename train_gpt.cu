@@ -355,6 +355,8 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
         fprintf(stderr, "Error: flce_create failed\n");
         exit(EXIT_FAILURE);
     }
+    // the heuristic's GEMM algorithms unless -fa 1: the same bits in every run and on resume
+    flce_set_autotune(m->flce, 0);
     flce_config *fc = &m->flce_cfg;
     flce_config_init(fc, (int64_t)BT, (int64_t)C, c->vocab_size);
     fc->vocab_padded = c->padded_vocab_size;
@@ -737,6 +739,8 @@ static void usage(void) {
     printf("  -f <int>    flce workspace budget in MiB (default 1024)\n");
     printf("  -fl <int>   flce's logits buffer: 0 bf16 (as llm.c; 3%% faster at B=64), 1 fp32 (exact loss)\n");
     printf("              (default 0)\n");
+    printf("  -fa <int>   1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n");
+    printf("              (faster; a run's bits can then differ from another's); default 0\n");
     printf("  -h          this help\n");
 }
 
@@ -745,7 +749,7 @@ int main(int argc, char **argv) {
     const char *model_arg = "d12", *out_dir = NULL, *schedule = "cosine";
     int B = 4, T = 1024, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_max = 20;
     int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, recompute = 1, master = 1;
-    int vocab = 0, flce_mib = 1024, flce_fp32_logits = 0;
+    int vocab = 0, flce_mib = 1024, flce_fp32_logits = 0, flce_autotune = 0;
     float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { usage(); return 0; }
@@ -756,6 +760,7 @@ int main(int argc, char **argv) {
         const char f = argv[i][1];
         const char *v = argv[i + 1];
         if (strcmp(argv[i], "-fl") == 0) flce_fp32_logits = atoi(v);
+        else if (strcmp(argv[i], "-fa") == 0) flce_autotune = atoi(v);
         else if (strlen(argv[i]) != 2) { fprintf(stderr, "Error: unknown flag %s (see -h)\n", argv[i]); return 1; }
         else if (f == 'i') train_glob = v;
         else if (f == 'j') val_glob = v;
@@ -783,10 +788,10 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "Error: unknown flag -%c (see -h)\n", f); return 1; }
     }
     if (B < 1 || T < 1 || flce_mib < 1 || master != 1 || (recompute != 0 && recompute != 1) ||
-        (flce_fp32_logits != 0 && flce_fp32_logits != 1) ||
+        (flce_fp32_logits != 0 && flce_fp32_logits != 1) || (flce_autotune != 0 && flce_autotune != 1) ||
         (strcmp(schedule, "cosine") && strcmp(schedule, "linear") && strcmp(schedule, "constant") && strcmp(schedule, "wsd"))) {
-        fprintf(stderr, "Error: bad value among -b %d -t %d -f %d -fl %d -w %d -r %d -k %s\n", B, T, flce_mib,
-                flce_fp32_logits, master, recompute, schedule);
+        fprintf(stderr, "Error: bad value among -b %d -t %d -f %d -fl %d -fa %d -w %d -r %d -k %s\n", B, T,
+                flce_mib, flce_fp32_logits, flce_autotune, master, recompute, schedule);
         return 1;
     }
 
@@ -821,6 +826,7 @@ int main(int argc, char **argv) {
     if (max_steps < 0) max_steps = (int)(train_loader.num_tokens / total_batch);
     const int val_batches = val_max < 0 || (size_t)val_max > val_loader.num_batches ? (int)val_loader.num_batches : val_max;
     gpt2_alloc_activations(&model, B, T, (size_t)flce_mib << 20, grad_accum, !flce_fp32_logits);
+    flce_set_autotune(model.flce, flce_autotune);
     Tokenizer tok;
     tokenizer_init(&tok, "data/gpt2_tokenizer.bin");
 
@@ -856,6 +862,8 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
         printf("| %-21s | %-50s |\n", "flce logits", flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
+        printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
+               flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
         printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", "H100/H200 SXM 989 TFLOP/s dense");
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);

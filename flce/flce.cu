@@ -33,7 +33,8 @@ makes every cuBLAS GEMM on it several times slower.
 #define FLCE_VOCAB_ALIGN 64  // GEMMs over the vocabulary are cut at a multiple of this
 
 // FLCE_TIMING=1: every phase of every call is timed with events (the host waits for each
-// phase, so calls lose their asynchrony) and flce_destroy prints the totals; for dev/ work.
+// phase, so calls lose their asynchrony) and flce_destroy prints the per-call means over the
+// calls that did not autotune; for dev/ work.
 enum { FLCE_T_PREPARE, FLCE_T_LOGITS, FLCE_T_ROWS, FLCE_T_DHIDDEN, FLCE_T_DWEIGHT, FLCE_T_DBIAS,
        FLCE_T_FINALIZE, FLCE_T_COUNT };
 static const char *flce_phase_names[FLCE_T_COUNT] = {"prepare", "logits GEMM", "row kernel",
@@ -402,6 +403,8 @@ flce_status flce_create(flce_context **out) {
         return FLCE_ERR_CUDA;
     }
     memset(host, 0, sizeof(flce_host_status));
+    const char *autotune = getenv("FLCE_AUTOTUNE");
+    ctx->gemm.autotune = !(autotune != NULL && strcmp(autotune, "0") == 0);
     const char *timing = getenv("FLCE_TIMING");
     if (timing != NULL && strcmp(timing, "1") == 0 &&
         cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
@@ -426,7 +429,8 @@ void flce_destroy(flce_context *ctx) {
         for (int k = 0; k < FLCE_T_COUNT; k++)
             if (ctx->t_ms[k] > 0.0)
                 fprintf(stderr, " %s %.3f,", flce_phase_names[k], ctx->t_ms[k] / (double)ctx->t_calls);
-        fprintf(stderr, " sum %.3f\n", total / (double)(ctx->t_calls ? ctx->t_calls : 1));
+        fprintf(stderr, " sum %.3f; GEMM shapes autotuned %d (another algorithm won %d)\n",
+                total / (double)(ctx->t_calls ? ctx->t_calls : 1), ctx->gemm.tuned, ctx->gemm.retuned);
         cudaEventDestroy(ctx->t_start);
         cudaEventDestroy(ctx->t_stop);
     }
@@ -434,6 +438,10 @@ void flce_destroy(flce_context *ctx) {
     cublasLtDestroy(ctx->gemm.handle);
     cudaFreeHost((void *)ctx->host_status);
     free(ctx);
+}
+
+void flce_set_autotune(flce_context *ctx, int on) {
+    if (ctx != NULL) ctx->gemm.autotune = on != 0;
 }
 
 // An error of an earlier call recorded by the device: reported once, then cleared.
@@ -599,6 +607,10 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     const cudaDataType_t logits_type = sizeof(TL) == 4 ? CUDA_R_32F : CUDA_R_16BF;
     const int tiled = p->n_vtiles > 1;
     int64_t c0 = 0;  // named in GEMM error messages
+    // FLCE_TIMING: a call that autotuned GEMMs is left out of the per-phase times
+    double t_ms_before[FLCE_T_COUNT];
+    memcpy(t_ms_before, ctx->t_ms, sizeof(t_ms_before));
+    const int tuned_before = ctx->gemm.tuned;
 
     const int want_dh = backward && t->d_hidden != NULL;
     const int want_dw = backward && t->d_weight != NULL;
@@ -754,7 +766,8 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_bias)");
     }
     flce_phase_end(ctx, stream, FLCE_T_FINALIZE);
-    if (ctx->timing) ctx->t_calls++;
+    if (ctx->timing && ctx->gemm.tuned != tuned_before) memcpy(ctx->t_ms, t_ms_before, sizeof(t_ms_before));
+    else if (ctx->timing) ctx->t_calls++;
     return FLCE_OK;
 }
 

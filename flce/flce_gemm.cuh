@@ -84,6 +84,8 @@ typedef struct {
     cublasLtHandle_t handle;
     flce_gemm_entry entries[FLCE_GEMM_CACHE];
     unsigned long long clock;
+    int autotune;        // 1: a new key times the heuristic's candidates (flce_gemm_entry_tune)
+    int tuned, retuned;  // keys timed, and of those where a candidate other than the first won
 } flce_gemm_cache;
 
 static int flce_ptr_alignment(const void *p) {
@@ -200,6 +202,80 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
     return st;
 }
 
+/*
+Autotuning: cuBLASLt's heuristic ranks its candidates by a model, and at flce's shapes its first
+choice is often not the fastest of its own candidates (dev/gemm_algos on an H200: 5-29% slower
+for a third of the chunk GEMMs, e.g. d_W at 4096x4096x128256: 512 vs 717 TFLOP/s). With
+c->autotune, the first call of a key times up to FLCE_TUNE_CANDIDATES candidates (one warm-up
+and FLCE_TUNE_RUNS timed runs each) and keeps the fastest; a candidate must beat the first by
+FLCE_TUNE_MARGIN to replace it, so that timing noise does not flip the choice between runs.
+The candidates write into a scratch output of D's size, so D, and every input, is written by
+the one real call that follows, never by the trials (the trials also write an epilogue's aux
+or bias-gradient output, which the real call then overwrites). The scratch is a cudaMalloc:
+tuning is skipped, and the heuristic's pick kept, while the stream is being captured or when
+the allocation fails. A tuning call synchronizes the stream.
+*/
+#define FLCE_TUNE_CANDIDATES 8
+#define FLCE_TUNE_RUNS 3
+#define FLCE_TUNE_MARGIN 0.03f
+
+static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const flce_gemm_key *key,
+                                 const void *A, const void *B, float alpha, float beta, void *ws,
+                                 size_t ws_bytes, cudaStream_t stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+        return;
+    cublasLtMatmulPreference_t pref;
+    if (flce_gemm_preference(key, ws_bytes, &pref) != CUBLAS_STATUS_SUCCESS) return;
+    cublasLtMatmulHeuristicResult_t res[FLCE_TUNE_CANDIDATES];
+    int returned = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->handle, e->desc, e->la, e->lb, e->ld, e->ld,
+                                                       pref, FLCE_TUNE_CANDIDATES, res, &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || returned < 2) return;
+    const size_t es = key->type_d == CUDA_R_32F ? 4 : 2;
+    const size_t d_bytes = (size_t)key->ldd * (size_t)key->n * es;
+    void *scratch = NULL;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    if (cudaMalloc(&scratch, d_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();  // an out-of-memory here only costs the tuning
+        return;
+    }
+    int ok = cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess &&
+             cudaMemsetAsync(scratch, 0, d_bytes, stream) == cudaSuccess;
+    float best_ms = 0.0f, first_ms = 0.0f;
+    int best = 0;
+    for (int i = 0; ok && i < returned; i++) {
+        float ms = 0.0f;
+        int good = 1;
+        for (int r = 0; r <= FLCE_TUNE_RUNS && good; r++) {
+            if (r == 1) good = cudaEventRecord(t0, stream) == cudaSuccess;
+            good = good && cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta,
+                                          scratch, e->ld, scratch, e->ld, &res[i].algo, ws,
+                                          ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        good = good && cudaEventRecord(t1, stream) == cudaSuccess &&
+               cudaEventSynchronize(t1) == cudaSuccess &&
+               cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess;
+        if (!good) {  // a candidate that fails to run is passed over; the first must run
+            (void)cudaGetLastError();
+            if (i == 0) ok = 0;
+            continue;
+        }
+        if (i == 0) first_ms = best_ms = ms;
+        else if (ms < best_ms) { best_ms = ms; best = i; }
+    }
+    if (ok) {
+        if (best != 0 && best_ms > (1.0f - FLCE_TUNE_MARGIN) * first_ms) best = 0;
+        e->algo = res[best].algo;
+        c->tuned++;
+        if (best != 0) c->retuned++;
+    }
+    if (t0) cudaEventDestroy(t0);
+    if (t1) cudaEventDestroy(t1);
+    cudaFree(scratch);
+}
+
 // What an epilogue needs: a bias vector, an aux matrix, and which kind of aux (0 none, 1 the
 // GELU input matrix, 2 the ReLU bit-mask). Returns 0 for an epilogue not known here.
 static inline int flce_epilogue_needs(cublasLtEpilogue_t epi, int *bias, int *aux) {
@@ -304,6 +380,8 @@ static inline cublasStatus_t flce_gemm_ex(flce_gemm_cache *c, cudaStream_t strea
             return st != CUBLAS_STATUS_SUCCESS ? st : CUBLAS_STATUS_NOT_SUPPORTED;
         }
         e = victim;
+        if (c->autotune)
+            flce_gemm_entry_tune(c, e, &key, A, B, alpha, beta, ws, ws_bytes, stream);
     } else if (key.epilogue != 0) {
         // the pointers are attributes of the (cached) descriptor: this call's, every call;
         // cublasLtMatmul reads them on the host when it launches, so a later change is safe

@@ -457,6 +457,21 @@ static void test_random_shapes(void) {
             Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
             result_free(&r);
+            if (k == 0) {
+                // a context with autotuning off (the heuristic's algorithms) on the same problem;
+                // every other test runs with it on, the default
+                flce_context *tuned = g_ctx;
+                if (test_check(flce_create(&g_ctx) == FLCE_OK, "flce_create (autotune off)")) {
+                    flce_set_autotune(g_ctx, 0);
+                    char label2[400];
+                    snprintf(label2, sizeof(label2), "%s; autotune off", label);
+                    r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                    compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
+                    result_free(&r);
+                    flce_destroy(g_ctx);
+                }
+                g_ctx = tuned;
+            }
             {
                 // the tile schedule on the same problem: 1024-column tiles, chunks of 512 tokens
                 rc.pb.cfg.max_vocab_tile = 1024;
