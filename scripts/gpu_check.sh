@@ -4,7 +4,7 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing] [gemm-algos]
-#                        [train] [train-b64] [train-bmax] [train-vocab] [train-flags] [train-mpi]
+#                        [train] [train-b64] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #   (default: all but train-mpi, which needs 2 GPUs: mpirun -np 2)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); train: ./train_gpt as a user
 #   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
@@ -37,6 +37,7 @@ for s in $steps; do
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
     train) run_step train timeout 400 ./train_gpt ;;
     train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
+    train-fa) run_step train_b64_fa timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fa 1 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
     train-mpi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
@@ -51,7 +52,7 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
-for f in train train_mpi train_b64 train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
+for f in train train_mpi train_b64 train_b64_fa train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
 done
 for f in bench_timing; do
