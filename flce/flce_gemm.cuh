@@ -206,8 +206,8 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
 Autotuning: cuBLASLt's heuristic ranks its candidates by a model, and at flce's shapes its first
 choice is often not the fastest of its own candidates (dev/gemm_algos on an H200: 5-29% slower
 for a third of the chunk GEMMs, e.g. d_W at 4096x4096x128256: 512 vs 717 TFLOP/s). With
-c->autotune, the first call of a key times up to FLCE_TUNE_CANDIDATES candidates (one warm-up
-and FLCE_TUNE_RUNS timed runs each) and keeps the fastest; a candidate must beat the first by
+c->autotune, the first call of a key times up to FLCE_TUNE_CANDIDATES candidates (a warm-up
+round, then FLCE_TUNE_ROUNDS interleaved rounds) and keeps the fastest; a candidate must beat the first by
 FLCE_TUNE_MARGIN to replace it, so that timing noise does not flip the choice between runs.
 The candidates write into a scratch output of D's size, so D, and every input, is written by
 the one real call that follows, never by the trials (the trials also write an epilogue's aux
@@ -216,7 +216,8 @@ tuning is skipped, and the heuristic's pick kept, while the stream is being capt
 the allocation fails. A tuning call synchronizes the stream.
 */
 #define FLCE_TUNE_CANDIDATES 8
-#define FLCE_TUNE_RUNS 3
+#define FLCE_TUNE_RUNS 2
+#define FLCE_TUNE_ROUNDS 3
 #define FLCE_TUNE_MARGIN 0.03f
 
 static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const flce_gemm_key *key,
@@ -243,30 +244,39 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
     }
     int ok = cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess &&
              cudaMemsetAsync(scratch, 0, d_bytes, stream) == cudaSuccess;
-    float best_ms = 0.0f, first_ms = 0.0f;
-    int best = 0;
-    for (int i = 0; ok && i < returned; i++) {
-        float ms = 0.0f;
-        int good = 1;
-        for (int r = 0; r <= FLCE_TUNE_RUNS && good; r++) {
-            if (r == 1) good = cudaEventRecord(t0, stream) == cudaSuccess;
-            good = good && cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta,
-                                          scratch, e->ld, scratch, e->ld, &res[i].algo, ws,
-                                          ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+    // Round r runs every candidate in turn, FLCE_TUNE_RUNS times back to back; round 0 warms
+    // them up (clocks, instruction caches) and is not scored. Interleaving the candidates
+    // spreads clock and cache drift over all of them instead of penalising whichever is timed
+    // first; a candidate's score is its best round.
+    float score[FLCE_TUNE_CANDIDATES];
+    int usable[FLCE_TUNE_CANDIDATES];
+    for (int i = 0; i < returned; i++) { score[i] = 1e30f; usable[i] = 1; }
+    for (int round = 0; ok && round <= FLCE_TUNE_ROUNDS; round++) {
+        for (int i = 0; i < returned; i++) {
+            if (!usable[i]) continue;
+            float ms = 0.0f;
+            int good = cudaEventRecord(t0, stream) == cudaSuccess;
+            for (int r = 0; r < FLCE_TUNE_RUNS && good; r++)
+                good = cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta, scratch,
+                                      e->ld, scratch, e->ld, &res[i].algo, ws, ws_bytes,
+                                      stream) == CUBLAS_STATUS_SUCCESS;
+            good = good && cudaEventRecord(t1, stream) == cudaSuccess &&
+                   cudaEventSynchronize(t1) == cudaSuccess &&
+                   cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess;
+            if (!good) {  // a candidate that fails to run is passed over; the first must run
+                (void)cudaGetLastError();
+                usable[i] = 0;
+                if (i == 0) ok = 0;
+                continue;
+            }
+            if (round > 0 && ms < score[i]) score[i] = ms;
         }
-        good = good && cudaEventRecord(t1, stream) == cudaSuccess &&
-               cudaEventSynchronize(t1) == cudaSuccess &&
-               cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess;
-        if (!good) {  // a candidate that fails to run is passed over; the first must run
-            (void)cudaGetLastError();
-            if (i == 0) ok = 0;
-            continue;
-        }
-        if (i == 0) first_ms = best_ms = ms;
-        else if (ms < best_ms) { best_ms = ms; best = i; }
     }
     if (ok) {
-        if (best != 0 && best_ms > (1.0f - FLCE_TUNE_MARGIN) * first_ms) best = 0;
+        int best = 0;
+        for (int i = 1; i < returned; i++)
+            if (usable[i] && score[i] < score[best]) best = i;
+        if (best != 0 && score[best] > (1.0f - FLCE_TUNE_MARGIN) * score[0]) best = 0;
         e->algo = res[best].algo;
         c->tuned++;
         if (best != 0) c->retuned++;

@@ -3,10 +3,11 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing] [gemm-algos]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing] [bench-noat] [gemm-algos]
 #                        [train] [train-b64] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #   (default: all but train-mpi, which needs 2 GPUs: mpirun -np 2)
-#   bench-timing: the library's per-phase times (FLCE_TIMING=1); train: ./train_gpt as a user
+#   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
+#   with autotuning off (FLCE_AUTOTUNE=0); train: ./train_gpt as a user
 #   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ for s in $steps; do
     tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
+    bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
     train) run_step train timeout 400 ./train_gpt ;;
@@ -51,6 +53,7 @@ grep -E '^FAIL' "$OUT/test_gpu.log" 2>/dev/null | head -40
 echo "== benchmark summary =="
 [ -f "$OUT/bench_check.log" ] && grep -E "PASS|FAIL" "$OUT/bench_check.log" | tail -20
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
+[ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
 for f in train train_mpi train_b64 train_b64_fa train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
