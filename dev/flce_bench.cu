@@ -1083,7 +1083,10 @@ static void bench_shape(const Args *a, int si, const Shape *sh, cudaStream_t s, 
 
         float times[64];
         int n = 0;
+        // the first call builds cuBLASLt descriptors and, in the library, autotunes its GEMMs
+        // (seconds at the large shapes): never part of a measurement
         float t_first = run_timed(v, &P, &w, e0, e1);
+        if (t_first > SLOW_MS) t_first = run_timed(v, &P, &w, e0, e1);
         if (t_first > SLOW_MS) {
             times[n++] = t_first;  // slow: the first run is the measurement (warm-up cost is ~ms)
             r->cold = 1;
