@@ -203,14 +203,13 @@ static cublasStatus_t flce_gemm_entry_build(flce_gemm_cache *c, flce_gemm_entry 
 }
 
 /*
-Autotuning: cuBLASLt's heuristic ranks its candidates by a model, and at flce's shapes its first
-choice is often not the fastest of its own candidates (dev/gemm_algos on an H200: 5-29% slower
-for a third of the chunk GEMMs, e.g. d_W at 4096x4096x128256: 512 vs 717 TFLOP/s). With
-c->autotune, the first call of a key times up to FLCE_TUNE_CANDIDATES candidates (a warm-up
-round, then FLCE_TUNE_ROUNDS interleaved rounds) and keeps the fastest; a candidate must beat the first by
-FLCE_TUNE_MARGIN (10%) to replace it: timing noise must not flip the choice between runs, and
-in flce's pipeline (operands from HBM, not hot in L2 as in the trials) a few percent won in
-isolation did not hold (8192x768x50304, bf16 logits: 3.1 -> 3.45 ms with a 3% margin).
+Autotuning: cuBLASLt's heuristic ranks candidates by a model; with c->autotune, the first call
+of a key times the heuristic's pick (the algorithm the entry was built with) against up to
+FLCE_TUNE_CANDIDATES more candidates: a warm-up round, then FLCE_TUNE_ROUNDS rounds that
+run the candidates in turn (clock and cache drift spread over all of them rather than
+penalising the first), each scored by its best round. Another candidate replaces the pick
+only if it is FLCE_TUNE_MARGIN (10%) faster: timing noise must not flip the choice between
+runs, and the trials run on operands hot in L2, which the pipeline's are not.
 The candidates write into a scratch output of D's size, so D, and every input, is written by
 the one real call that follows, never by the trials (the trials also write an epilogue's aux
 or bias-gradient output, which the real call then overwrites). The scratch is a cudaMalloc:
@@ -230,12 +229,19 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
         return;
     cublasLtMatmulPreference_t pref;
     if (flce_gemm_preference(key, ws_bytes, &pref) != CUBLAS_STATUS_SUCCESS) return;
-    cublasLtMatmulHeuristicResult_t res[FLCE_TUNE_CANDIDATES];
-    int returned = 0;
+    // Candidate 0 is the entry's algorithm, the pick of a one-result query: a query for several
+    // results does not return it first (measured: its first result ran the 8192x768x50304
+    // logits GEMM at 588 TFLOP/s, the one-result pick at 716), so the rest come after it.
+    cublasLtMatmulHeuristicResult_t res[FLCE_TUNE_CANDIDATES + 1], more[FLCE_TUNE_CANDIDATES];
+    int n_more = 0, returned = 1;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->handle, e->desc, e->la, e->lb, e->ld, e->ld,
-                                                       pref, FLCE_TUNE_CANDIDATES, res, &returned);
+                                                       pref, FLCE_TUNE_CANDIDATES, more, &n_more);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || returned < 2) return;
+    if (st != CUBLAS_STATUS_SUCCESS) return;
+    res[0].algo = e->algo;
+    for (int i = 0; i < n_more; i++)
+        if (memcmp(&more[i].algo, &e->algo, sizeof(e->algo)) != 0) res[returned++] = more[i];
+    if (returned < 2) return;
     const size_t es = key->type_d == CUDA_R_32F ? 4 : 2;
     const size_t d_bytes = (size_t)key->ldd * (size_t)key->n * es;
     void *scratch = NULL;
@@ -250,8 +256,8 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
     // them up (clocks, instruction caches) and is not scored. Interleaving the candidates
     // spreads clock and cache drift over all of them instead of penalising whichever is timed
     // first; a candidate's score is its best round.
-    float score[FLCE_TUNE_CANDIDATES];
-    int usable[FLCE_TUNE_CANDIDATES];
+    float score[FLCE_TUNE_CANDIDATES + 1];
+    int usable[FLCE_TUNE_CANDIDATES + 1];
     for (int i = 0; i < returned; i++) { score[i] = 1e30f; usable[i] = 1; }
     for (int round = 0; ok && round <= FLCE_TUNE_ROUNDS; round++) {
         for (int i = 0; i < returned; i++) {
