@@ -220,6 +220,25 @@ static __device__ __forceinline__ void attn_c_to_a(uint32_t a[4], const float c0
     a[3] = attn_pack(c1[2], c1[3]);
 }
 
+// acc (16 x 8*ND) += C (16 x 8*NT: the accumulator tiles of an earlier product, rounded to
+// bf16 as the A operand) times M (8*NT x 8*ND), stored k-major in shared memory, row stride ld
+template <int NT, int ND>
+static __device__ __forceinline__ void attn_mma_c_kn(float acc[ND][4], const float c[NT][4],
+                                                     const floatX *m, int ld, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        uint32_t a[4];
+        attn_c_to_a(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+        for (int nd = 0; nd < ND; nd += 2) {
+            uint32_t b[4];
+            attn_load_b2_kn(b, m, ld, kk * 16, nd * 8, lane);
+            attn_mma(acc[nd], a, b);
+            attn_mma(acc[nd + 1], a, b + 2);
+        }
+    }
+}
+
 // 16 bytes global -> shared without a register round trip (cp.async, sm_80+); complete after
 // attn_cp_wait() in the issuing thread, visible to the block after a __syncthreads() that follows
 static __device__ __forceinline__ void attn_cp16(floatX *sdst, const floatX *gsrc) {
@@ -359,18 +378,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             }
 
         // O += P V
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t pa[4];
-            attn_c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int nd = 0; nd < ND; nd += 2) {
-                uint32_t bf[4];
-                attn_load_b2_kn(bf, Vs, LD, kk * 16, nd * 8, lane);
-                attn_mma(o[nd], pa, bf);
-                attn_mma(o[nd + 1], pa, bf + 2);
-            }
-        }
+        attn_mma_c_kn<NT, ND>(o, s, Vs, LD, lane);
     }
 
 #pragma unroll
@@ -484,22 +492,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             }
 
         // dV += P^T dO, dK += dS^T Q (the scale is applied once at the end)
-#pragma unroll
-        for (int kq = 0; kq < BQ / 16; kq++) {
-            uint32_t pa[4], da[4];
-            attn_c_to_a(pa, st[2 * kq], st[2 * kq + 1]);
-            attn_c_to_a(da, dpt[2 * kq], dpt[2 * kq + 1]);
-#pragma unroll
-            for (int nd = 0; nd < ND; nd += 2) {
-                uint32_t bo[4], bq[4];
-                attn_load_b2_kn(bo, dOs, LD, kq * 16, nd * 8, lane);
-                attn_mma(dv[nd], pa, bo);
-                attn_mma(dv[nd + 1], pa, bo + 2);
-                attn_load_b2_kn(bq, Qs, LD, kq * 16, nd * 8, lane);
-                attn_mma(dk[nd], da, bq);
-                attn_mma(dk[nd + 1], da, bq + 2);
-            }
-        }
+        attn_mma_c_kn<NQ, ND>(dv, st, dOs, LD, lane);
+        attn_mma_c_kn<NQ, ND>(dk, dpt, Qs, LD, lane);
     }
 
 #pragma unroll
@@ -583,18 +577,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             }
 
         // dQ += dS K
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++) {
-            uint32_t a[4];
-            attn_c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int nd = 0; nd < ND; nd += 2) {
-                uint32_t bk[4];
-                attn_load_b2_kn(bk, Ks, LD, kk * 16, nd * 8, lane);
-                attn_mma(dq[nd], a, bk);
-                attn_mma(dq[nd + 1], a, bk + 2);
-            }
-        }
+        attn_mma_c_kn<NT, ND>(dq, s, Ks, LD, lane);
     }
 
 #pragma unroll

@@ -159,6 +159,18 @@ static inline void encoder_buckets_free(EncoderBuckets *eb) {
 
 // --- backward -------------------------------------------------------------------------------
 
+// row[0..8) += acc[0..8), fp32, as two 16-byte accesses (row is 32-byte aligned: C % 8 == 0)
+static __device__ __forceinline__ void encoder_add8(float *row, const float acc[8]) {
+    Packed128<float> lo = load128(row), hi = load128(row + 4);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        lo[k] += acc[k];
+        hi[k] += acc[4 + k];
+    }
+    store128(row, lo);
+    store128(row + 4, hi);
+}
+
 // One thread per (bucket, 8 channels): sums dout over the bucket's positions in ascending order,
 // then adds the sum into its token's dwte row. Four positions are loaded per step so that
 // several loads are in flight (frequent tokens make long buckets); the additions still happen
@@ -194,15 +206,7 @@ static __global__ void encoder_backward_wte_kernel(float *dwte, const floatX *do
 #pragma unroll
         for (int k = 0; k < 8; k++) acc[k] += to_float(d[k]);
     }
-    float *row = dwte + (size_t)bucket_token[bucket] * C + c;
-    Packed128<float> lo = load128(row), hi = load128(row + 4);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo[k] += acc[k];
-        hi[k] += acc[4 + k];
-    }
-    store128(row, lo);
-    store128(row + 4, hi);
+    encoder_add8(dwte + (size_t)bucket_token[bucket] * C + c, acc);
 }
 
 // One thread per (t, 8 channels): sums dout[b, t, c..c+8) over b = 0..B-1 in order.
@@ -221,15 +225,7 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *do
 #pragma unroll
         for (int k = 0; k < 8; k++) acc[k] += to_float(d[k]);
     }
-    float *row = dwpe + (size_t)t * C + c;
-    Packed128<float> lo = load128(row), hi = load128(row + 4);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo[k] += acc[k];
-        hi[k] += acc[4 + k];
-    }
-    store128(row, lo);
-    store128(row + 4, hi);
+    encoder_add8(dwpe + (size_t)t * C + c, acc);
 }
 
 // dwte (rows of wte, C) += token-grouped sums of dout (B,T,C); dwpe (>= T rows, C) += sums over b.

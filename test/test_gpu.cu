@@ -429,6 +429,14 @@ static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t
     free(tl); free(tlse); free(dh); free(dW); free(db);
 }
 
+// One run of a random case against its reference; grads: mode.backward; scale: the expected
+// gradients are the reference's times this (accumulating calls).
+static void run_and_compare(const char *label, RandomCase *rc, RunMode mode, float scale) {
+    Result r = run_flce(&rc->pb, mode);
+    compare(label, &rc->pb, &r, &rc->ex, mode.backward, scale, 5e-3);
+    result_free(&r);
+}
+
 static void test_random_shapes(void) {
     struct { int64_t N, H, V, Vp; int options; } shapes[] = {
         {1000, 256, 5003, 5003, 0},   // odd V, no padding: an odd V next to an aligned stride
@@ -496,40 +504,22 @@ static void test_random_shapes(void) {
                 rc.pb.cfg.bf16_logits = 0;
             }
             if (k != 1) continue;
-            // 3. accumulation: the second call adds the same gradients again
-            rc.pb.cfg.max_chunk_tokens = 100;
+            // 3. accumulation: the second call adds the same gradients again; 4. forward only;
+            // 6. CUDA graph: captured once, replayed three times (overwrite mode). Each in the
+            // chunk schedule and in the tile schedule.
             rc.pb.cfg.d_weight_dtype = rc.pb.cfg.d_bias_dtype = dt;
-            snprintf(label, sizeof(label), "accumulate twice %s (grads double)", dname);
-            r = run_flce(&rc.pb, (RunMode){1, 2, budget, 0});
-            compare(label, &rc.pb, &r, &rc.ex, 1, 2.0f, 5e-3);
-            result_free(&r);
-            // the same two in the tile schedule
-            rc.pb.cfg.max_vocab_tile = 512;
-            snprintf(label, sizeof(label), "accumulate twice %s, tiles of 512 columns", dname);
-            r = run_flce(&rc.pb, (RunMode){1, 2, budget, 0});
-            compare(label, &rc.pb, &r, &rc.ex, 1, 2.0f, 5e-3);
-            result_free(&r);
-            snprintf(label, sizeof(label), "forward only %s, tiles of 512 columns", dname);
-            r = run_flce(&rc.pb, (RunMode){0, 1, budget, 0});
-            compare(label, &rc.pb, &r, &rc.ex, 0, 1.0f, 5e-3);
-            result_free(&r);
-            rc.pb.cfg.max_vocab_tile = 0;
-            // 4. forward only
-            snprintf(label, sizeof(label), "forward only %s", dname);
-            r = run_flce(&rc.pb, (RunMode){0, 1, budget, 0});
-            compare(label, &rc.pb, &r, &rc.ex, 0, 1.0f, 5e-3);
-            result_free(&r);
-            // 6. CUDA graph: captured once, replayed three times (overwrite mode)
-            rc.pb.cfg.max_chunk_tokens = 0;
-            snprintf(label, sizeof(label), "CUDA graph replay %s", dname);
-            r = run_flce(&rc.pb, (RunMode){1, 1, budget, 1});
-            compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
-            result_free(&r);
-            rc.pb.cfg.max_vocab_tile = 512;
-            snprintf(label, sizeof(label), "CUDA graph replay %s, tiles of 512 columns", dname);
-            r = run_flce(&rc.pb, (RunMode){1, 1, budget, 1});
-            compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
-            result_free(&r);
+            for (int tiles = 0; tiles < 2; tiles++) {
+                const char *sched = tiles ? ", tiles of 512 columns" : "";
+                rc.pb.cfg.max_vocab_tile = tiles ? 512 : 0;
+                rc.pb.cfg.max_chunk_tokens = 100;
+                snprintf(label, sizeof(label), "accumulate twice %s%s (grads double)", dname, sched);
+                run_and_compare(label, &rc, (RunMode){1, 2, budget, 0}, 2.0f);
+                snprintf(label, sizeof(label), "forward only %s%s", dname, sched);
+                run_and_compare(label, &rc, (RunMode){0, 1, budget, 0}, 1.0f);
+                rc.pb.cfg.max_chunk_tokens = 0;
+                snprintf(label, sizeof(label), "CUDA graph replay %s%s", dname, sched);
+                run_and_compare(label, &rc, (RunMode){1, 1, budget, 1}, 1.0f);
+            }
             rc.pb.cfg.max_vocab_tile = 0;
         }
         random_case_free(&rc);
