@@ -36,10 +36,10 @@ Usage (all pointers are device pointers unless noted):
     flce_destroy(ctx);
 
 GEMMs are cuBLASLt's. By default a context autotunes them: the first call that meets a GEMM
-shape times cuBLASLt's candidate algorithms for it (into a scratch output it allocates for
-the moment, synchronizing the stream) and keeps the fastest, 5-29% faster than the
-heuristic's first pick at a third of flce's GEMM shapes on an H200. Later calls reuse the
-choice; a run's bits can therefore differ from another process's in the last place.
+shape times cuBLASLt's candidate algorithms for it (synchronizing the stream, and
+allocating for the moment 64 MiB plus, for an accumulating GEMM, a copy of its output: at
+most Vp x H x 4 bytes, for d_weight) and keeps the fastest: whole calls 3-7% faster on an
+H200 at the benchmark shapes (dev/RESULTS.md). Later calls reuse the choice; a run's bits can therefore differ from another process's in the last place.
 flce_set_autotune(ctx, 0), or FLCE_AUTOTUNE=0 in the environment, keeps the heuristic's pick:
 deterministic across processes. Apart from that first call per shape, no call allocates
 device memory or synchronises the host, so calls can be captured into CUDA graphs (a

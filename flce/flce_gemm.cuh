@@ -212,11 +212,13 @@ in flce's pipeline the operands arrive from HBM (the row kernel streams the whol
 between), and trials on L2-hot operands picked algorithms that lost there (8192x768x50304,
 bf16 logits: 3.2 -> 3.6 ms). Another candidate replaces the pick only if it is
 FLCE_TUNE_MARGIN (10%) faster, so that timing noise does not flip the choice between runs.
-The candidates write into a scratch output of D's size, so D, and every input, is written by
-the one real call that follows, never by the trials (the trials also write an epilogue's aux
-or bias-gradient output, which the real call then overwrites). The scratch is a cudaMalloc:
-tuning is skipped, and the heuristic's pick kept, while the stream is being captured or when
-the allocation fails. A tuning call synchronizes the stream.
+With beta = 0 the trials write D, which the real call that follows overwrites whole; with
+beta != 0 (accumulation) they write a scratch output of D's size, so that D keeps what it is
+to be added to. No input is ever written by a trial (D must not alias A or B, as for any
+GEMM); an epilogue's aux or bias-gradient output is written by the trials and then by the
+real call. The scratch (and the 64 MiB flush buffer) is a cudaMalloc: tuning is skipped, and
+the heuristic's pick kept, while the stream is being captured or when the allocation fails.
+A tuning call synchronizes the stream.
 */
 #define FLCE_TUNE_CANDIDATES 8
 #define FLCE_TUNE_RUNS 1
@@ -225,8 +227,8 @@ the allocation fails. A tuning call synchronizes the stream.
 #define FLCE_TUNE_MARGIN 0.10f
 
 static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const flce_gemm_key *key,
-                                 const void *A, const void *B, float alpha, float beta, void *ws,
-                                 size_t ws_bytes, cudaStream_t stream) {
+                                 const void *A, const void *B, void *D, float alpha, float beta,
+                                 void *ws, size_t ws_bytes, cudaStream_t stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
         return;
@@ -245,8 +247,11 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
     for (int i = 0; i < n_more; i++)
         if (memcmp(&more[i].algo, &e->algo, sizeof(e->algo)) != 0) res[returned++] = more[i];
     if (returned < 2) return;
+    // beta = 0: the trials write D itself, which the real call then overwrites whole; beta != 0
+    // reads D, so the trials get a scratch output of its size
     const size_t es = key->type_d == CUDA_R_32F ? 4 : 2;
-    const size_t d_bytes = ((size_t)key->ldd * (size_t)key->n * es + 255) / 256 * 256;
+    const size_t d_bytes =
+        beta == 0.0f ? 0 : ((size_t)key->ldd * (size_t)key->n * es + 255) / 256 * 256;
     char *scratch = NULL;
     cudaEvent_t t0 = NULL, t1 = NULL;
     if (cudaMalloc((void **)&scratch, d_bytes + FLCE_TUNE_FLUSH_BYTES) != cudaSuccess) {
@@ -254,8 +259,9 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
         return;
     }
     char *flush = scratch + d_bytes;
+    void *out = beta == 0.0f ? D : (void *)scratch;
     int ok = cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess &&
-             cudaMemsetAsync(scratch, 0, d_bytes, stream) == cudaSuccess;
+             (d_bytes == 0 || cudaMemsetAsync(scratch, 0, d_bytes, stream) == cudaSuccess);
     // Round r runs every candidate in turn, FLCE_TUNE_RUNS times back to back; round 0 warms
     // them up (clocks, instruction caches) and is not scored. Interleaving the candidates
     // spreads clock and cache drift over all of them instead of penalising whichever is timed
@@ -271,8 +277,8 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
             int good = cudaMemsetAsync(flush, round, FLCE_TUNE_FLUSH_BYTES, stream) == cudaSuccess &&
                        cudaEventRecord(t0, stream) == cudaSuccess;
             for (int r = 0; r < FLCE_TUNE_RUNS && good; r++)
-                good = cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta, scratch,
-                                      e->ld, scratch, e->ld, &res[i].algo, ws, ws_bytes,
+                good = cublasLtMatmul(c->handle, e->desc, &alpha, A, e->la, B, e->lb, &beta, out,
+                                      e->ld, out, e->ld, &res[i].algo, ws, ws_bytes,
                                       stream) == CUBLAS_STATUS_SUCCESS;
             good = good && cudaEventRecord(t1, stream) == cudaSuccess &&
                    cudaEventSynchronize(t1) == cudaSuccess &&
@@ -405,7 +411,7 @@ static inline cublasStatus_t flce_gemm_ex(flce_gemm_cache *c, cudaStream_t strea
         }
         e = victim;
         if (c->autotune)
-            flce_gemm_entry_tune(c, e, &key, A, B, alpha, beta, ws, ws_bytes, stream);
+            flce_gemm_entry_tune(c, e, &key, A, B, D, alpha, beta, ws, ws_bytes, stream);
     } else if (key.epilogue != 0) {
         // the pointers are attributes of the (cached) descriptor: this call's, every call;
         // cublasLtMatmul reads them on the host when it launches, so a later change is safe
