@@ -1,18 +1,24 @@
 /*
-flce.cu - fused linear cross-entropy: argument checks, the chunk planner, and the per-chunk
-schedule (see flce.h for the math and the API).
+flce.cu - fused linear cross-entropy: argument checks, the planner, and the two schedules
+(see flce.h for the math and the API).
 
-The schedule (token chunks, the whole vocabulary per chunk):
     prepare        targets checked, non-ignored tokens counted, exact target logits
     for each chunk of C tokens:
-        GEMM       logits[C, V] = h[chunk] @ W^T            (bf16 or fp32 buffer, row stride ldl)
-        row kernel LSE, loss; dlogits written in place     (pad columns V..ldl zeroed)
+      chunk schedule (one tile: the whole vocabulary):
+        GEMM       logits[C, Vp] = h[chunk] @ W^T           (bf16 or fp32 buffer, row stride ldl)
+        row kernel LSE, loss; dlogits written in place     (pad columns V..Vp zeroed)
         GEMM       d_h[chunk]  (+)= dlogits @ W             (k = Vp)
         GEMM       d_W         (+)= dlogits^T @ h[chunk]    (fp32 accumulation across chunks)
         GEMM       d_b         (+)= dlogits^T @ ones        (if a bias)
+      tile schedule (vocabulary tiles of T columns):
+        for each tile: GEMM logits[C, T]; row kernel: the tile's statistics merged per row
+        finish kernel: loss, LSE and gradient coefficients per row
+        for each tile: GEMM logits[C, T] again; row kernel: dlogits in place; GEMMs
+                   d_h[chunk] += dlogits @ W[tile], d_W[tile] (+)= dlogits^T @ h[chunk], d_b[tile]
     finalize       loss scalar, bf16 outputs from fp32 accumulators, error record
-The chunk buffer's row stride ldl is Vp rounded up to 64 elements: an odd stride (V=176245)
-makes every cuBLAS GEMM on it several times slower.
+The buffer's row stride ldl is the tile (Vp) rounded up to 64 elements, and every GEMM over the
+vocabulary is cut at a multiple of 64: an odd stride or extent (V = 176245) makes cuBLASLt
+several times slower.
 */
 #include <cuda_runtime.h>
 #include <math.h>

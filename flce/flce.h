@@ -130,9 +130,10 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
 // Checks every field of cfg; on failure writes a message naming the field into msg.
 flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len);
 
-// Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB).
-// The chunk size is the largest that fits; *bytes <= budget_bytes unless even a single
-// chunk does not fit, in which case *bytes is the minimum and FLCE_ERR_WORKSPACE is returned.
+// Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB): the
+// planner's schedule (chunks, or chunks x vocabulary tiles) for that budget. *bytes <=
+// budget_bytes unless even one token with one 64-column tile does not fit, in which case
+// *bytes is that minimum and FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 
 // The number of tokens per chunk a call with this workspace will use (0 if too small).
