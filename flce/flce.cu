@@ -209,6 +209,10 @@ static size_t flce_align_up(size_t x) { return (x + FLCE_ALIGN - 1) / FLCE_ALIGN
 
 static int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// A GEMM over vocabulary columns v0 .. v0+w: cut at a multiple of FLCE_VOCAB_ALIGN, so that
+// an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
+static int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
+
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
 // (>= Vp: the whole vocabulary, no tiles); returns the total bytes.
 static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator,
@@ -224,7 +228,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->logits_size = (cfg->dtype == FLCE_BF16 && cfg->bf16_logits) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
     // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
-    const int64_t cut = Vp / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN;
+    const int64_t cut = flce_vocab_cut(Vp);
     p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (cut > 0 && cut < Vp));
     p->dw_accumulator = dw_accumulator;
     p->off_lt = o;            o = flce_align_up(o + FLCE_LT_WORKSPACE);
@@ -593,10 +597,6 @@ static cudaError_t flce_launch_rows_mode(cudaStream_t stream, int mode, TL *logi
     }
 }
 
-// A GEMM over vocabulary columns v0 .. v0+w: cut at a multiple of FLCE_VOCAB_ALIGN, so that
-// an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
-static int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
-
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
                             const flce_plan *p, char *ws, cudaStream_t stream, int backward) {
@@ -684,9 +684,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         for (int pass = tiled ? 0 : 1; pass < 2; pass++) {
             if (pass == 1 && tiled) {
                 flce_phase_begin(ctx, stream);
-                flce_tile_finish_kernel<Tgt><<<(unsigned)((rows + 255) / 256), 256, 0, stream>>>(
-                    tile_stats, rows, c0, V, targets, ra.ignore_index, target_logit,
-                    t->grad_token_loss, scalars, ra.p, token_loss, token_lse, tile_grad);
+                flce_tile_finish_kernel<T, Tgt><<<(unsigned)((rows + 255) / 256), 256, 0, stream>>>(ra, rows);
                 FLCE_LAUNCH_CHECK("flce_tile_finish_kernel");
                 flce_phase_end(ctx, stream, FLCE_T_ROWS);
                 if (!backward) break;

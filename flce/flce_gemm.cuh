@@ -95,6 +95,8 @@ static int flce_ptr_alignment(const void *p) {
     return align;
 }
 
+static size_t flce_type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
 static void flce_gemm_entry_release(flce_gemm_entry *e) {
     if (!e->used) return;
     if (e->la) cublasLtMatrixLayoutDestroy(e->la);
@@ -249,9 +251,8 @@ static void flce_gemm_entry_tune(flce_gemm_cache *c, flce_gemm_entry *e, const f
     if (returned < 2) return;
     // beta = 0: the trials write D itself, which the real call then overwrites whole; beta != 0
     // reads D, so the trials get a scratch output of its size
-    const size_t es = key->type_d == CUDA_R_32F ? 4 : 2;
     const size_t d_bytes =
-        beta == 0.0f ? 0 : ((size_t)key->ldd * (size_t)key->n * es + 255) / 256 * 256;
+        beta == 0.0f ? 0 : ((size_t)key->ldd * (size_t)key->n * flce_type_size(key->type_d) + 255) / 256 * 256;
     char *scratch = NULL;
     cudaEvent_t t0 = NULL, t1 = NULL;
     if (cudaMalloc((void **)&scratch, d_bytes + FLCE_TUNE_FLUSH_BYTES) != cudaSuccess) {
@@ -440,8 +441,6 @@ static cublasStatus_t flce_gemm(flce_gemm_cache *c, cudaStream_t stream, int tra
     return flce_gemm_ex(c, stream, transa, transb, m, n, k, A, type_a, lda, B, type_b, ldb, D,
                         type_d, ldd, alpha, beta, NULL, ws, ws_bytes);
 }
-
-static size_t flce_type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 typedef enum { FLCE_SPLIT_M, FLCE_SPLIT_N, FLCE_SPLIT_K } flce_split_dim;
 

@@ -395,9 +395,21 @@ template <typename T, typename Tgt> struct flce_rows_args {
     flce_loss_params p;
     float *token_loss, *token_lse;
     flce_row_stats *tile_stats;   // (rows) statistics over the tiles so far (TILE_STATS)
-    const flce_row_grad *tile_grad;  // (rows) from flce_tile_finish_kernel (TILE_GRAD)
+    flce_row_grad *tile_grad;     // (rows) written by flce_tile_finish_kernel, read by TILE_GRAD
     int first_tile;               // TILE_STATS: the first tile overwrites tile_stats
 };
+
+// Token i's target as the row kernels see it: returns whether it counts (not ignored, in
+// range); *t is its column (-1 if it does not count), *zt its exact logit, softcapped.
+template <typename T, typename Tgt>
+__device__ __forceinline__ int flce_row_target(const flce_rows_args<T, Tgt> &a, int64_t i, int *t,
+                                               float *zt) {
+    const Tgt tg = a.targets[i];
+    const int valid = flce_target_state(tg, a.ignore_index, a.V) > 0;
+    *t = valid ? (int)tg : -1;
+    *zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) : 0.0f;
+    return valid;
+}
 
 // One block per row of the buffer (token row0 + blockIdx.x), logits of type TL; dlogits are
 // written as T (the GEMM input type) over the same row: dlogits row r starts where logits row
@@ -408,9 +420,16 @@ flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
     constexpr int VEC = flce_vec<TL>::N;
     const int64_t r = blockIdx.x, i = a.row0 + r;
     TL *row = logits + r * a.ldl;
-    const Tgt tg = a.targets[i];
-    const int valid = flce_target_state(tg, a.ignore_index, a.V) > 0;
-    const int t = valid ? (int)tg : -1;
+    // the tile's coefficients carry the target; the other modes read it
+    flce_row_grad rg;
+    int t = -1, valid = 0;
+    float zt = 0.0f;
+    if (MODE == FLCE_ROWS_TILE_GRAD) {
+        rg = a.tile_grad[r];
+        t = rg.t;
+    } else {
+        valid = flce_row_target(a, i, &t, &zt);
+    }
     // the buffer's view: its columns 0..Vl are real classes, tl is the target's column in it
     const int Vi = (int)a.V, end = a.col0 + a.ncols < Vi ? a.col0 + a.ncols : Vi;
     const int Vl = end > a.col0 ? end - a.col0 : 0;
@@ -419,9 +438,7 @@ flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
     const T *bias_l = a.bias != NULL ? a.bias + a.col0 : NULL;
     const int w_end = (a.ncols + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
 
-    flce_row_grad rg;
     if (MODE != FLCE_ROWS_TILE_GRAD) {
-        const float zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) : 0.0f;
         const flce_row_stats st = flce_row_stats_pass<T, TL, SIMPLE>(
             row, Vl, bias_l, tl, zt * FLCE_LOG2E, a.p.softcap, a.p.label_smoothing > 0.0f);
         if (MODE == FLCE_ROWS_TILE_STATS) {
@@ -432,31 +449,24 @@ flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
         rg = flce_row_finish(st, valid, t, zt, i, Vi, a.grad_token_loss, a.scalars, a.p,
                              threadIdx.x == 0, a.token_loss, a.token_lse);
         if (MODE == FLCE_ROWS_FORWARD) return;
-    } else {
-        rg = a.tile_grad[r];
     }
     rg.t = tl;
     flce_row_grad_pass<T, TL, SIMPLE>(row, Vl, w_end, bias_l, rg);
 }
 
-// The tile schedule, after the statistics pass over every tile: one thread per row turns its
-// statistics into the loss and the gradient coefficients the TILE_GRAD passes read.
-template <typename Tgt>
-__global__ void flce_tile_finish_kernel(const flce_row_stats *tile_stats, int64_t rows,
-                                        int64_t row0, int64_t V, const Tgt *targets,
-                                        long long ignore_index, const float *target_logit,
-                                        const float *grad_token_loss,
-                                        const flce_call_scalars *scalars, flce_loss_params p,
-                                        float *token_loss, float *token_lse,
-                                        flce_row_grad *tile_grad) {
+// The tile schedule, after the statistics pass over every tile: one thread per row of the
+// chunk (a.row0..) turns its statistics into the loss and the gradient coefficients the
+// TILE_GRAD passes read.
+template <typename T, typename Tgt>
+__global__ void flce_tile_finish_kernel(flce_rows_args<T, Tgt> a, int64_t rows) {
     const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    const int64_t i = row0 + r;
-    const Tgt tg = targets[i];
-    const int valid = flce_target_state(tg, ignore_index, V) > 0;
-    const float zt = valid ? flce_softcap(target_logit[i], p.softcap) : 0.0f;
-    tile_grad[r] = flce_row_finish(tile_stats[r], valid, valid ? (int)tg : -1, zt, i, (int)V,
-                                   grad_token_loss, scalars, p, 1, token_loss, token_lse);
+    const int64_t i = a.row0 + r;
+    int t;
+    float zt;
+    const int valid = flce_row_target(a, i, &t, &zt);
+    a.tile_grad[r] = flce_row_finish(a.tile_stats[r], valid, t, zt, i, (int)a.V, a.grad_token_loss,
+                                     a.scalars, a.p, 1, a.token_loss, a.token_lse);
 }
 
 // ----------------------------------------------------------------------------------------
