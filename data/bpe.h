@@ -39,7 +39,8 @@ so encoding never fails and decode(encode(x)) == x for any byte string.
 
 BPE. Per piece: if the whole piece is a token, that id; otherwise start from single
 bytes and repeatedly merge the adjacent pair whose concatenation has the lowest id (the
-leftmost such pair on ties) until no adjacent pair forms a token. O(len^2) per piece.
+leftmost such pair on ties) until no adjacent pair forms a token. O(len log len) per piece
+(a linked list of parts and a heap of candidate merges, see bpe_encode_piece).
 */
 #ifndef BPE_H
 #define BPE_H
@@ -662,31 +663,92 @@ fail:
 
 // ----------------------------------------------------------------------------
 // encoding
+//
+// A piece can be as long as the text (a run of letters or digits with no space in it), so
+// BPE must not rescan every pair for each merge. The parts of a piece form a doubly linked
+// list, each part named by the offset of its first byte: end[i] is where part i ends (the
+// next part starts there), prev[i] where the part before it starts, and rank[i] the id of
+// part i joined with the next part, INT_MAX when that is no token, when i is the last part
+// or when i no longer starts a part. Candidate merges wait in a binary min-heap keyed by
+// (rank, offset): its top is the lowest-id pair, the leftmost on ties, the very pair that a
+// scan over all pairs would pick. A merge changes rank[] of two parts only, the merged one
+// and the one before it; their new pairs are pushed and their old entries are left in the
+// heap, to be dropped when they surface. An entry (r, i) is current iff rank[i] == r: an id
+// names its bytes, and rank[i] only ever changes to the id of a longer string that starts at
+// i (part i and the part after it only grow), or to INT_MAX, so it never comes back to r.
+
+// heap key: rank << BPE_POS_BITS | offset, so that comparing keys compares (rank, offset).
+// Ids are below BPE_MAX_VOCAB = 2^24, so the key fits 64 bits for pieces shorter than 2^40
+// bytes (longer ones are refused: their workspace could not be allocated anyway).
+#define BPE_POS_BITS 40
+
+static inline uint64_t bpe_heap_key(int rank, size_t i) {
+    return (uint64_t)rank << BPE_POS_BITS | (uint64_t)i;
+}
 
 typedef struct {
-    size_t cap;
-    size_t *bound;  // part boundaries
-    int *rank;      // rank[j]: id of parts j and j+1 joined, or INT_MAX
+    size_t cap;      // the arrays hold pieces up to cap bytes
+    size_t *end;     // [cap] end[i]: end of the part that starts at byte i
+    size_t *prev;    // [cap] prev[i]: start of the part before part i
+    int *rank;       // [cap] rank[i]: id of part i joined with the next part, or INT_MAX
+    uint64_t *heap;  // [2 * cap] candidate merges; n - 1 at the start, at most one more per merge
 } BpeWork;
 
+static inline void bpe_work_free(BpeWork *w) {
+    free(w->end);
+    free(w->prev);
+    free(w->rank);
+    free(w->heap);
+    memset(w, 0, sizeof(*w));
+}
+
 static inline int bpe_work_reserve(BpeWork *w, size_t n) {
-    if (n + 1 <= w->cap) return 0;
+    if (n <= w->cap) return 0;
+    if ((uint64_t)n >> BPE_POS_BITS || n > SIZE_MAX / (2 * sizeof(uint64_t))) return -1;
     size_t cap = w->cap ? w->cap : 64;
-    while (cap < n + 1) cap *= 2;
-    size_t *b = (size_t *)realloc(w->bound, cap * sizeof(size_t));
-    if (b == NULL) return -1;
-    w->bound = b;
-    int *r = (int *)realloc(w->rank, cap * sizeof(int));
-    if (r == NULL) return -1;
-    w->rank = r;
+    while (cap < n) cap *= 2;
+    bpe_work_free(w);
+    w->end = (size_t *)malloc(cap * sizeof(size_t));
+    w->prev = (size_t *)malloc(cap * sizeof(size_t));
+    w->rank = (int *)malloc(cap * sizeof(int));
+    w->heap = (uint64_t *)malloc(2 * cap * sizeof(uint64_t));
+    if (w->end == NULL || w->prev == NULL || w->rank == NULL || w->heap == NULL) {
+        bpe_work_free(w);
+        return -1;
+    }
     w->cap = cap;
     return 0;
 }
 
-static inline int bpe_pair_rank(const BpeEncoder *e, const unsigned char *p, const size_t *bound,
-                                size_t j) {
-    int id = bpe_lookup(e, p + bound[j], bound[j + 2] - bound[j]);
+// id of the bytes p[i..k), or INT_MAX when they are not a mergeable token
+static inline int bpe_rank(const BpeEncoder *e, const unsigned char *p, size_t i, size_t k) {
+    int id = bpe_lookup(e, p + i, k - i);
     return id < 0 ? INT_MAX : id;
+}
+
+static inline void bpe_heap_down(uint64_t *h, size_t n, size_t k) {
+    uint64_t x = h[k];
+    for (;;) {
+        size_t c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[k] = h[c];
+        k = c;
+    }
+    h[k] = x;
+}
+
+// pushes the pair that starts at part i, if it is a token
+static inline void bpe_heap_push(uint64_t *h, size_t *n, int rank, size_t i) {
+    if (rank == INT_MAX) return;
+    uint64_t x = bpe_heap_key(rank, i);
+    size_t k = (*n)++;
+    while (k > 0 && h[(k - 1) / 2] > x) {
+        h[k] = h[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    h[k] = x;
 }
 
 // BPE of one piece p[0..n), n >= 1; appends ids.
@@ -695,26 +757,42 @@ static inline int bpe_encode_piece(const BpeEncoder *e, const unsigned char *p, 
     int whole = bpe_lookup(e, p, n);
     if (whole >= 0) return bpe_ids_push(out, (uint32_t)whole);
     if (bpe_work_reserve(w, n) != 0) return -1;
-    size_t *bound = w->bound, parts = n;
+    size_t *end = w->end, *prev = w->prev, nheap = 0;
     int *rank = w->rank;
-    for (size_t j = 0; j <= n; j++) bound[j] = j;
-    for (size_t j = 0; j + 1 < parts; j++) rank[j] = bpe_pair_rank(e, p, bound, j);
-    while (parts > 1) {
-        size_t best = 0;
-        int best_rank = INT_MAX;
-        for (size_t j = 0; j + 1 < parts; j++)
-            if (rank[j] < best_rank) { best_rank = rank[j]; best = j; }
-        if (best_rank == INT_MAX) break;
-        // join parts best and best+1: drop boundary best+1 and the rank of (best+1, best+2)
-        memmove(bound + best + 1, bound + best + 2, (parts - best - 1) * sizeof(size_t));
-        if (best + 3 < parts)
-            memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int));
-        parts--;
-        if (best + 1 < parts) rank[best] = bpe_pair_rank(e, p, bound, best);
-        if (best > 0) rank[best - 1] = bpe_pair_rank(e, p, bound, best - 1);
+    uint64_t *heap = w->heap;
+    for (size_t i = 0; i < n; i++) {
+        end[i] = i + 1;
+        prev[i] = i > 0 ? i - 1 : 0;  // prev[0] is never read
+        rank[i] = i + 1 < n ? bpe_rank(e, p, i, i + 2) : INT_MAX;
+        if (rank[i] != INT_MAX) heap[nheap++] = bpe_heap_key(rank[i], i);
     }
-    for (size_t j = 0; j < parts; j++) {
-        int id = bpe_lookup(e, p + bound[j], bound[j + 1] - bound[j]);
+    for (size_t k = nheap / 2; k-- > 0;) bpe_heap_down(heap, nheap, k);
+    const uint64_t pos_mask = ((uint64_t)1 << BPE_POS_BITS) - 1;
+    while (nheap > 0) {
+        size_t i = (size_t)(heap[0] & pos_mask);
+        if ((uint64_t)rank[i] != heap[0] >> BPE_POS_BITS) {  // stale entry: drop it
+            heap[0] = heap[--nheap];
+            bpe_heap_down(heap, nheap, 0);
+            continue;
+        }
+        // join part i and the part j after it; k starts the part after that (or is n)
+        size_t j = end[i], k = end[j];
+        end[i] = k;
+        rank[j] = INT_MAX;
+        if (k < n) prev[k] = i;
+        rank[i] = k < n ? bpe_rank(e, p, i, end[k]) : INT_MAX;
+        // the merged part's new pair takes the top's place: one sift instead of two
+        if (rank[i] != INT_MAX) heap[0] = bpe_heap_key(rank[i], i);
+        else heap[0] = heap[--nheap];
+        bpe_heap_down(heap, nheap, 0);
+        if (i > 0) {
+            size_t h = prev[i];
+            rank[h] = bpe_rank(e, p, h, k);
+            bpe_heap_push(heap, &nheap, rank[h], h);
+        }
+    }
+    for (size_t i = 0; i < n; i = end[i]) {
+        int id = bpe_lookup(e, p + i, end[i] - i);
         if (id < 0 || bpe_ids_push(out, (uint32_t)id) != 0) return -1;  // id < 0: impossible
     }
     return 0;
@@ -724,7 +802,7 @@ static inline int bpe_encode_piece(const BpeEncoder *e, const unsigned char *p, 
 // Returns 0, or -1 when out of memory.
 static inline int bpe_encode(const BpeEncoder *e, const unsigned char *text, size_t n,
                              BpeIds *out) {
-    BpeWork w = {0, NULL, NULL};
+    BpeWork w = {0, NULL, NULL, NULL, NULL};
     int rc = 0;
     size_t i = 0;
     while (i < n && rc == 0) {
@@ -732,8 +810,7 @@ static inline int bpe_encode(const BpeEncoder *e, const unsigned char *text, siz
         rc = bpe_encode_piece(e, text + i, j - i, &w, out);
         i = j;
     }
-    free(w.bound);
-    free(w.rank);
+    bpe_work_free(&w);
     return rc;
 }
 

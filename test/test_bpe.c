@@ -7,9 +7,14 @@ test_bpe.c - CPU test of the C GPT-2 encoder (data/bpe.h) and of the llm.c file 
   2. loads the decode tokenizer data/gpt2_tokenizer.bin, checks it holds the encoder's bytes
      for every id, and that decode(encode(s)) == s for the fixture strings (all of them:
      byte-level BPE round-trips any UTF-8);
-  3. if the committed shards are present: reads them, checks their sizes/ids and that
+  3. checks that the heap-driven BPE merges exactly as the plain quadratic loop kept below
+     (ref_encode_piece): the fixture strings, windows of Tiny Shakespeare and random strings
+     (bytes, small alphabets full of ties, UTF-8), each both pre-tokenized and as one piece,
+     and 16 KB pieces; then that a 1 MB piece of letters (ids stored from the quadratic loop)
+     encodes within a time bound that the quadratic loop misses by far;
+  4. if the committed shards are present: reads them, checks their sizes/ids and that
      decoding train+val without the <|endoftext|> tokens gives back the text exactly;
-  4. checks that bad files are rejected with an error: shards (bad magic/version,
+  5. checks that bad files are rejected with an error: shards (bad magic/version,
      truncated header or body, trailing bytes, bad count, missing), tokenizer files
      (bad magic/version, truncated header or tokens, zero-length token, trailing bytes,
      missing) and encoder inputs (missing, truncated encoder.json, merges out of order).
@@ -22,11 +27,13 @@ Build and run from the repository root:
 Token fixture format (little endian): int32 header[256] = {20261201, 1, ncases, 0...};
 per case: uint32 nbytes, the UTF-8 bytes, uint32 ntok, ntok x uint32 ids.
 */
-#define _POSIX_C_SOURCE 200809L  // mkdtemp, rmdir under -std=c99 / -std=c11
+#define _POSIX_C_SOURCE 200809L  // mkdtemp, rmdir, clock_gettime under -std=c99 / -std=c11
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../data/bpe.h"
@@ -136,6 +143,218 @@ static int file_exists(const char *path) {
     return f != NULL;
 }
 
+// ---------------------------------------------------------------- merge order reference
+
+// BPE of one piece as the encoder first did it: rescan every adjacent pair for each merge and
+// join the lowest-id one, the leftmost on ties. Quadratic, but plainly GPT-2's rule, so
+// bpe_encode_piece's heap must give exactly these ids.
+static int ref_pair_rank(const BpeEncoder *e, const unsigned char *p, const size_t *bound,
+                         size_t j) {
+    int id = bpe_lookup(e, p + bound[j], bound[j + 2] - bound[j]);
+    return id < 0 ? INT_MAX : id;
+}
+
+static int ref_encode_piece(const BpeEncoder *e, const unsigned char *p, size_t n, BpeIds *out) {
+    int whole = bpe_lookup(e, p, n);
+    if (whole >= 0) return bpe_ids_push(out, (uint32_t)whole);
+    size_t *bound = (size_t *)malloc((n + 1) * sizeof(size_t)), parts = n;
+    int *rank = (int *)malloc(n * sizeof(int)), rc = 0;
+    if (bound == NULL || rank == NULL) rc = -1;
+    for (size_t j = 0; rc == 0 && j <= n; j++) bound[j] = j;
+    for (size_t j = 0; rc == 0 && j + 1 < parts; j++) rank[j] = ref_pair_rank(e, p, bound, j);
+    while (rc == 0 && parts > 1) {
+        size_t best = 0;
+        int best_rank = INT_MAX;
+        for (size_t j = 0; j + 1 < parts; j++)
+            if (rank[j] < best_rank) { best_rank = rank[j]; best = j; }
+        if (best_rank == INT_MAX) break;
+        memmove(bound + best + 1, bound + best + 2, (parts - best - 1) * sizeof(size_t));
+        if (best + 3 < parts)
+            memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int));
+        parts--;
+        if (best + 1 < parts) rank[best] = ref_pair_rank(e, p, bound, best);
+        if (best > 0) rank[best - 1] = ref_pair_rank(e, p, bound, best - 1);
+    }
+    for (size_t j = 0; rc == 0 && j < parts; j++) {
+        int id = bpe_lookup(e, p + bound[j], bound[j + 1] - bound[j]);
+        if (id < 0 || bpe_ids_push(out, (uint32_t)id) != 0) rc = -1;
+    }
+    free(bound);
+    free(rank);
+    return rc;
+}
+
+// 1 when the encoder and the reference give the same ids for s[0..n), n >= 1: pre-tokenized
+// as bpe_encode does, or (one_piece) the whole of s as a single piece, which puts spaces,
+// punctuation and words side by side in one merge sequence
+static int same_as_ref(const BpeEncoder *e, const unsigned char *s, size_t n, int one_piece) {
+    BpeIds got = {NULL, 0, 0}, want = {NULL, 0, 0};
+    int rc = 0;
+    if (one_piece) {
+        BpeWork w = {0, NULL, NULL, NULL, NULL};
+        rc |= bpe_encode_piece(e, s, n, &w, &got);
+        bpe_work_free(&w);
+        rc |= ref_encode_piece(e, s, n, &want);
+    } else {
+        rc |= bpe_encode(e, s, n, &got);
+        for (size_t i = 0; i < n && rc == 0;) {
+            size_t j = bpe_piece_end(s, n, i);
+            rc = ref_encode_piece(e, s + i, j - i, &want);
+            i = j;
+        }
+    }
+    int same = rc == 0 && got.n == want.n &&
+               (got.n == 0 || memcmp(got.ids, want.ids, got.n * sizeof(uint32_t)) == 0);
+    bpe_ids_free(&got);
+    bpe_ids_free(&want);
+    return same;
+}
+
+static uint64_t xorshift64(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+// n characters drawn from alpha (UTF-8 sequences separated by '|', or "" for any byte)
+static size_t random_text(unsigned char *out, size_t n, const char *alpha, uint64_t *x) {
+    const char *sym[64];
+    size_t len[64], nsym = 0, k = 0;
+    for (const char *a = alpha; *a != 0 && nsym < 64;) {
+        const char *bar = strchr(a, '|');
+        sym[nsym] = a;
+        len[nsym++] = bar ? (size_t)(bar - a) : strlen(a);
+        a = bar ? bar + 1 : a + strlen(a);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = xorshift64(x);
+        if (nsym == 0) { out[k++] = (unsigned char)r; continue; }
+        size_t c = (size_t)(r % nsym);
+        memcpy(out + k, sym[c], len[c]);
+        k += len[c];
+    }
+    return k;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// The time bound of the 1 MB piece. The quadratic loop needs minutes for it, the heap a
+// fraction of a second, so a slow CI machine stays far inside and a quadratic encoder far out;
+// an alarm ends the run at the bound rather than waiting those minutes.
+#define LONG_PIECE_BYTES (1 << 20)
+#define LONG_PIECE_BOUND_S 5
+static void long_piece_too_slow(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL   1 MB piece of letters not encoded within the time bound "
+                              "(quadratic BPE?)\n";
+    ssize_t w = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(1);
+}
+
+// ids of the 1 MB piece as the quadratic loop gave them: count and a 64-bit FNV-1a-style hash
+#define LONG_PIECE_NTOK 625542
+#define LONG_PIECE_HASH 0x18844b641e325ca7ULL
+
+static void test_merge_order(const BpeEncoder *e, const TokCase *cases, long ncases,
+                             const Tokenizer *tok) {
+    long nsame = 0;
+    for (long c = 0; c < ncases; c++)
+        nsame += cases[c].nbytes == 0 || (same_as_ref(e, cases[c].bytes, cases[c].nbytes, 0) &&
+                                          same_as_ref(e, cases[c].bytes, cases[c].nbytes, 1));
+    test_check(nsame == ncases, "heap BPE == quadratic BPE: %ld of %ld fixture strings, "
+               "pre-tokenized and as one piece", nsame, ncases);
+
+    uint64_t x = 20261201;
+    unsigned char *text;
+    size_t ntext;
+    if (bpe_read_file(TEXT_FILE, "text", &text, &ntext) == 0) {
+        int n = 200, same = 0;
+        for (int k = 0; k < n; k++) {
+            size_t len = 1 + (size_t)(xorshift64(&x) % 2048);
+            if (len > ntext) len = ntext;
+            size_t at = (size_t)(xorshift64(&x) % (ntext - len + 1));
+            same += same_as_ref(e, text + at, len, 1);
+        }
+        test_check(same == n, "heap BPE == quadratic BPE: %d of %d windows of %s (up to 2 KB) "
+                   "as one piece", same, n, TEXT_FILE);
+        free(text);
+    }
+
+    // small alphabets make many equal-id pairs at once: the leftmost-first rule at work
+    // ("ab" is one symbol, so "ababab..."; "a|b" draws a or b)
+    static const char *alphabets[] = {
+        "",  "a", "ab", "a|b", "ab |a| ", "a| |\n", "0|1|2|3|4|5|6|7|8|9", "e|t|a|o|n| |s|h|r|'|.",
+        "l|o|L|O|!|?| |\t", "\xc3\xa9|e|\xcc\x81| ", "\xe6\x97\xa5|\xe6\x9c\xac| |a",
+        "\xf0\x9f\x98\x80|\xf0\x9f\x91\x8d|\xe2\x80\x8d| ", "\xff|\xc3|a|\x80",
+    };
+    size_t nalpha = sizeof(alphabets) / sizeof(alphabets[0]);
+    static unsigned char buf[4 * 16384];  // up to 4 bytes a character
+    int nrand = 0, same = 0;
+    for (size_t a = 0; a < nalpha; a++) {
+        for (int k = 0; k < 200; k++) {
+            size_t n = random_text(buf, 1 + (size_t)(xorshift64(&x) % 64), alphabets[a], &x);
+            same += same_as_ref(e, buf, n, 0) + same_as_ref(e, buf, n, 1);
+            nrand += 2;
+        }
+    }
+    test_check(same == nrand, "heap BPE == quadratic BPE: %d of %d random strings over %zu "
+               "alphabets (bytes, ties, UTF-8), pre-tokenized and as one piece", same, nrand,
+               nalpha);
+    static const char *long_alphabets[] = {
+        "", "a", "a|b", "e|t|a|o|i|n|s|h|r|d|l|u|c|m|w|f|g|y|p|b", "0|1|2|3|4|5|6|7|8|9",
+        "\xe6\x97\xa5|\xe6\x9c\xac|\xe8\xaa\x9e",
+    };
+    int nlong = (int)(sizeof(long_alphabets) / sizeof(long_alphabets[0]));
+    same = 0;
+    for (int a = 0; a < nlong; a++) {
+        size_t n = random_text(buf, 16384 / (a == nlong - 1 ? 3 : 1), long_alphabets[a], &x);
+        same += same_as_ref(e, buf, n, 1);
+    }
+    test_check(same == nlong, "heap BPE == quadratic BPE: %d of %d 16 KB pieces (any byte, one "
+               "letter, two, letters, digits, CJK)", same, nlong);
+
+    // 1 MB of letters: one piece, far too long for the quadratic loop within the bound
+    unsigned char *big = (unsigned char *)malloc(LONG_PIECE_BYTES);
+    x = 88172645463325252ULL;
+    for (size_t i = 0; i < LONG_PIECE_BYTES; i++) big[i] = (unsigned char)('a' + xorshift64(&x) % 26);
+    test_check(bpe_piece_end(big, LONG_PIECE_BYTES, 0) == LONG_PIECE_BYTES,
+               "1 MB of letters is a single piece");
+    BpeIds ids = {NULL, 0, 0};
+    fflush(stdout);
+    signal(SIGALRM, long_piece_too_slow);
+    alarm(LONG_PIECE_BOUND_S);
+    double t = now_s();
+    int rc = bpe_encode(e, big, LONG_PIECE_BYTES, &ids);
+    t = now_s() - t;
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    test_check(rc == 0 && t < LONG_PIECE_BOUND_S, "1 MB piece of letters encodes in %.2f s "
+               "(bound %d s)", t, LONG_PIECE_BOUND_S);
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < ids.n; i++) {
+        h ^= ids.ids[i];
+        h *= 1099511628211ULL;
+    }
+    test_check(ids.n == LONG_PIECE_NTOK && h == LONG_PIECE_HASH,
+               "1 MB piece gives the quadratic loop's ids (%zu tokens, hash %016llx)", ids.n,
+               (unsigned long long)h);
+    if (tok != NULL) {
+        unsigned char *out = (unsigned char *)malloc(LONG_PIECE_BYTES + 1);
+        size_t m = tokenizer_decode_ids(tok, ids.ids, ids.n, out, LONG_PIECE_BYTES + 1);
+        test_check(m == LONG_PIECE_BYTES && memcmp(out, big, m) == 0,
+                   "1 MB piece: decode(encode(s)) == s");
+        free(out);
+    }
+    bpe_ids_free(&ids);
+    free(big);
+}
+
 int main(int argc, char **argv) {
     const char *fixture_path = argc > 1 ? argv[1] : TOKEN_FIXTURE;
     // test_util.h helpers this test does not need
@@ -235,6 +454,7 @@ int main(int argc, char **argv) {
                    "invalid UTF-8 bytes encode and round-trip (%zu tokens)", ids.n);
         bpe_ids_free(&ids);
     }
+    test_merge_order(&enc, cases, ncases > 0 ? ncases : 0, tok_ok ? &tok : NULL);
     free_cases(cases, ncases > 0 ? (size_t)ncases : 0);
 
     // ---------------------------------------------------------------- committed shards
