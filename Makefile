@@ -14,13 +14,16 @@ SHELL := /bin/bash
 
 CFLAGS := -O2 -std=c11 -Wall -Wextra -Werror -Iflce -Itest
 NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMPUTE_CAPABILITY),compute_$(GPU_COMPUTE_CAPABILITY)]
-NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Iflce -Itest
+NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Icommon -Iflce -Itest
 NVCC_LIBS := -lcublasLt -lcublas
 
-FLCE_HEADERS := flce/flce.h flce/flce_gemm.cuh flce/flce_kernels.cuh
-LLMC_HEADERS := llmc/utils.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/checkpoint.h
+# common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
+COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh
+FLCE_HEADERS := flce/flce.h flce/flce_kernels.cuh $(COMMON_HEADERS)
+LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
+                llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
-                     llmc/global_norm.cuh llmc/attention.cuh llmc/matmul.cuh
+                     llmc/global_norm.cuh llmc/attention.cuh llmc/matmul.cuh $(COMMON_HEADERS)
 TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
@@ -29,7 +32,7 @@ all: lib tests dev train_gpt
 
 lib: $(BUILD)/libflce.a
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/bpe_encode
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -84,7 +87,7 @@ $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
 $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS)
 
-$(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
+$(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(COMMON_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
 
 $(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h test/test_util.h | $(BUILD)
@@ -96,15 +99,20 @@ $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(B
 $(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
+# the trainer's host logic; it also runs ./train_gpt with bad flags (no GPU needed)
+$(BUILD)/test_train_host: test/test_train_host.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< -lm
+
 # the last line of a test run sums the suites' "N passed, M failed" lines; a suite that dies
 # before its own summary line counts as a failure. $(1): how many suites, $(2): their log
 sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
                   END {if (n != $(1)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(2)
 
 # every CPU suite
-CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc
-N_CPU_SUITES := 4
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc
+CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc; \
+              $(BUILD)/test_train_host ./train_gpt
+N_CPU_SUITES := 5
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu

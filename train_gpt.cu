@@ -8,19 +8,25 @@ backward kernel accumulates into them, so gradient accumulation is free) and fp3
 Everything is deterministic: fixed-order reductions, no floating-point atomics, seeded
 stochastic rounding; a resumed run continues with bitwise the same losses.
 
-Files and flags follow llm.c (./train_gpt -h). Several GPUs: built with MULTI_GPU (the Makefile
-does when OpenMPI and NCCL are installed) and run as `mpirun -np N ./train_gpt`: data parallel,
-each rank its slice of every batch (llm.c's order), gradients averaged with one NCCL
-all-reduce per step.
+Files and flags follow llm.c (./train_gpt -h). The host side lives in the .h headers of llmc/
+(flags, model table and files, data, checkpoints, schedules, sampling, MFU, processes); this
+file holds the GPU side and main(), which checks every flag and input file before the GPU.
+Several GPUs: built with MULTI_GPU (the Makefile does when OpenMPI and NCCL are installed) and
+run as `mpirun -np N ./train_gpt`: data parallel, each rank its slice of every batch (llm.c's
+order), gradients averaged with one NCCL all-reduce per step.
 */
 #include "llmc/utils.h"  // first: it sets the POSIX feature macros
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
-#include "llmc/rand.h"
+#include "llmc/gpt2.h"
+#include "llmc/mfu.h"
+#include "llmc/multi_gpu.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
 #include "llmc/tokenizer.h"
+#include "llmc/train_config.h"
 
 #include <math.h>
-#include <sys/stat.h>
 
 #include "flce/flce.h"
 #include "llmc/cuda_common.cuh"
@@ -32,109 +38,11 @@ all-reduce per step.
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 
-#ifdef MULTI_GPU
-#include <mpi.h>
-#include <nccl.h>
-#endif
-
-// ----------------------------------------------------------------------------------------
-// processes: one per GPU under mpirun, or a single one
-
-typedef struct {
-    int rank, nproc, local_rank;
-#ifdef MULTI_GPU
-    ncclComm_t comm;
-#endif
-} MultiGpu;
-
-#ifdef MULTI_GPU
-static void nccl_check_at(ncclResult_t r, const char *what, int line) {
-    if (r != ncclSuccess) {
-        fprintf(stderr, "[NCCL ERROR] %s: %s (train_gpt.cu:%d)\n", what, ncclGetErrorString(r), line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define ncclCheck(call) nccl_check_at((call), #call, __LINE__)
-static void mpi_check_at(int r, const char *what, int line) {
-    if (r != MPI_SUCCESS) {
-        fprintf(stderr, "[MPI ERROR] %s: error %d (train_gpt.cu:%d)\n", what, r, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define mpiCheck(call) mpi_check_at((call), #call, __LINE__)
-#endif
-
-// Under mpirun: MPI for the rank and the NCCL id, the GPU by rank within the host.
-static void multi_gpu_init(MultiGpu *mg, int *argc, char ***argv) {
-    memset(mg, 0, sizeof(*mg));
-    mg->nproc = 1;
-#ifdef MULTI_GPU
-    mpiCheck(MPI_Init(argc, argv));
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &mg->rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &mg->nproc));
-    MPI_Comm local;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mg->rank, MPI_INFO_NULL, &local));
-    mpiCheck(MPI_Comm_rank(local, &mg->local_rank));
-    mpiCheck(MPI_Comm_free(&local));
-    int devices = 0;
-    cudaCheck(cudaGetDeviceCount(&devices));
-    cudaCheck(cudaSetDevice(mg->local_rank % devices));
-    // NVLink multicast (NVLS) stays off unless the environment asks for it
-    setenv("NCCL_NVLS_ENABLE", "0", 0);
-    ncclUniqueId id;
-    if (mg->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    mpiCheck(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
-    ncclCheck(ncclCommInitRank(&mg->comm, mg->nproc, id, mg->rank));
-#else
-    (void)argc;
-    (void)argv;
-    cudaCheck(cudaSetDevice(0));
-#endif
-}
-
-static void multi_gpu_finish(MultiGpu *mg) {
-#ifdef MULTI_GPU
-    ncclCheck(ncclCommDestroy(mg->comm));
-    mpiCheck(MPI_Finalize());
-#else
-    (void)mg;
-#endif
-}
-
-// Gradients (fp32) averaged over the ranks, in place, on the compute stream.
-static void multi_gpu_average(MultiGpu *mg, float *buf, size_t n, cudaStream_t s) {
-#ifdef MULTI_GPU
-    if (mg->nproc > 1) ncclCheck(ncclAllReduce(buf, buf, n, ncclFloat, ncclAvg, mg->comm, s));
-#else
-    (void)mg; (void)buf; (void)n; (void)s;
-#endif
-}
-
-// A host value summed over the ranks.
-static double multi_gpu_sum(MultiGpu *mg, double x) {
-#ifdef MULTI_GPU
-    double out = x;
-    if (mg->nproc > 1) mpiCheck(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    return out;
-#else
-    (void)mg;
-    return x;
-#endif
-}
-
-static void multi_gpu_barrier(MultiGpu *mg) {
-#ifdef MULTI_GPU
-    if (mg->nproc > 1) mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
-#else
-    (void)mg;
-#endif
-}
-
 // ----------------------------------------------------------------------------------------
 // the model
 
-enum { T_WTE, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W, T_LN2B,
-       T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB };
+// named bf16 parameters, from llmc/gpt2.h's table (the fp32 gradients: GPT2FloatTensors)
+GPT2_DEFINE_TENSORS(ParameterTensors, gpt2_point_params, floatX)
 
 // the per-layer activations the backward needs, and the buffers it writes into
 typedef struct {
@@ -161,9 +69,11 @@ typedef struct {
     GPT2Config config;
     ParameterTensor tensors[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
-    floatX *params;                       // bf16, llm.c's order
-    float *master;                        // fp32 master weights
-    float *grads, *m, *v;                 // fp32
+    ParameterTensors params;              // named, into params_memory
+    GPT2FloatTensors grads;               // named, into grads_memory
+    floatX *params_memory;                // bf16, the table's order
+    float *grads_memory;                  // fp32
+    float *master, *m, *v;                // fp32 master weights and AdamW moments
     int B, T;                             // activation sizes
     Activations acts;
     MatmulContext mm;
@@ -175,115 +85,47 @@ typedef struct {
     size_t act_bytes;                     // for the memory report
 } GPT2;
 
-static floatX *param_ptr(GPT2 *m, int t, int layer) {
-    const ParameterTensor *pt = &m->tensors[t];
-    size_t per_layer = pt->ndim > 1 && (t != T_WTE && t != T_WPE) ? pt->numel / pt->shape[0] : 0;
-    return m->params + pt->offset + (size_t)layer * per_layer;
-}
-
-static float *grad_ptr(GPT2 *m, int t, int layer) {
-    const ParameterTensor *pt = &m->tensors[t];
-    size_t per_layer = pt->ndim > 1 && (t != T_WTE && t != T_WPE) ? pt->numel / pt->shape[0] : 0;
-    return m->grads + pt->offset + (size_t)layer * per_layer;
-}
-
-// GPT-2 sizes by depth, as llm.c's descriptors ("d12" = GPT-2 124M)
-static int gpt2_config_from_descriptor(const char *desc, int vocab, GPT2Config *c) {
-    int depth = 0;
-    if (sscanf(desc, "d%d", &depth) != 1 || depth < 1) return -1;
-    int channels = 0, heads = 0;
-    switch (depth) {
-    case 6: channels = 384; heads = 6; break;
-    case 12: channels = 768; heads = 12; break;
-    case 24: channels = 1024; heads = 16; break;
-    case 36: channels = 1280; heads = 20; break;
-    case 48: channels = 1600; heads = 25; break;
-    default: return -1;
-    }
-    c->max_seq_len = 1024;
-    // GPT-2's 50257 tokens padded to 50304, or a vocabulary of `vocab` tokens (-V), padded to a
-    // multiple of 128 as llm.c pads
-    c->vocab_size = vocab > 0 ? vocab : 50257;
-    c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
-    c->num_layers = depth;
-    c->num_heads = heads;
-    c->channels = channels;
-    return 0;
-}
-
-// llm.c's / PyTorch's init: mt19937 seed 42, N(0, 0.02) in module order, residual
-// projections scaled by 1/sqrt(2L), layernorm weights 1, biases 0, wte pad rows 0
-static void gpt2_init_random(GPT2 *m, float *host) {
-    const GPT2Config *c = &m->config;
-    const size_t C = (size_t)c->channels, L = (size_t)c->num_layers;
-    mt19937_state rng;
-    manual_seed(&rng, 42);
-    memset(host, 0, m->num_parameters * sizeof(float));
-    const double residual_std = 0.02 / sqrt(2.0 * (double)L);  // in double, as PyTorch computes it
-    normal_(host + m->tensors[T_WTE].offset, (size_t)c->vocab_size * C, 0.0, 0.02, &rng);
-    normal_(host + m->tensors[T_WPE].offset, (size_t)c->max_seq_len * C, 0.0, 0.02, &rng);
-    for (size_t l = 0; l < L; l++) {
-        for (size_t k = 0; k < C; k++) host[m->tensors[T_LN1W].offset + l * C + k] = 1.0f;
-        normal_(host + m->tensors[T_QKVW].offset + l * 3 * C * C, 3 * C * C, 0.0, 0.02, &rng);
-        normal_(host + m->tensors[T_ATTPROJW].offset + l * C * C, C * C, 0.0, residual_std, &rng);
-        for (size_t k = 0; k < C; k++) host[m->tensors[T_LN2W].offset + l * C + k] = 1.0f;
-        normal_(host + m->tensors[T_FCW].offset + l * 4 * C * C, 4 * C * C, 0.0, 0.02, &rng);
-        normal_(host + m->tensors[T_FCPROJW].offset + l * 4 * C * C, 4 * C * C, 0.0, residual_std, &rng);
-    }
-    for (size_t k = 0; k < C; k++) host[m->tensors[T_LNFW].offset + k] = 1.0f;
+// Parameters on the device: bf16 (as uploaded, the bits of a model file) and fp32 master weights.
+static void gpt2_upload(GPT2 *m, const uint16_t *params_bf16, const float *master) {
+    const size_t n = m->num_parameters;
+    cudaCheck(cudaMemcpy(m->master, master, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->params_memory, params_bf16, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
 }
 
 // Parameters on the device from an fp32 host copy: master weights and their bf16 rounding.
 static void gpt2_upload_params(GPT2 *m, const float *host) {
-    const size_t n = m->num_parameters;
-    uint16_t *bf = (uint16_t *)malloc_check(n * sizeof(uint16_t));
-    floats_to_bf16(host, bf, n);
-    cudaCheck(cudaMemcpy(m->master, host, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->params, bf, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    uint16_t *bf = (uint16_t *)malloc_check(m->num_parameters * sizeof(uint16_t));
+    floats_to_bf16(host, bf, m->num_parameters);
+    gpt2_upload(m, bf, host);
     free(bf);
 }
 
-static void gpt2_alloc_params(GPT2 *m) {
-    char err[512];
-    if (gpt2_config_check(&m->config, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: model config: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
+// The model of config (checked: gpt2_load_checked) on the device: gradients and AdamW moments
+// zero, the parameters for gpt2_upload_params or gpt2_upload_checkpoint to fill.
+static void gpt2_build(GPT2 *m, const GPT2Config *config) {
+    memset(m, 0, sizeof(*m));
+    m->config = *config;
     gpt2_parameter_tensors(&m->config, m->tensors);
     m->num_parameters = gpt2_num_parameters(&m->config);
     const size_t n = m->num_parameters;
-    cudaCheck(cudaMalloc(&m->params, n * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&m->params_memory, n * sizeof(floatX)));
     cudaCheck(cudaMalloc(&m->master, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&m->grads, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&m->grads_memory, n * sizeof(float)));
     cudaCheck(cudaMalloc(&m->m, n * sizeof(float)));
     cudaCheck(cudaMalloc(&m->v, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->grads, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(m->m, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(m->v, 0, n * sizeof(float)));
+    gpt2_point_params(&m->params, m->params_memory, m->tensors);
+    gpt2_point_floats(&m->grads, m->grads_memory, m->tensors);
 }
 
-// From an llm.c model file (v3 fp32 or v5 bf16) or a depth descriptor such as "d12".
-static void gpt2_build(GPT2 *m, const char *model_arg, int vocab) {
-    memset(m, 0, sizeof(*m));
-    float *host = NULL;
-    if (model_arg[0] == 'd' && gpt2_config_from_descriptor(model_arg, vocab, &m->config) == 0) {
-        gpt2_alloc_params(m);
-        host = (float *)malloc_check(m->num_parameters * sizeof(float));
-        gpt2_init_random(m, host);
-    } else {
-        char err[1024];
-        ModelFileInfo info;
-        void *raw = NULL;
-        if (model_read_checked(model_arg, &info, &raw, 1, err, sizeof(err)) != 0) {
-            fprintf(stderr, "Error: %s\n(-e takes an llm.c model file or a descriptor d6, d12, d24, d36, d48)\n", err);
-            exit(EXIT_FAILURE);
-        }
-        m->config = info.config;
-        gpt2_alloc_params(m);
-        host = (float *)raw;
-    }
-    gpt2_upload_params(m, host);
-    free(host);
+// A loaded checkpoint on the device: parameters, master weights and AdamW moments.
+static void gpt2_upload_checkpoint(GPT2 *m, const Checkpoint *ck) {
+    const size_t n = m->num_parameters;
+    gpt2_upload(m, ck->params, ck->master);
+    cudaCheck(cudaMemcpy(m->m, ck->state.m, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->v, ck->state.v, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 static floatX *alloc_act(GPT2 *m, size_t elems) {
@@ -300,16 +142,38 @@ static float *alloc_actf(GPT2 *m, size_t elems) {
     return p;
 }
 
+// flce's configuration for the LM head over B*T positions, tied to wte (rows V..Vp are padding),
+// and its workspace within budget. Host only, so that main() checks it before the GPU.
+static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits, size_t budget,
+                            flce_config *fc, size_t *ws_bytes, char *err, size_t err_len) {
+    flce_config_init(fc, (int64_t)B * T, (int64_t)c->channels, c->vocab_size);
+    fc->vocab_padded = c->padded_vocab_size;
+    fc->dtype = FLCE_BF16;
+    fc->d_hidden_dtype = FLCE_BF16;
+    fc->d_weight_dtype = FLCE_FP32;
+    fc->accumulate_d_weight = 1;  // onto the encoder's part of d(wte), over micro-steps too
+    fc->grad_scale = 1.0f / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
+    fc->bf16_logits = bf16_logits;
+    char why[512];
+    if (flce_config_check(fc, why, sizeof(why)) != FLCE_OK) {
+        llmc_set_error(err, err_len, "flce: %s", why);
+        return -1;
+    }
+    const flce_status st = flce_workspace_size(fc, budget, ws_bytes);
+    if (st != FLCE_OK) {
+        llmc_set_error(err, err_len, "flce workspace within -f %zu MiB: %s (needs %zu bytes)", budget >> 20,
+                       flce_status_string(st), *ws_bytes);
+        return -1;
+    }
+    return 0;
+}
+
 // Activations for batches of up to B x T tokens, and flce's workspace within flce_budget.
 static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps,
                                    int bf16_logits) {
     const GPT2Config *c = &m->config;
     const size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers;
     const int NH = c->num_heads;
-    if (T > c->max_seq_len) {
-        fprintf(stderr, "Error: sequence length -t %d exceeds the model's max_seq_len %d\n", T, c->max_seq_len);
-        exit(EXIT_FAILURE);
-    }
     m->B = B;
     m->T = T;
     Activations *a = &m->acts;
@@ -357,18 +221,10 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     }
     // the heuristic's GEMM algorithms unless -fa 1: the same bits in every run and on resume
     flce_set_autotune(m->flce, 0);
-    flce_config *fc = &m->flce_cfg;
-    flce_config_init(fc, (int64_t)BT, (int64_t)C, c->vocab_size);
-    fc->vocab_padded = c->padded_vocab_size;
-    fc->dtype = FLCE_BF16;
-    fc->d_hidden_dtype = FLCE_BF16;
-    fc->d_weight_dtype = FLCE_FP32;
-    fc->accumulate_d_weight = 1;  // onto the encoder's part of d(wte), over micro-steps too
-    fc->grad_scale = 1.0f / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
-    fc->bf16_logits = bf16_logits;
-    flce_status st = flce_workspace_size(fc, flce_budget, &m->flce_ws_bytes);
-    if (st != FLCE_OK) {
-        fprintf(stderr, "Error: flce workspace: %s (needs %zu bytes)\n", flce_status_string(st), m->flce_ws_bytes);
+    char err[1024];
+    if (gpt2_flce_config(c, B, T, grad_accum_steps, bf16_logits, flce_budget, &m->flce_cfg, &m->flce_ws_bytes, err,
+                         sizeof(err)) != 0) {
+        fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
     cudaCheck(cudaMalloc(&m->flce_ws, m->flce_ws_bytes));
@@ -387,28 +243,28 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;  // per-layer slices
+    const ParameterTensors *p = &m->params;
     Activations *a = &m->acts;
-    encoder_forward(a->encoded, a->inputs, param_ptr(m, T_WTE, 0), param_ptr(m, T_WPE, 0), B, T, C, s);
+    encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C, s);
     for (int l = 0; l < L; l++) {
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride;
         floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
         floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
         floatX *fch_pre = a->fch_pre + l * 4 * stride, *res3 = a->residual3 + l * stride;
         const size_t ml = (size_t)l * m->B * m->T;
-        layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, param_ptr(m, T_LN1W, l),
-                          param_ptr(m, T_LN1B, l), (int)BT, C, s);
-        matmul_forward(&m->mm, qkv, NULL, ln1, param_ptr(m, T_QKVW, l), param_ptr(m, T_QKVB, l), (int)BT, C, 3 * C, s);
+        const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
+        layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
+        matmul_forward(&m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
         attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, B, T, C, NH, s);
-        matmul_forward(&m->mm, res2, NULL, atty, param_ptr(m, T_ATTPROJW, l), param_ptr(m, T_ATTPROJB, l), (int)BT, C, C, s);
+        matmul_forward(&m->mm, res2, NULL, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
         add_inplace(res2, residual, BT * C, s);
-        layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, param_ptr(m, T_LN2W, l),
-                          param_ptr(m, T_LN2B, l), (int)BT, C, s);
-        matmul_forward(&m->mm, a->fch_gelu, fch_pre, ln2, param_ptr(m, T_FCW, l), param_ptr(m, T_FCB, l), (int)BT, C, 4 * C, s);
-        matmul_forward(&m->mm, res3, NULL, a->fch_gelu, param_ptr(m, T_FCPROJW, l), param_ptr(m, T_FCPROJB, l), (int)BT, 4 * C, C, s);
+        layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
+        matmul_forward(&m->mm, a->fch_gelu, fch_pre, ln2, p->fcw + 4 * lcc, p->fcb + 4 * lc, (int)BT, C, 4 * C, s);
+        matmul_forward(&m->mm, res3, NULL, a->fch_gelu, p->fcprojw + 4 * lcc, p->fcprojb + lc, (int)BT, 4 * C, C, s);
         add_inplace(res3, res2, BT * C, s);
     }
     const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, param_ptr(m, T_LNFW, 0), param_ptr(m, T_LNFB, 0), (int)BT, C, s);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, (int)BT, C, s);
 }
 
 // Copies a batch to the device (and the encoder's token buckets for the backward).
@@ -432,11 +288,11 @@ static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s)
     flce_tensors t;
     memset(&t, 0, sizeof(t));
     t.hidden = m->acts.lnf;
-    t.weight = param_ptr(m, T_WTE, 0);
+    t.weight = m->params.wte;
     t.targets = m->acts.targets;
     t.loss = m->acts.losses + micro;
     t.d_hidden = m->acts.dln;
-    t.d_weight = grad_ptr(m, T_WTE, 0);
+    t.d_weight = m->grads.wte;
     flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
 }
 
@@ -449,7 +305,7 @@ static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *tok
     flce_tensors t;
     memset(&t, 0, sizeof(t));
     t.hidden = m->acts.lnf;
-    t.weight = param_ptr(m, T_WTE, 0);
+    t.weight = m->params.wte;
     t.targets = m->acts.targets;
     t.loss = loss_dev;
     t.token_loss = token_loss;
@@ -462,45 +318,48 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s) {
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;
+    const ParameterTensors *p = &m->params;
+    const GPT2FloatTensors *g = &m->grads;
     Activations *a = &m->acts;
     cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
     const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
-    layernorm_backward(a->dresidual, grad_ptr(m, T_LNFW, 0), grad_ptr(m, T_LNFB, 0), a->ln_scratch, a->dln,
-                       last, param_ptr(m, T_LNFW, 0), a->lnf_mean, a->lnf_rstd, (int)BT, C, s);
+    layernorm_backward(a->dresidual, g->lnfw, g->lnfb, a->ln_scratch, a->dln, last, p->lnfw, a->lnf_mean, a->lnf_rstd,
+                       (int)BT, C, s);
     for (int l = L - 1; l >= 0; l--) {
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride;
         floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
         floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
         floatX *fch_pre = a->fch_pre + l * 4 * stride;
         const size_t ml = (size_t)l * m->B * m->T;
+        const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;
         // MLP: recompute gelu(fch_pre) instead of keeping it per layer
         gelu_forward(a->fch_gelu, fch_pre, BT * 4 * C, s);
-        matmul_backward(&m->mm, a->dfch, grad_ptr(m, T_FCPROJW, l), grad_ptr(m, T_FCPROJB, l), a->dresidual,
-                        a->fch_gelu, param_ptr(m, T_FCPROJW, l), NULL, (int)BT, 4 * C, C, s);
-        matmul_backward(&m->mm, a->dln, grad_ptr(m, T_FCW, l), grad_ptr(m, T_FCB, l), a->dfch, ln2,
-                        param_ptr(m, T_FCW, l), fch_pre, (int)BT, C, 4 * C, s);
-        layernorm_backward(a->dresidual, grad_ptr(m, T_LN2W, l), grad_ptr(m, T_LN2B, l), a->ln_scratch, a->dln,
-                           res2, param_ptr(m, T_LN2W, l), a->ln2_mean + ml, a->ln2_rstd + ml, (int)BT, C, s);
+        matmul_backward(&m->mm, a->dfch, g->fcprojw + 4 * lcc, g->fcprojb + lc, a->dresidual, a->fch_gelu,
+                        p->fcprojw + 4 * lcc, NULL, (int)BT, 4 * C, C, s);
+        matmul_backward(&m->mm, a->dln, g->fcw + 4 * lcc, g->fcb + 4 * lc, a->dfch, ln2, p->fcw + 4 * lcc, fch_pre,
+                        (int)BT, C, 4 * C, s);
+        layernorm_backward(a->dresidual, g->ln2w + lc, g->ln2b + lc, a->ln_scratch, a->dln, res2, p->ln2w + lc,
+                           a->ln2_mean + ml, a->ln2_rstd + ml, (int)BT, C, s);
         // attention
-        matmul_backward(&m->mm, a->datty, grad_ptr(m, T_ATTPROJW, l), grad_ptr(m, T_ATTPROJB, l), a->dresidual,
-                        atty, param_ptr(m, T_ATTPROJW, l), NULL, (int)BT, C, C, s);
+        matmul_backward(&m->mm, a->datty, g->attprojw + lcc, g->attprojb + lc, a->dresidual, atty, p->attprojw + lcc,
+                        NULL, (int)BT, C, C, s);
         attention_backward(a->dqkv, a->att_scratch, a->datty, qkv, atty, a->att_saved + (size_t)l * a->att_saved_bytes,
                            B, T, C, NH, s);
-        matmul_backward(&m->mm, a->dln, grad_ptr(m, T_QKVW, l), grad_ptr(m, T_QKVB, l), a->dqkv, ln1,
-                        param_ptr(m, T_QKVW, l), NULL, (int)BT, C, 3 * C, s);
-        layernorm_backward(a->dresidual, grad_ptr(m, T_LN1W, l), grad_ptr(m, T_LN1B, l), a->ln_scratch, a->dln,
-                           residual, param_ptr(m, T_LN1W, l), a->ln1_mean + ml, a->ln1_rstd + ml, (int)BT, C, s);
+        matmul_backward(&m->mm, a->dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL,
+                        (int)BT, C, 3 * C, s);
+        layernorm_backward(a->dresidual, g->ln1w + lc, g->ln1b + lc, a->ln_scratch, a->dln, residual, p->ln1w + lc,
+                           a->ln1_mean + ml, a->ln1_rstd + ml, (int)BT, C, s);
     }
-    encoder_backward(grad_ptr(m, T_WTE, 0), grad_ptr(m, T_WPE, 0), a->dresidual, &m->buckets, B, T, C, s);
+    encoder_backward(g->wte, g->wpe, a->dresidual, &m->buckets, B, T, C, s);
 }
 
 static void gpt2_zero_grad(GPT2 *m, cudaStream_t s) {
-    cudaCheck(cudaMemsetAsync(m->grads, 0, m->num_parameters * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), s));
 }
 
 // Global gradient norm (waits for the stream: the host needs it for clipping and the log).
 static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
-    global_norm_squared(m->acts.norm_sq, m->grads, m->num_parameters, m->acts.norm_scratch, 0, s);
+    global_norm_squared(m->acts.norm_sq, m->grads_memory, m->num_parameters, m->acts.norm_scratch, 0, s);
     float norm_sq = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
@@ -514,15 +373,15 @@ static void gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, 
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParameterTensor *pt = &m->tensors[i];
         const unsigned int seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
-        adamw_update(m->params + pt->offset, m->master + pt->offset, m->grads + pt->offset, m->m + pt->offset,
-                     m->v + pt->offset, pt->numel, lr, beta1, beta2, t, eps,
+        adamw_update(m->params_memory + pt->offset, m->master + pt->offset, m->grads_memory + pt->offset,
+                     m->m + pt->offset, m->v + pt->offset, pt->numel, lr, beta1, beta2, t, eps,
                      pt->weight_decay ? weight_decay : 0.0f, grad_scale, seed, s);
     }
 }
 
 static void gpt2_free(GPT2 *m) {
     Activations *a = &m->acts;
-    void *ptrs[] = {m->params, m->master, m->grads, m->m, m->v, a->encoded, a->ln1, a->qkv, a->atty,
+    void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, a->encoded, a->ln1, a->qkv, a->atty,
                     a->residual2, a->ln2, a->fch_pre, a->residual3, a->ln1_mean, a->ln1_rstd, a->ln2_mean,
                     a->ln2_rstd, a->att_saved, a->lnf, a->lnf_mean, a->lnf_rstd, a->fch_gelu, a->dresidual,
                     a->dln, a->datty, a->dqkv, a->dfch, a->ln_scratch, a->att_scratch, a->inputs,
@@ -536,55 +395,14 @@ static void gpt2_free(GPT2 *m) {
 }
 
 // ----------------------------------------------------------------------------------------
-// learning-rate schedules (llm.c's: cosine, linear, constant, wsd; linear warm-up)
-
-static float learning_rate(const char *kind, int step, int total, int warmup, float lr, float final_frac) {
-    if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
-    const float lr_min = lr * final_frac;
-    if (total <= warmup) return lr;
-    const float progress = (float)(step - warmup) / (float)(total - warmup);
-    if (strcmp(kind, "constant") == 0) return lr;
-    if (strcmp(kind, "linear") == 0) return lr - (lr - lr_min) * progress;
-    if (strcmp(kind, "wsd") == 0) {
-        // warm-up, stable to 80% of the run, then 1 - sqrt decay to lr_min
-        const int decay_start = (int)(0.8f * (float)total);
-        if (step < decay_start) return lr;
-        const float p = (float)(step - decay_start) / (float)(total - decay_start);
-        return lr_min + (lr - lr_min) * (1.0f - sqrtf(p));
-    }
-    // cosine
-    return lr_min + 0.5f * (lr - lr_min) * (1.0f + cosf((float)M_PI * progress));
-}
-
-// ----------------------------------------------------------------------------------------
 // sampling: the logits of one position through a GEMM with wte (the only place logits exist)
 
-static unsigned int random_u32(uint64_t *state) {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return (unsigned int)((*state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-static int sample_softmax(const float *logits, int n, float coin) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = fmaxf(max, logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)(logits[i] - max));
-    double acc = 0.0;
-    for (int i = 0; i < n; i++) {
-        acc += exp((double)(logits[i] - max)) / sum;
-        if (coin < acc) return i;
-    }
-    return n - 1;
-}
-
-// Generates gen_tokens tokens after EOT and prints them decoded (rank 0 only).
-static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int *gen_buf, uint64_t *rng, cudaStream_t s) {
+// Generates gen_tokens tokens after start_token and prints them decoded (rank 0 only).
+static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int start_token, int *gen_buf, uint64_t *rng,
+                        cudaStream_t s) {
     const GPT2Config *c = &m->config;
     const int T = m->T, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    const int eot = tok->init_ok ? (int)tok->eot_token : 50256;
-    for (int i = 0; i < T; i++) gen_buf[i] = eot;
+    for (int i = 0; i < T; i++) gen_buf[i] = start_token;
     float *logits = (float *)malloc_check((size_t)Vp * sizeof(float));
     uint16_t *logits_bf = (uint16_t *)malloc_check((size_t)Vp * sizeof(uint16_t));
     printf("generating:\n---\n");
@@ -592,13 +410,12 @@ static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int *gen_
         gpt2_set_batch(m, gen_buf, NULL, 1, T, 0, s);
         gpt2_forward_body(m, 1, T, s);
         // logits of position pos-1: lnf row (1 x C) @ wte^T
-        matmul_forward(&m->mm, m->acts.logits_row, NULL, m->acts.lnf + (size_t)(pos - 1) * C,
-                       param_ptr(m, T_WTE, 0), NULL, 1, C, Vp, s);
+        matmul_forward(&m->mm, m->acts.logits_row, NULL, m->acts.lnf + (size_t)(pos - 1) * C, m->params.wte, NULL, 1,
+                       C, Vp, s);
         cudaCheck(cudaMemcpyAsync(logits_bf, m->acts.logits_row, (size_t)Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         bf16_to_floats(logits_bf, logits, (size_t)Vp);
-        const float coin = (float)(random_u32(rng) >> 8) / 16777216.0f;
-        const int next = sample_softmax(logits, V, coin);  // the padded rows are never sampled
+        const int next = sample_softmax(logits, V, random_f32(rng));  // the padded rows are never sampled
         gen_buf[pos] = next;
         if (tok->init_ok && (uint32_t)next < tok->vocab_size) tokenizer_print_token(stdout, tok, (uint32_t)next);
         else printf("%d ", next);
@@ -610,26 +427,20 @@ static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int *gen_
 }
 
 // ----------------------------------------------------------------------------------------
-// checkpoints (llm.c's layout: model_%08d.bin, state_%08d_%05d.bin, then DONE_%08d)
+// checkpoints (llm.c's files; the protocol is llmc/checkpoint.h's)
 
 static void download_floats(float *dst, const float *src, size_t n) {
     cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
-// Rank 0 writes the model, every rank its state, then (after all have) rank 0 the DONE marker;
-// each file goes to a temporary name and is renamed when complete.
+// This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state.
 static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
-    char path[1024], err[1024];
+    char err[1024];
     const size_t n = m->num_parameters;
+    uint16_t *params = NULL;
     if (mg->rank == 0) {
-        uint16_t *params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
-        cudaCheck(cudaMemcpy(params, m->params, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        checkpoint_model_path(path, sizeof(path), dir, step);
-        if (model_write_checked(path, &m->config, MODEL_VERSION_BF16, params, 1, err, sizeof(err)) != 0) {
-            fprintf(stderr, "Error: %s\n", err);
-            exit(EXIT_FAILURE);
-        }
-        free(params);
+        params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
+        cudaCheck(cudaMemcpy(params, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     }
     TrainingState st;
     memset(&st, 0, sizeof(st));
@@ -648,210 +459,154 @@ static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir,
         fprintf(stderr, "Error: cannot capture the data loader state\n");
         exit(EXIT_FAILURE);
     }
-    checkpoint_state_path(path, sizeof(path), dir, step, mg->rank);
-    if (state_write_checked(path, &st, 1, err, sizeof(err)) != 0) {
+    CheckpointWrite w;
+    memset(&w, 0, sizeof(w));
+    w.dir = dir;
+    w.config = &m->config;
+    w.params = params;
+    w.state = &st;
+    w.sync = 1;
+    w.barrier = multi_gpu_barrier_cb;
+    w.barrier_ctx = mg;
+    if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
     state_free(&st);
-    multi_gpu_barrier(mg);
-    if (mg->rank == 0) {
-        if (done_marker_write_checked(dir, step, 1, err, sizeof(err)) != 0) {
-            fprintf(stderr, "Error: %s\n", err);
-            exit(EXIT_FAILURE);
-        }
-        printf("wrote checkpoint of step %d to %s\n", step, dir);
-    }
-}
-
-// Loads the latest complete checkpoint of dir; returns its step, or -1 if there is none.
-static int resume_checkpoint(GPT2 *m, DataLoader *loader, const char *dir, MultiGpu *mg) {
-    char path[1024], err[1024];
-    const int step = checkpoint_find_latest(dir, mg->nproc, err, sizeof(err));
-    if (step < 0) return -1;
-    const size_t n = m->num_parameters;
-    ModelFileInfo info;
-    void *raw = NULL;
-    checkpoint_model_path(path, sizeof(path), dir, step);
-    if (model_read_checked(path, &info, &raw, 0, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-    if (info.num_parameters != n || info.version != MODEL_VERSION_BF16) {
-        fprintf(stderr, "Error: checkpoint %s does not match the model (%zu parameters, version %d)\n", path,
-                info.num_parameters, info.version);
-        exit(EXIT_FAILURE);
-    }
-    cudaCheck(cudaMemcpy(m->params, raw, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    free(raw);
-    TrainingState st;
-    checkpoint_state_path(path, sizeof(path), dir, step, mg->rank);
-    if (state_read_checked(path, n, &st, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-    if (st.num_processes != mg->nproc || st.process_rank != mg->rank) {
-        fprintf(stderr, "Error: %s holds rank %d of %d processes; this run is rank %d of %d\n", path,
-                st.process_rank, st.num_processes, mg->rank, mg->nproc);
-        exit(EXIT_FAILURE);
-    }
-    cudaCheck(cudaMemcpy(m->m, st.m, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->v, st.v, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (st.use_master_weights) cudaCheck(cudaMemcpy(m->master, st.master_weights, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (dataloader_set_state_checked(loader, &st.loader, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: resuming the data loader: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-    state_free(&st);
-    return step;
+    free(params);
+    if (mg->rank == 0) printf("wrote checkpoint of step %d to %s\n", step, dir);
 }
 
 // ----------------------------------------------------------------------------------------
 // main
 
 #ifndef TESTING
-static void usage(void) {
-    printf("Usage:   ./train_gpt [options]\n");
-    printf("Options (llm.c's flags):\n");
-    printf("  -i <string> train data glob (default data/tiny_shakespeare_train.bin)\n");
-    printf("  -j <string> val data glob (default data/tiny_shakespeare_val.bin)\n");
-    printf("  -e <string> model file (llm.c v3/v5) or depth descriptor d6|d12|d24|d36|d48 (default d12)\n");
-    printf("  -V <int>    vocabulary of a fresh model (default GPT-2's 50257, padded to 50304; e.g. 151936,\n");
-    printf("              176245: any size, padded to a multiple of 128)\n");
-    printf("  -o <string> output dir for main.log and checkpoints (default none)\n");
-    printf("  -b <int>    micro-batch size B (default 4)\n");
-    printf("  -t <int>    sequence length T (default 1024)\n");
-    printf("  -d <int>    total batch size in tokens (default B*T)\n");
-    printf("  -x <int>    max steps (default -1: one epoch)\n");
-    printf("  -k <string> lr schedule cosine|linear|constant|wsd (default cosine)\n");
-    printf("  -l <float>  learning rate (default 3e-4)\n");
-    printf("  -u <int>    warm-up steps (default 0)\n");
-    printf("  -q <float>  final lr as a fraction of -l (default 1.0)\n");
-    printf("  -c <float>  weight decay (default 0.0)\n");
-    printf("  -v <int>    val loss every (default 20)\n");
-    printf("  -m <int>    val max batches, -1 all (default 20)\n");
-    printf("  -s <int>    sample every (default 20)\n");
-    printf("  -g <int>    tokens to generate (default 64)\n");
-    printf("  -n <int>    checkpoint every N steps, 0 never (default 0)\n");
-    printf("  -y <int>    resume from the latest complete checkpoint in -o (default 0)\n");
-    printf("  -r <int>    recompute: 1 recomputes GELU in the backward (default 1; 0 is the same here)\n");
-    printf("  -w <int>    fp32 master weights (default 1; required)\n");
-    printf("  -f <int>    flce workspace budget in MiB (default 1024)\n");
-    printf("  -fl <int>   flce's logits buffer: 0 bf16 (as llm.c; 3%% faster at B=64), 1 fp32 (exact loss)\n");
-    printf("              (default 0)\n");
-    printf("  -fa <int>   1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n");
-    printf("              (faster; a run's bits can then differ from another's); default 0\n");
-    printf("  -h          this help\n");
+// Every check before the GPU ends here when it fails: the message, exit code 1.
+static void require_ok(int ok, const char *err) {
+    if (!ok) {
+        fprintf(stderr, "Error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
 }
 
 int main(int argc, char **argv) {
-    const char *train_glob = "data/tiny_shakespeare_train.bin", *val_glob = "data/tiny_shakespeare_val.bin";
-    const char *model_arg = "d12", *out_dir = NULL, *schedule = "cosine";
-    int B = 4, T = 1024, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_max = 20;
-    int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, recompute = 1, master = 1;
-    int vocab = 0, flce_mib = 1024, flce_fp32_logits = 0, flce_autotune = 0;
-    float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f;
-    for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "-h") == 0) { usage(); return 0; }
-        if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) < 2 || strlen(argv[i]) > 3) {
-            fprintf(stderr, "Error: bad argument '%s' (flags are -x value; see -h)\n", argv[i]);
-            return 1;
-        }
-        const char f = argv[i][1];
-        const char *v = argv[i + 1];
-        if (strcmp(argv[i], "-fl") == 0) flce_fp32_logits = atoi(v);
-        else if (strcmp(argv[i], "-fa") == 0) flce_autotune = atoi(v);
-        else if (strlen(argv[i]) != 2) { fprintf(stderr, "Error: unknown flag %s (see -h)\n", argv[i]); return 1; }
-        else if (f == 'i') train_glob = v;
-        else if (f == 'j') val_glob = v;
-        else if (f == 'e') model_arg = v;
-        else if (f == 'o') out_dir = v;
-        else if (f == 'k') schedule = v;
-        else if (f == 'b') B = atoi(v);
-        else if (f == 't') T = atoi(v);
-        else if (f == 'd') total_batch = atoi(v);
-        else if (f == 'x') max_steps = atoi(v);
-        else if (f == 'u') warmup = atoi(v);
-        else if (f == 'v') val_every = atoi(v);
-        else if (f == 'm') val_max = atoi(v);
-        else if (f == 's') sample_every = atoi(v);
-        else if (f == 'g') gen_tokens = atoi(v);
-        else if (f == 'n') ckpt_every = atoi(v);
-        else if (f == 'y') resume = atoi(v);
-        else if (f == 'r') recompute = atoi(v);
-        else if (f == 'w') master = atoi(v);
-        else if (f == 'V') vocab = atoi(v);
-        else if (f == 'f') flce_mib = atoi(v);
-        else if (f == 'l') lr = (float)atof(v);
-        else if (f == 'q') final_frac = (float)atof(v);
-        else if (f == 'c') weight_decay = (float)atof(v);
-        else { fprintf(stderr, "Error: unknown flag -%c (see -h)\n", f); return 1; }
-    }
-    if (B < 1 || T < 1 || flce_mib < 1 || master != 1 || (recompute != 0 && recompute != 1) ||
-        (flce_fp32_logits != 0 && flce_fp32_logits != 1) || (flce_autotune != 0 && flce_autotune != 1) ||
-        (strcmp(schedule, "cosine") && strcmp(schedule, "linear") && strcmp(schedule, "constant") && strcmp(schedule, "wsd"))) {
-        fprintf(stderr, "Error: bad value among -b %d -t %d -f %d -fl %d -fa %d -w %d -r %d -k %s\n", B, T,
-                flce_mib, flce_fp32_logits, flce_autotune, master, recompute, schedule);
-        return 1;
-    }
+    char err[4096];
+    MultiGpu mg;
+    multi_gpu_init_processes(&mg, &argc, &argv);
+    const int main_rank = mg.rank == 0;
 
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    // 1. flags, model, data, tokenizer, output directory and checkpoint, all on the host
+    TrainConfig cfg;
+    const int parsed = train_config_parse(&cfg, argc, argv, err, sizeof(err));
+    if (parsed == 1) {
+        if (main_rank) train_usage(stdout);
+        multi_gpu_finish(&mg, 0);
+        return 0;
+    }
+    require_ok(parsed == 0 && train_config_check(&cfg, mg.nproc, err, sizeof(err)) == 0, err);
+    const int B = cfg.B, T = cfg.T, grad_accum = cfg.grad_accum;
+    GPT2Config config;
+    require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, NULL, err, sizeof(err)) == 0 &&
+               train_config_check_model(&cfg, &config, err, sizeof(err)) == 0, err);
+    flce_config flce_cfg;  // checked now; gpt2_alloc_activations makes the same one on the GPU
+    size_t flce_ws_bytes = 0;
+    require_ok(gpt2_flce_config(&config, B, T, grad_accum, !cfg.flce_fp32_logits, (size_t)cfg.flce_mib << 20, &flce_cfg,
+                                &flce_ws_bytes, err, sizeof(err)) == 0, err);
+    DataLoader train_loader, val_loader;
+    require_ok(dataloader_init_checked(&train_loader, cfg.train_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 1, 0,
+                                       err, sizeof(err)) == 0 &&
+               dataloader_set_vocab_checked(&train_loader, config.vocab_size, err, sizeof(err)) == 0, err);
+    require_ok(dataloader_init_checked(&val_loader, cfg.val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 0, 1, err,
+                                       sizeof(err)) == 0 &&
+               dataloader_set_vocab_checked(&val_loader, config.vocab_size, err, sizeof(err)) == 0, err);
+    Tokenizer tok;
+    tokenizer_init(&tok, "data/gpt2_tokenizer.bin");  // missing: a warning and ids; malformed: an error
+    const int eot = tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
+    const int start_token = sampler_start_token(eot, config.vocab_size);
+    const int sample_every = start_token >= 0 ? cfg.sample_every : 0;
+    if (main_rank && cfg.sample_every > 0 && start_token < 0)
+        printf("note: no samples: the tokenizer's end-of-text id %d is outside the model's vocabulary of %d tokens\n",
+               eot, config.vocab_size);
+    const char *out_dir = cfg.out_dir;
+    if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
+    Checkpoint ck;
+    memset(&ck, 0, sizeof(ck));
+    int resumed = 0;
+    if (cfg.resume) {
+        resumed = checkpoint_load_checked(out_dir, &config, mg.rank, mg.nproc, &train_loader, &ck, err, sizeof(err));
+        require_ok(resumed >= 0, err);
+        if (main_rank && resumed && err[0]) printf("note: %s\n", err);  // a newer checkpoint was incomplete
+        if (main_rank && !resumed) printf("%s: starting fresh\n", err);
+    }
+    const int start_step = resumed ? ck.step : 0;
+    require_ok(train_config_steps(&cfg, train_loader.num_tokens, start_step, err, sizeof(err)) == 0, err);
+    if (main_rank && resumed) printf("resumed from step %d of %s\n", start_step, out_dir);
+    const int max_steps = cfg.max_steps;
+    const int val_batches = cfg.val_max < 0 || (size_t)cfg.val_max > val_loader.num_batches
+                                ? (int)val_loader.num_batches : cfg.val_max;
+    if (out_dir != NULL) {
+        // DONE_ markers after the start belong to an older run: resume must never find them
+        multi_gpu_barrier(&mg);  // every rank has read its checkpoint
+        if (main_rank) {
+            const int removed = checkpoint_clear_stale(out_dir, resumed ? start_step : -1, err, sizeof(err));
+            require_ok(removed >= 0, err);
+            if (removed > 0) printf("removed %d DONE_ markers of an older run from %s\n", removed, out_dir);
+        }
+        multi_gpu_barrier(&mg);
+    }
+    // the parameters to start from, unless a checkpoint has them (a descriptor's: initialised now)
+    float *init_params = NULL;
+    if (!resumed) require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, &init_params, err, sizeof(err)) == 0, err);
+
+    // 2. the GPU
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         fprintf(stderr, "Error: no CUDA device\n");
         return 1;
     }
-    MultiGpu mg;
-    multi_gpu_init(&mg, &argc, &argv);
-    const int main_rank = mg.rank == 0;
+    cudaCheck(cudaSetDevice(multi_gpu_device(&mg, devices)));
+    multi_gpu_init_comm(&mg);
     int device = 0;
     cudaCheck(cudaGetDevice(&device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
+    const GpuPeak *peak = mfu_gpu_peak(prop.name);
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    const int tokens_per_micro = B * T * mg.nproc;
-    if (total_batch < 0) total_batch = tokens_per_micro;
-    if (total_batch % tokens_per_micro != 0) {
-        fprintf(stderr, "Error: total batch -d %d must be a multiple of B*T*processes = %d\n", total_batch,
-                tokens_per_micro);
-        return 1;
-    }
-    const int grad_accum = total_batch / tokens_per_micro;
-
     GPT2 model;
-    gpt2_build(&model, model_arg, vocab);
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, train_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 1);
-    dataloader_init_eval(&val_loader, val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc);
-    if (max_steps < 0) max_steps = (int)(train_loader.num_tokens / total_batch);
-    const int val_batches = val_max < 0 || (size_t)val_max > val_loader.num_batches ? (int)val_loader.num_batches : val_max;
-    gpt2_alloc_activations(&model, B, T, (size_t)flce_mib << 20, grad_accum, !flce_fp32_logits);
-    flce_set_autotune(model.flce, flce_autotune);
-    Tokenizer tok;
-    tokenizer_init(&tok, "data/gpt2_tokenizer.bin");
+    gpt2_build(&model, &config);
+    if (resumed) gpt2_upload_checkpoint(&model, &ck);
+    else gpt2_upload_params(&model, init_params);
+    free(init_params);
+    checkpoint_free(&ck);
+    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits);
+    flce_set_autotune(model.flce, cfg.flce_autotune);
 
     const GPT2Config *c = &model.config;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const size_t np = model.num_parameters;
     if (main_rank) {
+        char peak_text[64];
+        snprintf(peak_text, sizeof(peak_text), peak ? "%s %.0f TFLOP/s dense" : "unknown GPU: no MFU",
+                 peak ? peak->label : "", peak ? peak->bf16_flops / 1e12 : 0.0);
         printf("+-----------------------+----------------------------------------------------+\n");
         printf("| %-21s | %-50s |\n", "Parameter", "Value");
         printf("+-----------------------+----------------------------------------------------+\n");
-        printf("| %-21s | %-50s |\n", "train data", train_glob);
-        printf("| %-21s | %-50s |\n", "val data", val_glob);
-        printf("| %-21s | %-50s |\n", "model", model_arg);
+        printf("| %-21s | %-50s |\n", "train data", cfg.train_glob);
+        printf("| %-21s | %-50s |\n", "val data", cfg.val_glob);
+        printf("| %-21s | %-50s |\n", "model", cfg.model);
         printf("| %-21s | %-50s |\n", "output dir", out_dir ? out_dir : "(none)");
         printf("| %-21s | %-50d |\n", "micro batch B", B);
         printf("| %-21s | %-50d |\n", "sequence length T", T);
-        printf("| %-21s | %-50d |\n", "total batch (tokens)", total_batch);
+        printf("| %-21s | %-50d |\n", "total batch (tokens)", cfg.total_batch);
         printf("| %-21s | %-50d |\n", "grad accumulation", grad_accum);
-        printf("| %-21s | %-50s |\n", "lr schedule", schedule);
-        printf("| %-21s | %-50e |\n", "learning rate", lr);
-        printf("| %-21s | %-50d |\n", "warm-up steps", warmup);
-        printf("| %-21s | %-50f |\n", "final lr fraction", final_frac);
-        printf("| %-21s | %-50f |\n", "weight decay", weight_decay);
+        printf("| %-21s | %-50s |\n", "lr schedule", lr_schedule_names[cfg.schedule]);
+        printf("| %-21s | %-50e |\n", "learning rate", cfg.lr);
+        printf("| %-21s | %-50d |\n", "warm-up steps", cfg.warmup);
+        printf("| %-21s | %-50f |\n", "final lr fraction", cfg.final_frac);
+        printf("| %-21s | %-50f |\n", "weight decay", cfg.weight_decay);
         printf("| %-21s | %-50d |\n", "max steps", max_steps);
-        printf("| %-21s | %-50d |\n", "val every / batches", val_every);
+        printf("| %-21s | %-50d |\n", "val every / batches", cfg.val_every);
         printf("| %-21s | %-50d |\n", "max_seq_len", c->max_seq_len);
         printf("| %-21s | %-50d |\n", "vocab size", c->vocab_size);
         printf("| %-21s | %-50d |\n", "padded vocab", c->padded_vocab_size);
@@ -861,10 +616,10 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50zu |\n", "parameters", np);
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
-        printf("| %-21s | %-50s |\n", "flce logits", flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
+        printf("| %-21s | %-50s |\n", "flce logits", cfg.flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
         printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
-               flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
-        printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", "H100/H200 SXM 989 TFLOP/s dense");
+               cfg.flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
+        printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", peak_text);
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);
         printf("memory: parameters %.2f GiB (bf16 + fp32 master), gradients %.2f GiB, AdamW %.2f GiB, activations %.2f GiB,\n"
@@ -872,28 +627,14 @@ int main(int argc, char **argv) {
                np * 6.0 / gib, np * 4.0 / gib, np * 8.0 / gib, model.act_bytes / gib, model.flce_ws_bytes / gib,
                (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes), full_logits / gib);
     }
-
-    int start_step = 0;
-    if (resume) {
-        if (out_dir == NULL) { fprintf(stderr, "Error: -y 1 needs -o <dir>\n"); return 1; }
-        const int step = resume_checkpoint(&model, &train_loader, out_dir, &mg);
-        if (step >= 0) start_step = step;
-        if (main_rank) {
-            if (step >= 0) printf("resumed from step %d of %s\n", step, out_dir);
-            else printf("no complete checkpoint in %s: starting fresh\n", out_dir);
-        }
-    }
     FILE *log = NULL;
-    if (out_dir != NULL && main_rank) mkdir(out_dir, 0777);
-    multi_gpu_barrier(&mg);
     if (out_dir != NULL && main_rank) {
-        char path[1024];
+        char path[CHECKPOINT_PATH_MAX];
         snprintf(path, sizeof(path), "%s/main.log", out_dir);
         log = fopen_check(path, start_step > 0 ? "a" : "w");
     }
 
-    // flops per token for MFU (PaLM's count): 6 per parameter plus 12 L T C for attention
-    const double flops_per_token = 6.0 * (double)np + 12.0 * c->num_layers * (double)T * c->channels;
+    const double flops_per_token = mfu_flops_per_token(np, c->num_layers, T, c->channels);
     int *gen_buf = (int *)malloc_check((size_t)T * sizeof(int));
     float *val_token_loss = NULL, *val_sum = NULL;
     cudaCheck(cudaMalloc(&val_token_loss, (size_t)B * T * sizeof(float)));
@@ -904,7 +645,7 @@ int main(int argc, char **argv) {
 
     for (int step = start_step; step <= max_steps; step++) {
         const int last = step == max_steps;
-        if (val_every > 0 && (step % val_every == 0 || last) && val_batches > 0) {
+        if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last) && val_batches > 0) {
             dataloader_reset(&val_loader);
             double loss_sum = 0.0;
             size_t n_targets = 0;
@@ -925,8 +666,8 @@ int main(int argc, char **argv) {
             if (log) { fprintf(log, "s:%d tel:%.4f\n", step, val_loss); fflush(log); }
         }
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
-            gpt2_sample(&model, &tok, gen_tokens, gen_buf, &sample_rng, s);
-        if (out_dir != NULL && ckpt_every > 0 && step > start_step && (step % ckpt_every == 0 || last))
+            gpt2_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
+        if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
             write_checkpoint(&model, &train_loader, out_dir, step, &mg);
         if (last) break;
 
@@ -941,12 +682,12 @@ int main(int argc, char **argv) {
             gpt2_forward_train(&model, B, T, micro, s);
             gpt2_backward(&model, B, T, s);
         }
-        multi_gpu_average(&mg, model.grads, model.num_parameters, s);
+        multi_gpu_average(&mg, model.grads_memory, model.num_parameters, s);
         const float norm = gpt2_grad_norm(&model, s);
         const float clip = 1.0f;
         const float grad_scale = norm > clip ? clip / norm : 1.0f;
-        const float step_lr = learning_rate(schedule, step, max_steps, warmup, lr, final_frac);
-        gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, weight_decay, grad_scale, step + 1, s);
+        const float step_lr = learning_rate(cfg.schedule, step, max_steps, cfg.warmup, cfg.lr, cfg.final_frac);
+        gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
         cudaCheck(cudaMemcpyAsync(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(e1, s));
         cudaCheck(cudaEventSynchronize(e1));
@@ -967,14 +708,15 @@ int main(int argc, char **argv) {
         }
         // tokens/s: an exponential average (bias-corrected) from the second step on, since the
         // first carries one-time setup (cuBLASLt heuristics, allocations)
-        const double tok_per_s = total_batch / (ms / 1e3);
+        const double tok_per_s = cfg.total_batch / (ms / 1e3);
         if (step > start_step) {
             tok_per_s_ema = 0.9 * tok_per_s_ema + 0.1 * tok_per_s;
             ema_weight = 0.9 * ema_weight + 0.1;
         }
         const double tok_per_s_shown = ema_weight > 0.0 ? tok_per_s_ema / ema_weight : tok_per_s;
-        const double mfu = flops_per_token * tok_per_s_shown / 989e12 / mg.nproc * 100.0;
-        if (main_rank) printf("step %4d/%d | loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s\n",
+        char mfu[32] = "n/a";
+        if (peak) snprintf(mfu, sizeof(mfu), "%.1f%%", mfu_percent(flops_per_token, tok_per_s_shown, peak, mg.nproc));
+        if (main_rank) printf("step %4d/%d | loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %s bf16 MFU | %.0f tok/s\n",
                step + 1, max_steps, loss, norm, step_lr, ms, mfu, tok_per_s_shown);
         if (log) { fprintf(log, "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, step_lr, norm); fflush(log); }
     }
@@ -991,7 +733,7 @@ int main(int argc, char **argv) {
     dataloader_free(&val_loader);
     gpt2_free(&model);
     cudaCheck(cudaStreamDestroy(s));
-    multi_gpu_finish(&mg);
+    multi_gpu_finish(&mg, 1);
     return 0;
 }
 #endif

@@ -1,19 +1,20 @@
 /*
 common.cuh - what the dev/ benchmarks share, header-only (llm.c dev/cuda style):
 
-  checks        cudaCheck / cublasCheck / flceCheck: every CUDA, cuBLAS and flce call is
-                checked, and a failure exits with file:line, so a number in a table is never
-                the product of a call that silently failed.
+  checks        flceCheck (cudaCheck / cublasCheck come from common/cuda_check.cuh): every
+                CUDA, cuBLAS and flce call is checked, and a failure exits with file:line, so a
+                number in a table is never the product of a call that silently failed.
   DevArena      the benchmark's own cudaMallocs, counted: "extra device memory" of a version
                 is the sum of what its setup allocated through one arena (exact, no
                 allocator rounding and no other process in the number).
-  gemm_check    flce_gemm (the library's cached cuBLASLt entry point) with a check, and a
-                fallback to cublasGemmEx_64 when cuBLASLt's heuristic finds no algorithm
-                (the unpadded odd-stride buffers of the naive and Liger versions are the
-                shapes where that could happen).
-  device code   16-byte vector access, online (max, sum-exp) statistics and their block
-                reduction, row visitors that vectorise rows of any alignment, random fills,
-                conversions, the valid-token count, the loss finalisation and a GPU rel-L2.
+  gemm_check    gemm_lt (common/gemm_lt.cuh: the cached cuBLASLt GEMM the library uses) with a
+                check, and a fallback to cublasGemmEx_64 when cuBLASLt's heuristic finds no
+                algorithm (the unpadded odd-stride buffers of the naive and Liger versions are
+                the shapes where that could happen).
+  device code   online (max, sum-exp) statistics and their block reduction, row visitors that
+                vectorise rows of any alignment (Packed128 of common/cuda_util.cuh), random
+                fills, conversions, the valid-token count, the loss finalisation and a GPU
+                rel-L2.
 
 Indices that can exceed 2^31 (row * stride, N * V, N * H) are int64_t everywhere.
 */
@@ -30,33 +31,15 @@ Indices that can exceed 2^31 (row * stride, N * V, N * H) are int64_t everywhere
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.cuh"  // common/: cudaCheck, cublasCheck
+#include "cuda_util.cuh"   // common/: to_float, from_float, Packed128, block_sum_f64
 #include "flce.h"
-#include "flce_kernels.cuh"  // flce_block_sum_f64: the same fixed-order sum as the library
-#include "flce_gemm.cuh"
+#include "gemm_lt.cuh"     // common/
 
 typedef __nv_bfloat16 bf16;
 
 // ----------------------------------------------------------------------------------------
 // checks
-
-static inline void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "[CUDA ERROR] at %s:%d: %s\n", file, line, cudaGetErrorString(err));
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) (cuda_check((err), __FILE__, __LINE__))
-// after every kernel launch: launch-configuration errors surface here, not three calls later
-#define launchCheck() (cuda_check(cudaGetLastError(), __FILE__, __LINE__))
-
-static inline void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "[cuBLAS ERROR] %d (%s) at %s:%d: %s\n", (int)st, cublasGetStatusString(st),
-                file, line, what);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cublasCheck(st, what) (cublas_check((st), (what), __FILE__, __LINE__))
 
 static inline void flce_check(flce_status st, const flce_context *ctx, const char *file, int line) {
     if (st != FLCE_OK) {
@@ -114,36 +97,31 @@ static inline void arena_free(DevArena *a) {
 
 static cublasHandle_t g_cublas = NULL;  // only for the fallback below; created on first use
 
-static inline void gemm_check(const char *what, flce_gemm_cache *cache, cudaStream_t stream,
-                              int transa, int transb, int64_t m, int64_t n, int64_t k,
-                              const void *A, cudaDataType_t ta, int64_t lda, const void *B,
-                              cudaDataType_t tb, int64_t ldb, void *D, cudaDataType_t td,
-                              int64_t ldd, float alpha, float beta, void *ws, size_t ws_bytes) {
-    cublasStatus_t st = flce_gemm(cache, stream, transa, transb, m, n, k, A, ta, lda, B, tb, ldb,
-                                  D, td, ldd, alpha, beta, ws, ws_bytes);
+static inline void gemm_check(const char *what, gemm_cache *cache, cudaStream_t stream,
+                              gemm_problem p, void *ws, size_t ws_bytes) {
+    cublasStatus_t st = gemm_lt(cache, stream, &p, NULL, ws, ws_bytes);
     if (st == CUBLAS_STATUS_SUCCESS) return;
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
         fprintf(stderr, "[cuBLASLt ERROR] %d (%s): %s GEMM m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldd=%lld\n",
-                (int)st, cublasGetStatusString(st), what, (long long)m, (long long)n, (long long)k,
-                (long long)lda, (long long)ldb, (long long)ldd);
+                (int)st, cublasGetStatusString(st), what, (long long)p.m, (long long)p.n, (long long)p.k,
+                (long long)p.a.ld, (long long)p.b.ld, (long long)p.d.ld);
         exit(EXIT_FAILURE);
     }
     // no cuBLASLt algorithm for this layout: the legacy API (what PyTorch's mm uses) instead
     static int warned = 0;
     if (!warned) {
         fprintf(stderr, "note: cuBLASLt found no algorithm for the %s GEMM (m=%lld n=%lld k=%lld "
-                "ldd=%lld); using cublasGemmEx_64 for such shapes\n", what, (long long)m,
-                (long long)n, (long long)k, (long long)ldd);
+                "ldd=%lld); using cublasGemmEx_64 for such shapes\n", what, (long long)p.m,
+                (long long)p.n, (long long)p.k, (long long)p.d.ld);
         warned = 1;
     }
-    if (g_cublas == NULL) cublasCheck(cublasCreate(&g_cublas), "cublasCreate");
-    cublasCheck(cublasSetStream(g_cublas, stream), "cublasSetStream");
-    cublasCheck(cublasSetWorkspace(g_cublas, ws, ws_bytes), "cublasSetWorkspace");
-    cublasCheck(cublasGemmEx_64(g_cublas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, ta, lda,
-                                B, tb, ldb, &beta, D, td, ldd, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-                what);
+    if (g_cublas == NULL) cublasCheck(cublasCreate(&g_cublas));
+    cublasCheck(cublasSetStream(g_cublas, stream));
+    cublasCheck(cublasSetWorkspace(g_cublas, ws, ws_bytes));
+    cublasCheck(cublasGemmEx_64(g_cublas, p.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                p.transb ? CUBLAS_OP_T : CUBLAS_OP_N, p.m, p.n, p.k, &p.alpha, p.a.ptr,
+                                p.a.type, p.a.ld, p.b.ptr, p.b.type, p.b.ld, &p.beta, (void *)p.d.ptr,
+                                p.d.type, p.d.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -161,27 +139,12 @@ static inline float median_of(float *x, int n) {
 }
 
 // ----------------------------------------------------------------------------------------
-// device: element access
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
-
-// 16 bytes of T: one vector load/store
-template <typename T> struct Vec16 {
-    static constexpr int N = 16 / sizeof(T);
-    union { int4 raw; T v[N]; };
-};
+// device: online softmax statistics
 
 // the reference takes the accurate expf; the timed versions the fast one, as their peers do
 template <bool PRECISE> __device__ __forceinline__ float fexp(float x) {
     return PRECISE ? expf(x) : __expf(x);
 }
-
-// ----------------------------------------------------------------------------------------
-// device: online softmax statistics
 
 struct Stats {
     float m;  // running max
@@ -247,42 +210,44 @@ __device__ Stats block_reduce_stats(Stats st) {
 // A row of an (rows, V) buffer with an odd stride V starts on any element boundary, so 16-byte
 // loads cannot start at element 0. Each visitor handles a scalar head up to the first 16-byte
 // boundary, then 16-byte vectors, then a scalar tail; with a padded stride the head is empty.
+// The vectors move through Packed128's raw view in place rather than load128's return value:
+// the kernels built on these visitors keep the code their RESULTS.md timings were taken with.
 
 template <typename T, typename F>
 __device__ __forceinline__ void row_visit(const T *row, int64_t n, F f) {
-    constexpr int VEC = Vec16<T>::N;
+    constexpr int VEC = Packed128<T>::size;
     int64_t head = (int64_t)((16 - ((uintptr_t)row & 15)) & 15) / (int64_t)sizeof(T);
     if (head > n) head = n;
     const int64_t nvec = (n - head) / VEC;
-    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, to_f(row[j]));
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) f(j, to_float(row[j]));
     for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         const int64_t j0 = head + v * VEC;
-        Vec16<T> x;
+        Packed128<T> x;
         x.raw = *reinterpret_cast<const int4 *>(row + j0);
 #pragma unroll
-        for (int e = 0; e < VEC; e++) f(j0 + e, to_f(x.v[e]));
+        for (int e = 0; e < VEC; e++) f(j0 + e, to_float(x.v[e]));
     }
-    for (int64_t j = head + nvec * VEC + threadIdx.x; j < n; j += blockDim.x) f(j, to_f(row[j]));
+    for (int64_t j = head + nvec * VEC + threadIdx.x; j < n; j += blockDim.x) f(j, to_float(row[j]));
 }
 
 // row[j] = f(j, row[j]) for j < n, in place
 template <typename T, typename F>
 __device__ __forceinline__ void row_transform(T *row, int64_t n, F f) {
-    constexpr int VEC = Vec16<T>::N;
+    constexpr int VEC = Packed128<T>::size;
     int64_t head = (int64_t)((16 - ((uintptr_t)row & 15)) & 15) / (int64_t)sizeof(T);
     if (head > n) head = n;
     const int64_t nvec = (n - head) / VEC;
-    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) row[j] = from_f<T>(f(j, to_f(row[j])));
+    for (int64_t j = threadIdx.x; j < head; j += blockDim.x) row[j] = from_float<T>(f(j, to_float(row[j])));
     for (int64_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         const int64_t j0 = head + v * VEC;
-        Vec16<T> x;
+        Packed128<T> x;
         x.raw = *reinterpret_cast<const int4 *>(row + j0);
 #pragma unroll
-        for (int e = 0; e < VEC; e++) x.v[e] = from_f<T>(f(j0 + e, to_f(x.v[e])));
+        for (int e = 0; e < VEC; e++) x.v[e] = from_float<T>(f(j0 + e, to_float(x.v[e])));
         *reinterpret_cast<int4 *>(row + j0) = x.raw;
     }
     for (int64_t j = head + nvec * VEC + threadIdx.x; j < n; j += blockDim.x)
-        row[j] = from_f<T>(f(j, to_f(row[j])));
+        row[j] = from_float<T>(f(j, to_float(row[j])));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -332,12 +297,12 @@ __global__ void f32_to_bf16_kernel(bf16 *out, const float *in, int64_t n) {
     for (int64_t v = tid; v < n8; v += stride) {
         const float4 a = reinterpret_cast<const float4 *>(in)[2 * v];
         const float4 b = reinterpret_cast<const float4 *>(in)[2 * v + 1];
-        Vec16<bf16> o;
+        Packed128<bf16> o;
         o.v[0] = __float2bfloat16_rn(a.x); o.v[1] = __float2bfloat16_rn(a.y);
         o.v[2] = __float2bfloat16_rn(a.z); o.v[3] = __float2bfloat16_rn(a.w);
         o.v[4] = __float2bfloat16_rn(b.x); o.v[5] = __float2bfloat16_rn(b.y);
         o.v[6] = __float2bfloat16_rn(b.z); o.v[7] = __float2bfloat16_rn(b.w);
-        reinterpret_cast<int4 *>(out)[v] = o.raw;
+        store128(out + 8 * v, o);
     }
     for (int64_t k = n8 * 8 + tid; k < n; k += stride) out[k] = __float2bfloat16_rn(in[k]);
 }
@@ -360,7 +325,7 @@ __global__ void loss_finalize_kernel(const float *token_loss, int64_t N, const i
                                      float *loss, double *loss64) {
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
-    double total = flce_block_sum_f64(acc);
+    double total = block_sum_f64(acc);
     if (threadIdx.x != 0) return;
     total = *n_valid > 0 ? total / (double)*n_valid : 0.0;
     if (loss != NULL) *loss = (float)total;
@@ -375,7 +340,7 @@ __global__ void diff_kernel(const T *out, const float *ref, int64_t n, double *s
     unsigned long long bad = 0;
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
-        const float o = to_f(out[k]), r = ref[k];
+        const float o = to_float(out[k]), r = ref[k];
         if (isfinite(o)) {
             const double d = (double)o - (double)r;
             num += d * d;

@@ -81,7 +81,7 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 #define CHECK_TOL_REF_GRAD 1e-4  // the GPU reference (fp32) against the CPU one (fp64)
 #define CHECK_TOL_REF_LOSS 1e-5
 
-static flce_gemm_cache g_gemm;   // the cuBLASLt handle and the descriptor cache, all versions
+static gemm_cache g_gemm;   // the cuBLASLt handle and the descriptor cache, all versions
 static flce_context *g_flce = NULL;
 static int g_sm_count = 132;
 
@@ -189,7 +189,7 @@ ce_row_kernel(T *logits, int64_t ld, int64_t V, const int *targets, int64_t row0
         return;
     }
     // every thread reads the target logit before the reduction's barriers; writes come after
-    const float zt = to_f(row[t]);
+    const float zt = to_float(row[t]);
     Stats st;
     st.m = -INFINITY;
     st.s = 0.0f;
@@ -220,7 +220,7 @@ split_stats_kernel(const T *buf, int64_t ld, int64_t col0, int64_t width, int64_
     st = block_reduce_stats<false>(st);
     if (threadIdx.x != 0) return;
     const int t = targets[i];
-    if (t >= col0 && t < col0 + width) zt[i] = to_f(row[t - col0]);
+    if (t >= col0 && t < col0 + width) zt[i] = to_float(row[t - col0]);
     if (!first) {
         Stats run;
         run.m = m_run[i];
@@ -474,18 +474,18 @@ fuse_mn_kernel(const bf16 *h, const bf16 *W, const int *targets, const float *ls
 static void launch_count_valid(const Problem *P, int *n_valid) {
     cudaCheck(cudaMemsetAsync(n_valid, 0, sizeof(int), P->stream));
     count_valid_kernel<<<grid_for(P->N, 256), 256, 0, P->stream>>>(P->targets, P->N, P->V, n_valid);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
 }
 
 static void launch_finalize(const Problem *P, const float *token_loss, const int *n_valid,
                             float *loss, double *loss64) {
     loss_finalize_kernel<<<1, 1024, 0, P->stream>>>(token_loss, P->N, n_valid, loss, loss64);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
 }
 
 static void launch_f32_to_bf16(bf16 *out, const float *in, int64_t n, cudaStream_t s) {
     f32_to_bf16_kernel<<<grid_for(n / 8 + 1, 256), 256, 0, s>>>(out, in, n);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
 }
 
 // allocation in a version's setup: out of memory is a skip, with the reason
@@ -533,18 +533,24 @@ static void naive_run(const Problem *P, Work *w) {
     cudaStream_t s = P->stream;
     launch_count_valid(P, w->n_valid);
     // logits (row-major N x V) = h @ W^T: column-major (V x N) = W (H x V)^T @ h (H x N)
-    gemm_check("naive logits", &g_gemm, s, 1, 0, V, N, H, P->W, CUDA_R_16BF, H, P->h, CUDA_R_16BF,
-               H, w->buf, CUDA_R_32F, V, 1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+    gemm_check("naive logits", &g_gemm, s,
+               {1, 0, V, N, H, {P->W, CUDA_R_16BF, H}, {P->h, CUDA_R_16BF, H},
+                {w->buf, CUDA_R_32F, V}, 1.0f, 0.0f},
+               w->lt_ws, LT_WORKSPACE);
     ce_row_kernel<float, false><<<(unsigned)N, CE_THREADS, 0, s>>>(
         (float *)w->buf, V, V, P->targets, 0, w->n_valid, w->token_loss);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     launch_f32_to_bf16(w->buf16, (const float *)w->buf, N * V, s);
     // d_h (N x H) = dlogits (N x V) @ W (V x H)
-    gemm_check("naive d_h", &g_gemm, s, 0, 0, H, N, V, P->W, CUDA_R_16BF, H, w->buf16,
-               CUDA_R_16BF, V, P->d_h, CUDA_R_16BF, H, 1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+    gemm_check("naive d_h", &g_gemm, s,
+               {0, 0, H, N, V, {P->W, CUDA_R_16BF, H}, {w->buf16, CUDA_R_16BF, V},
+                {P->d_h, CUDA_R_16BF, H}, 1.0f, 0.0f},
+               w->lt_ws, LT_WORKSPACE);
     // d_W (V x H) = dlogits^T (V x N) @ h (N x H)
-    gemm_check("naive d_W", &g_gemm, s, 0, 1, H, V, N, P->h, CUDA_R_16BF, H, w->buf16,
-               CUDA_R_16BF, V, P->d_W, CUDA_R_32F, H, 1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+    gemm_check("naive d_W", &g_gemm, s,
+               {0, 1, H, V, N, {P->h, CUDA_R_16BF, H}, {w->buf16, CUDA_R_16BF, V},
+                {P->d_W, CUDA_R_32F, H}, 1.0f, 0.0f},
+               w->lt_ws, LT_WORKSPACE);
     launch_finalize(P, w->token_loss, w->n_valid, P->loss, NULL);
 }
 
@@ -571,17 +577,21 @@ static void liger_run(const Problem *P, Work *w) {
     for (int64_t c0 = 0; c0 < N; c0 += w->rows) {
         const int64_t rows = N - c0 < w->rows ? N - c0 : w->rows;
         const bf16 *hc = P->h + c0 * H;
-        gemm_check("liger logits", &g_gemm, s, 1, 0, V, rows, H, P->W, CUDA_R_16BF, H, hc,
-                   CUDA_R_16BF, H, buf, CUDA_R_16BF, V, 1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+        gemm_check("liger logits", &g_gemm, s,
+                   {1, 0, V, rows, H, {P->W, CUDA_R_16BF, H}, {hc, CUDA_R_16BF, H},
+                    {buf, CUDA_R_16BF, V}, 1.0f, 0.0f},
+                   w->lt_ws, LT_WORKSPACE);
         ce_row_kernel<bf16, false><<<(unsigned)rows, CE_THREADS, 0, s>>>(
             buf, V, V, P->targets, c0, w->n_valid, w->token_loss);
-        launchCheck();
-        gemm_check("liger d_h", &g_gemm, s, 0, 0, H, rows, V, P->W, CUDA_R_16BF, H, buf,
-                   CUDA_R_16BF, V, P->d_h + c0 * H, CUDA_R_16BF, H, 1.0f, 0.0f, w->lt_ws,
-                   LT_WORKSPACE);
-        gemm_check("liger d_W", &g_gemm, s, 0, 1, H, V, rows, hc, CUDA_R_16BF, H, buf,
-                   CUDA_R_16BF, V, P->d_W, CUDA_R_32F, H, 1.0f, c0 > 0 ? 1.0f : 0.0f, w->lt_ws,
-                   LT_WORKSPACE);
+        cudaCheck(cudaGetLastError());
+        gemm_check("liger d_h", &g_gemm, s,
+                   {0, 0, H, rows, V, {P->W, CUDA_R_16BF, H}, {buf, CUDA_R_16BF, V},
+                    {P->d_h + c0 * H, CUDA_R_16BF, H}, 1.0f, 0.0f},
+                   w->lt_ws, LT_WORKSPACE);
+        gemm_check("liger d_W", &g_gemm, s,
+                   {0, 1, H, V, rows, {hc, CUDA_R_16BF, H}, {buf, CUDA_R_16BF, V},
+                    {P->d_W, CUDA_R_32F, H}, 1.0f, c0 > 0 ? 1.0f : 0.0f},
+                   w->lt_ws, LT_WORKSPACE);
     }
     launch_finalize(P, w->token_loss, w->n_valid, P->loss, NULL);
 }
@@ -618,13 +628,14 @@ static void verl_forward(const Problem *P, Work *w) {
         for (int64_t col0 = 0; col0 < V; col0 += w->split) {
             const int64_t width = V - col0 < w->split ? V - col0 : w->split;
             // buf (rows x width, stride ld) = h[t0:] @ W[col0:col0+width]^T
-            gemm_check("verl fwd logits", &g_gemm, s, 1, 0, width, rows, H, P->W + col0 * H,
-                       CUDA_R_16BF, H, P->h + t0 * H, CUDA_R_16BF, H, buf, CUDA_R_16BF, w->ld,
-                       1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+            gemm_check("verl fwd logits", &g_gemm, s,
+                       {1, 0, width, rows, H, {P->W + col0 * H, CUDA_R_16BF, H},
+                        {P->h + t0 * H, CUDA_R_16BF, H}, {buf, CUDA_R_16BF, w->ld}, 1.0f, 0.0f},
+                       w->lt_ws, LT_WORKSPACE);
             split_stats_kernel<bf16><<<(unsigned)rows, SPLIT_THREADS, 0, s>>>(
                 buf, w->ld, col0, width, V, P->targets, t0, w->m_run, w->s_run, w->zt,
                 col0 == 0, col0 + width == V, w->lse, w->token_loss);
-            launchCheck();
+            cudaCheck(cudaGetLastError());
         }
     }
     launch_finalize(P, w->token_loss, w->n_valid, P->loss, NULL);
@@ -645,19 +656,23 @@ static void verl_run(const Problem *P, Work *w) {
     for (int64_t col0 = 0; col0 < V; col0 += w->split) {
         const int64_t width = V - col0 < w->split ? V - col0 : w->split;
         const bf16 *Ws = P->W + col0 * H;
-        gemm_check("verl bwd logits", &g_gemm, s, 1, 0, width, N, H, Ws, CUDA_R_16BF, H, P->h,
-                   CUDA_R_16BF, H, buf, CUDA_R_16BF, w->ld, 1.0f, 0.0f, w->lt_ws, LT_WORKSPACE);
+        gemm_check("verl bwd logits", &g_gemm, s,
+                   {1, 0, width, N, H, {Ws, CUDA_R_16BF, H}, {P->h, CUDA_R_16BF, H},
+                    {buf, CUDA_R_16BF, w->ld}, 1.0f, 0.0f},
+                   w->lt_ws, LT_WORKSPACE);
         split_dlogits_kernel<bf16><<<(unsigned)N, SPLIT_THREADS, 0, s>>>(
             buf, w->ld, col0, width, V, P->targets, 0, w->lse, w->n_valid);
-        launchCheck();
+        cudaCheck(cudaGetLastError());
         // d_h (N x H, fp32) += dlogits (N x width) @ W_split (width x H)
-        gemm_check("verl d_h", &g_gemm, s, 0, 0, H, N, width, Ws, CUDA_R_16BF, H, buf,
-                   CUDA_R_16BF, w->ld, w->dh32, CUDA_R_32F, H, 1.0f, col0 > 0 ? 1.0f : 0.0f,
+        gemm_check("verl d_h", &g_gemm, s,
+                   {0, 0, H, N, width, {Ws, CUDA_R_16BF, H}, {buf, CUDA_R_16BF, w->ld},
+                    {w->dh32, CUDA_R_32F, H}, 1.0f, col0 > 0 ? 1.0f : 0.0f},
                    w->lt_ws, LT_WORKSPACE);
         // d_W[split] (width x H) = dlogits^T (width x N) @ h (N x H)
-        gemm_check("verl d_W", &g_gemm, s, 0, 1, H, width, N, P->h, CUDA_R_16BF, H, buf,
-                   CUDA_R_16BF, w->ld, P->d_W + col0 * H, CUDA_R_32F, H, 1.0f, 0.0f, w->lt_ws,
-                   LT_WORKSPACE);
+        gemm_check("verl d_W", &g_gemm, s,
+                   {0, 1, H, width, N, {P->h, CUDA_R_16BF, H}, {buf, CUDA_R_16BF, w->ld},
+                    {P->d_W + col0 * H, CUDA_R_32F, H}, 1.0f, 0.0f},
+                   w->lt_ws, LT_WORKSPACE);
     }
     launch_f32_to_bf16(P->d_h, w->dh32, N * H, s);
 }
@@ -696,7 +711,7 @@ static void fuse_mn_run(const Problem *P, Work *w) {
     const int64_t tiles = ceil_div(N, FM_BM) * ceil_div(V, FM_BN);
     fuse_mn_kernel<<<(unsigned)tiles, FM_THREADS, FM_SMEM, s>>>(P->h, P->W, P->targets, w->lse,
                                                                w->n_valid, N, H, V, w->dh32, P->d_W);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     launch_f32_to_bf16(P->d_h, w->dh32, N * H, s);
 }
 
@@ -781,7 +796,7 @@ static const Version g_versions[] = {
 static void work_release(Work *w) {
     arena_free(&w->arena);
     // descriptors of this version's shapes; the next version builds its own (outside timing)
-    flce_gemm_cache_release(&g_gemm);
+    gemm_cache_release(&g_gemm);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -808,22 +823,28 @@ static double reference_gpu(const Problem *P, float *dh_ref, float *dW_ref, int6
     cudaCheck(cudaMalloc(&loss64, sizeof(double)));
     cudaCheck(cudaMalloc(&ws, LT_WORKSPACE));
     bf16_to_f32_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(h32, P->h, N * H);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     bf16_to_f32_kernel<<<grid_for(V * H, 256), 256, 0, s>>>(W32, P->W, V * H);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     launch_count_valid(P, n_valid);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         const int64_t rows = N - c0 < C ? N - c0 : C;
         const float *hc = h32 + c0 * H;
-        gemm_check("ref logits", &g_gemm, s, 1, 0, V, rows, H, W32, CUDA_R_32F, H, hc, CUDA_R_32F, H,
-                   logits, CUDA_R_32F, ldr, 1.0f, 0.0f, ws, LT_WORKSPACE);
+        gemm_check("ref logits", &g_gemm, s,
+                   {1, 0, V, rows, H, {W32, CUDA_R_32F, H}, {hc, CUDA_R_32F, H},
+                    {logits, CUDA_R_32F, ldr}, 1.0f, 0.0f},
+                   ws, LT_WORKSPACE);
         ce_row_kernel<float, true><<<(unsigned)rows, CE_THREADS, 0, s>>>(logits, ldr, V, P->targets,
                                                                          c0, n_valid, token_loss);
-        launchCheck();
-        gemm_check("ref d_h", &g_gemm, s, 0, 0, H, rows, V, W32, CUDA_R_32F, H, logits, CUDA_R_32F,
-                   ldr, dh_ref + c0 * H, CUDA_R_32F, H, 1.0f, 0.0f, ws, LT_WORKSPACE);
-        gemm_check("ref d_W", &g_gemm, s, 0, 1, H, V, rows, hc, CUDA_R_32F, H, logits, CUDA_R_32F,
-                   ldr, dW_ref, CUDA_R_32F, H, 1.0f, c0 > 0 ? 1.0f : 0.0f, ws, LT_WORKSPACE);
+        cudaCheck(cudaGetLastError());
+        gemm_check("ref d_h", &g_gemm, s,
+                   {0, 0, H, rows, V, {W32, CUDA_R_32F, H}, {logits, CUDA_R_32F, ldr},
+                    {dh_ref + c0 * H, CUDA_R_32F, H}, 1.0f, 0.0f},
+                   ws, LT_WORKSPACE);
+        gemm_check("ref d_W", &g_gemm, s,
+                   {0, 1, H, V, rows, {hc, CUDA_R_32F, H}, {logits, CUDA_R_32F, ldr},
+                    {dW_ref, CUDA_R_32F, H}, 1.0f, c0 > 0 ? 1.0f : 0.0f},
+                   ws, LT_WORKSPACE);
     }
     launch_finalize(P, token_loss, n_valid, NULL, loss64);
     double loss = 0.0;
@@ -836,7 +857,7 @@ static double reference_gpu(const Problem *P, float *dh_ref, float *dW_ref, int6
     cudaCheck(cudaFree(n_valid));
     cudaCheck(cudaFree(loss64));
     cudaCheck(cudaFree(ws));
-    flce_gemm_cache_release(&g_gemm);
+    gemm_cache_release(&g_gemm);
     return loss;
 }
 
@@ -849,7 +870,7 @@ static double rel_l2_gpu(const T *out, const float *ref, int64_t n, cudaStream_t
     cudaCheck(cudaMemsetAsync(g_diff_sums, 0, 2 * sizeof(double), s));
     cudaCheck(cudaMemsetAsync(g_diff_bad, 0, sizeof(unsigned long long), s));
     diff_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(out, ref, n, g_diff_sums, g_diff_bad);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     double sums[2];
     unsigned long long bad = 0;
     cudaCheck(cudaMemcpyAsync(sums, g_diff_sums, sizeof(sums), cudaMemcpyDeviceToHost, s));
@@ -872,15 +893,17 @@ static double gemm_rate(const char *what, int64_t m, int64_t n, int64_t k, const
     float ms[10];
     for (int it = -3; it < 10; it++) {
         cudaCheck(cudaEventRecord(e0, s));
-        gemm_check(what, &g_gemm, s, 1, 0, m, n, k, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, D,
-                   CUDA_R_16BF, ldd, 1.0f, 0.0f, ws, LT_WORKSPACE);
+        gemm_check(what, &g_gemm, s,
+                   {1, 0, m, n, k, {A, CUDA_R_16BF, lda}, {B, CUDA_R_16BF, ldb},
+                    {D, CUDA_R_16BF, ldd}, 1.0f, 0.0f},
+                   ws, LT_WORKSPACE);
         cudaCheck(cudaEventRecord(e1, s));
         cudaCheck(cudaEventSynchronize(e1));
         if (it >= 0) cudaCheck(cudaEventElapsedTime(&ms[it], e0, e1));
     }
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
-    flce_gemm_cache_release(&g_gemm);
+    gemm_cache_release(&g_gemm);
     return 2.0 * (double)m * (double)n * (double)k / ((double)median_of(ms, 10) * 1e9);
 }
 
@@ -899,7 +922,7 @@ static float run_timed(const Version *v, const Problem *P, Work *w, cudaEvent_t 
     v->run(P, w);
     cudaCheck(cudaEventRecord(e1, P->stream));
     cudaCheck(cudaEventSynchronize(e1));
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     float ms = 0.0f;
     cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
     return ms;
@@ -964,13 +987,13 @@ static void make_inputs(Problem *P, uint64_t seed) {
     const float amp = sqrtf(3.0f) * powf((float)P->H, -0.25f);
     fill_uniform_bf16_kernel<<<grid_for(P->N * P->H, 256), 256, 0, P->stream>>>(
         (bf16 *)P->h, P->N * P->H, amp, seed * 3 + 0);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     fill_uniform_bf16_kernel<<<grid_for(P->V * P->H, 256), 256, 0, P->stream>>>(
         (bf16 *)P->W, P->V * P->H, amp, seed * 3 + 1);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
     fill_targets_kernel<<<grid_for(P->N, 256), 256, 0, P->stream>>>((int *)P->targets, P->N, P->V,
                                                                      IGNORE_FRAC, seed * 3 + 2);
-    launchCheck();
+    cudaCheck(cudaGetLastError());
 }
 
 static void alloc_problem(Problem *P, const Shape *sh, cudaStream_t s) {
@@ -1313,7 +1336,7 @@ static int run_check(const Args *a, cudaStream_t s) {
                 poison_outputs(&P);
                 v->run(&P, &w);
                 cudaCheck(cudaStreamSynchronize(s));
-                launchCheck();
+                cudaCheck(cudaGetLastError());
                 float loss = 0.0f;
                 cudaCheck(cudaMemcpy(&loss, P.loss, sizeof(float), cudaMemcpyDeviceToHost));
                 cudaCheck(cudaMemcpy(dh_b, P.d_h, (size_t)N * H * 2, cudaMemcpyDeviceToHost));
@@ -1423,7 +1446,7 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     memset(&g_gemm, 0, sizeof(g_gemm));
-    cublasCheck(cublasLtCreate(&g_gemm.handle), "cublasLtCreate");
+    cublasCheck(cublasLtCreate(&g_gemm.handle));
     flceCheck(flce_create(&g_flce), NULL);
     cudaCheck(cudaMalloc(&g_diff_sums, 2 * sizeof(double)));
     cudaCheck(cudaMalloc(&g_diff_bad, sizeof(unsigned long long)));
@@ -1431,9 +1454,9 @@ int main(int argc, char **argv) {
     const int rc = a.check ? run_check(&a, s) : run_bench(&a, s);
 
     flce_destroy(g_flce);
-    flce_gemm_cache_release(&g_gemm);
-    cublasCheck(cublasLtDestroy(g_gemm.handle), "cublasLtDestroy");
-    if (g_cublas != NULL) cublasCheck(cublasDestroy(g_cublas), "cublasDestroy");
+    gemm_cache_release(&g_gemm);
+    cublasCheck(cublasLtDestroy(g_gemm.handle));
+    if (g_cublas != NULL) cublasCheck(cublasDestroy(g_cublas));
     cudaCheck(cudaFree(g_diff_sums));
     cudaCheck(cudaFree(g_diff_bad));
     cudaCheck(cudaStreamDestroy(s));

@@ -5,10 +5,10 @@ For each benchmark shape and workspace budget (1 GiB and 160 MiB), asks the libr
 schedule (flce_chunk_tokens, flce_vocab_tile), states the three GEMMs a chunk runs exactly as
 flce.cu states them (the aligned part of the vocabulary cut; operands, strides, output types
 and beta as the library passes them), and times every algorithm cuBLASLt's heuristic returns
-for each (up to -n, default 16), and the one-result query's pick "h" that flce_gemm runs without
+for each (up to -n, default 16), and the one-result query's pick "h" that gemm_lt runs without
 autotuning (a query for several results need not return it first): median of 5 runs after 2
 warm-ups, CUDA events. Prints h's time, the best candidate and its index. It answers
-whether an autotuning step in flce_gemm would pay; it reports, never asserts.
+whether an autotuning step in gemm_lt would pay; it reports, never asserts.
 
 ./gemm_algos [-s shapes] [-n candidates]      shapes as in flce_bench: 1,2,3,4 (default all)
 */
@@ -25,24 +25,18 @@ static const int64_t g_shapes[4][3] = {
 
 typedef struct {
     const char *name;
-    int transa, transb;
-    int64_t m, n, k, lda, ldb, ldd;
-    const void *A, *B;
-    void *D;
-    cudaDataType_t type_d;
-    float beta;
+    gemm_problem p;
 } GemmSpec;
 
 // Times one cuBLASLt algorithm on spec: median ms of 5 runs after 2 warm-ups.
-static float time_algo(flce_gemm_cache *cache, flce_gemm_entry *e, const cublasLtMatmulAlgo_t *algo,
-                       const GemmSpec *g, void *ws, cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
-    const float alpha = 1.0f;
+static float time_algo(gemm_cache *cache, gemm_entry *e, const cublasLtMatmulAlgo_t *algo,
+                       const gemm_problem *p, void *ws, cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
+    void *D = (void *)p->d.ptr;
     float ms[5];
     for (int r = -2; r < 5; r++) {
         cudaCheck(cudaEventRecord(t0, s));
-        cublasCheck(cublasLtMatmul(cache->handle, e->desc, &alpha, g->A, e->la, g->B, e->lb, &g->beta,
-                                   g->D, e->ld, g->D, e->ld, algo, ws, LT_WORKSPACE, s),
-                    g->name);
+        cublasCheck(cublasLtMatmul(cache->handle, e->desc, &p->alpha, p->a.ptr, e->la, p->b.ptr, e->lb,
+                                   &p->beta, D, e->ld, D, e->ld, algo, ws, LT_WORKSPACE, s));
         cudaCheck(cudaEventRecord(t1, s));
         cudaCheck(cudaEventSynchronize(t1));
         if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
@@ -50,47 +44,45 @@ static float time_algo(flce_gemm_cache *cache, flce_gemm_entry *e, const cublasL
     return median_of(ms, 5);
 }
 
-static void tune_one(flce_gemm_cache *cache, const GemmSpec *g, int max_algos, void *ws,
+static void tune_one(gemm_cache *cache, const GemmSpec *g, int max_algos, void *ws,
                      cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
-    flce_gemm_key key = flce_gemm_make_key(g->transa, g->transb, g->m, g->n, g->k, g->A, CUDA_R_16BF,
-                                           g->lda, g->B, CUDA_R_16BF, g->ldb, g->D, g->type_d,
-                                           g->ldd, g->beta);
-    flce_gemm_entry e;
+    const gemm_problem *p = &g->p;
+    gemm_key key = gemm_make_key(p);
+    gemm_entry e;
     int no_algo = 0;
-    cublasCheck(flce_gemm_entry_build(cache, &e, &key, NULL, LT_WORKSPACE, &no_algo), g->name);
+    cublasCheck(gemm_entry_build(cache, &e, &key, NULL, LT_WORKSPACE, &no_algo));
     if (no_algo) {
-        printf("| %s | %lld x %lld x %lld | no algorithm | | | |\n", g->name, (long long)g->m,
-               (long long)g->n, (long long)g->k);
-        flce_gemm_entry_release(&e);
+        printf("| %s | %lld x %lld x %lld | no algorithm | | | |\n", g->name, (long long)p->m,
+               (long long)p->n, (long long)p->k);
+        gemm_entry_release(&e);
         return;
     }
     cublasLtMatmulPreference_t pref;
-    cublasCheck(flce_gemm_preference(&key, LT_WORKSPACE, &pref), "preference");
+    cublasCheck(gemm_preference(&key, LT_WORKSPACE, &pref));
     cublasLtMatmulHeuristicResult_t res[32];
     int returned = 0;
     if (max_algos > 32) max_algos = 32;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(cache->handle, e.desc, e.la, e.lb, e.ld, e.ld, pref,
-                                               max_algos, res, &returned),
-                "heuristic");
+                                               max_algos, res, &returned));
     cublasLtMatmulPreferenceDestroy(pref);
-    // "h" is the one-result query's pick (what flce_gemm runs without autotuning): a query
+    // "h" is the one-result query's pick (what gemm_lt runs without autotuning): a query
     // for several results need not return it first
-    const float first = time_algo(cache, &e, &e.algo, g, ws, s, t0, t1);
+    const float first = time_algo(cache, &e, &e.algo, p, ws, s, t0, t1);
     float best = first;
     int best_i = -1;
     for (int i = 0; i < returned; i++) {
-        const float ms = time_algo(cache, &e, &res[i].algo, g, ws, s, t0, t1);
+        const float ms = time_algo(cache, &e, &res[i].algo, p, ws, s, t0, t1);
         if (ms < best) { best = ms; best_i = i; }
     }
-    const double flop = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    const double flop = 2.0 * (double)p->m * (double)p->n * (double)p->k;
     char which[16];
     if (best_i < 0) snprintf(which, sizeof(which), "h");
     else snprintf(which, sizeof(which), "#%d", best_i);
     printf("| %s | %lld x %lld x %lld | %d | %.3f (%.0f TFLOP/s) | %.3f (%.0f TFLOP/s) %s | %.1f%% |\n",
-           g->name, (long long)g->m, (long long)g->n, (long long)g->k, returned, first,
+           g->name, (long long)p->m, (long long)p->n, (long long)p->k, returned, first,
            flop / first * 1e-9, best, flop / best * 1e-9, which, 100.0 * (first - best) / first);
     fflush(stdout);
-    flce_gemm_entry_release(&e);
+    gemm_entry_release(&e);
 }
 
 int main(int argc, char **argv) {
@@ -107,9 +99,9 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    flce_gemm_cache cache;
+    gemm_cache cache;
     memset(&cache, 0, sizeof(cache));
-    cublasCheck(cublasLtCreate(&cache.handle), "cublasLtCreate");
+    cublasCheck(cublasLtCreate(&cache.handle));
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     cudaEvent_t t0, t1;
@@ -148,20 +140,24 @@ int main(int argc, char **argv) {
             fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>(h, C * H, 0.1f, 2);
             // dlogits: bf16 over the logits buffer (row stride 2 ldl), small values
             fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>((bf16 *)logits, C * ldl * 2, 1e-3f, 3);
-            launchCheck();
+            cudaCheck(cudaGetLastError());
             cudaCheck(cudaMemsetAsync(dW, 0, (size_t)V * H * sizeof(float), s));
             cudaCheck(cudaMemsetAsync(dh_f32, 0, (size_t)C * H * sizeof(float), s));
+            // the bf16 dlogits over the logits buffer: row stride 2 ldl
+            const gemm_operand dlogits = {logits, CUDA_R_16BF, 2 * ldl};
             const GemmSpec specs[3] = {
-                {"logits", 1, 0, w, C, H, H, H, ldl, W, h, logits, CUDA_R_32F, 0.0f},
-                {"d_hidden", 0, 0, H, C, w, H, 2 * ldl, H, W, logits, dh32 ? (void *)dh_f32 : (void *)dh,
-                 dh32 ? CUDA_R_32F : CUDA_R_16BF, tiled ? 1.0f : 0.0f},
-                {"d_weight", 0, 1, H, w, C, H, 2 * ldl, H, h, logits, dW, CUDA_R_32F, 1.0f},
+                {"logits", {1, 0, w, C, H, {W, CUDA_R_16BF, H}, {h, CUDA_R_16BF, H},
+                            {logits, CUDA_R_32F, ldl}, 1.0f, 0.0f}},
+                {"d_hidden", {0, 0, H, C, w, {W, CUDA_R_16BF, H}, dlogits,
+                              {dh32 ? (void *)dh_f32 : (void *)dh, dh32 ? CUDA_R_32F : CUDA_R_16BF, H},
+                              1.0f, tiled ? 1.0f : 0.0f}},
+                {"d_weight", {0, 1, H, w, C, {h, CUDA_R_16BF, H}, dlogits, {dW, CUDA_R_32F, H}, 1.0f, 1.0f}},
             };
             for (int g = 0; g < 3; g++) {
                 tune_one(&cache, &specs[g], max_algos, ws, s, t0, t1);
                 // the logits GEMM wrote fp32 over the bf16 dlogits the other two read
                 if (g == 0) fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>((bf16 *)logits, C * ldl * 2, 1e-3f, 3);
-                launchCheck();
+                cudaCheck(cudaGetLastError());
             }
             cudaCheck(cudaFree(W)); cudaCheck(cudaFree(h)); cudaCheck(cudaFree(dh));
             cudaCheck(cudaFree(dh_f32)); cudaCheck(cudaFree(logits)); cudaCheck(cudaFree(dW));

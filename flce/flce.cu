@@ -4,17 +4,19 @@ flce.cu - fused linear cross-entropy: argument checks, the planner, and the two 
 
     prepare        targets checked, non-ignored tokens counted, exact target logits
     for each chunk of C tokens:
-      chunk schedule (one tile: the whole vocabulary):
+      chunk schedule (one tile: the whole vocabulary; flce_run_chunks):
         GEMM       logits[C, Vp] = h[chunk] @ W^T           (bf16 or fp32 buffer, row stride ldl)
         row kernel LSE, loss; dlogits written in place     (pad columns V..Vp zeroed)
-        GEMM       d_h[chunk]  (+)= dlogits @ W             (k = Vp)
-        GEMM       d_W         (+)= dlogits^T @ h[chunk]    (fp32 accumulation across chunks)
-        GEMM       d_b         (+)= dlogits^T @ ones        (if a bias)
-      tile schedule (vocabulary tiles of T columns):
+        GEMMs of flce_tile_backward:
+                   d_h[chunk]  (+)= dlogits @ W             (k = Vp)
+                   d_W         (+)= dlogits^T @ h[chunk]    (fp32 accumulation across chunks)
+                   d_b         (+)= dlogits^T @ ones        (if a bias)
+      tile schedule (vocabulary tiles of T columns; flce_run_tiles):
         for each tile: GEMM logits[C, T]; row kernel: the tile's statistics merged per row
         finish kernel: loss, LSE and gradient coefficients per row
-        for each tile: GEMM logits[C, T] again; row kernel: dlogits in place; GEMMs
-                   d_h[chunk] += dlogits @ W[tile], d_W[tile] (+)= dlogits^T @ h[chunk], d_b[tile]
+        for each tile: GEMM logits[C, T] again; row kernel: dlogits in place; the GEMMs of
+                   flce_tile_backward: d_h[chunk] += dlogits @ W[tile],
+                   d_W[tile] (+)= dlogits^T @ h[chunk], d_b[tile]
     finalize       loss scalar, bf16 outputs from fp32 accumulators, error record
 The buffer's row stride ldl is the tile (Vp) rounded up to 64 elements, and every GEMM over the
 vocabulary is cut at a multiple of 64: an odd stride or extent (V = 176245) makes cuBLASLt
@@ -28,8 +30,8 @@ several times slower.
 #include <string.h>
 
 #include "flce.h"
-#include "flce_gemm.cuh"
 #include "flce_kernels.cuh"
+#include "gemm_lt.cuh"  // common/
 
 #define FLCE_DEFAULT_BUDGET ((size_t)1 << 30)
 #define FLCE_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
@@ -48,7 +50,7 @@ static const char *flce_phase_names[FLCE_T_COUNT] = {"prepare", "logits GEMM", "
                                                      "d_bias GEMM", "finalize"};
 
 struct flce_context {
-    flce_gemm_cache gemm;
+    gemm_cache gemm;
     int timing;
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
@@ -72,6 +74,7 @@ const char *flce_status_string(flce_status status) {
     case FLCE_ERR_TARGET: return "target id out of range";
     case FLCE_ERR_CUDA: return "CUDA error";
     case FLCE_ERR_CUBLAS: return "cuBLASLt error";
+    case FLCE_ERR_OUT_OF_MEMORY: return "out of host memory";
     }
     return "unknown flce status";
 }
@@ -205,7 +208,24 @@ typedef struct {
         off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_logits, total;
 } flce_plan;
 
-static size_t flce_align_up(size_t x) { return (x + FLCE_ALIGN - 1) / FLCE_ALIGN * FLCE_ALIGN; }
+/*
+Byte counts of the layout saturate at SIZE_MAX, a size no budget admits: for absurd H and Vp
+(each up to 2^31) a product such as Vp x H x 4 comes within 2^40 of 2^64, and a sum that
+wrapped around would pass for a small workspace.
+*/
+static size_t flce_bytes(size_t a, size_t b, size_t c) {
+    if (a == 0 || b == 0 || c == 0) return 0;
+    if (b > SIZE_MAX / a || c > SIZE_MAX / (a * b)) return SIZE_MAX;
+    return a * b * c;
+}
+
+// The offset after a region of `bytes` at offset o, rounded up to FLCE_ALIGN (saturating).
+static size_t flce_append(size_t o, size_t bytes) {
+    if (o > SIZE_MAX - FLCE_ALIGN || bytes > SIZE_MAX - FLCE_ALIGN - o) return SIZE_MAX;
+    return (o + bytes + FLCE_ALIGN - 1) / FLCE_ALIGN * FLCE_ALIGN;
+}
+
+static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && bytes <= budget; }
 
 static int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -214,7 +234,8 @@ static int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m;
 static int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
 
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
-// (>= Vp: the whole vocabulary, no tiles); returns the total bytes.
+// (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
+// size_t can count).
 static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator,
                           flce_plan *p) {
     const int64_t Vp = cfg->vocab_padded;
@@ -231,19 +252,19 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const int64_t cut = flce_vocab_cut(Vp);
     p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (cut > 0 && cut < Vp));
     p->dw_accumulator = dw_accumulator;
-    p->off_lt = o;            o = flce_align_up(o + FLCE_LT_WORKSPACE);
-    p->off_scalars = o;       o = flce_align_up(o + sizeof(flce_call_scalars));
-    p->off_token_loss = o;    o = flce_align_up(o + n * sizeof(float));
-    p->off_token_lse = o;     o = flce_align_up(o + n * sizeof(float));
-    p->off_target_logit = o;  o = flce_align_up(o + n * sizeof(float));
-    p->off_db32 = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)Vp * 4 : 0));
-    p->off_dw32 = o;
-    o = flce_align_up(o + (dw_accumulator ? (size_t)Vp * cfg->hidden * 4 : 0));
-    p->off_ones = o;          o = flce_align_up(o + (cfg->has_bias ? (size_t)chunk * es : 0));
-    p->off_dh32 = o;          o = flce_align_up(o + (p->dh_accumulator ? (size_t)chunk * cfg->hidden * 4 : 0));
-    p->off_tile_stats = o;    o = flce_align_up(o + (tiled ? (size_t)chunk * sizeof(flce_row_stats) : 0));
-    p->off_tile_grad = o;     o = flce_align_up(o + (tiled ? (size_t)chunk * sizeof(flce_row_grad) : 0));
-    p->off_logits = o;        o = flce_align_up(o + (size_t)chunk * p->ldl * p->logits_size);
+    const size_t H = (size_t)cfg->hidden, C = (size_t)chunk;
+    p->off_lt = o;            o = flce_append(o, FLCE_LT_WORKSPACE);
+    p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
+    p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
+    p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
+    p->off_target_logit = o;  o = flce_append(o, n * sizeof(float));
+    p->off_db32 = o;          o = flce_append(o, cfg->has_bias ? (size_t)Vp * 4 : 0);
+    p->off_dw32 = o;          o = flce_append(o, dw_accumulator ? flce_bytes((size_t)Vp, H, 4) : 0);
+    p->off_ones = o;          o = flce_append(o, cfg->has_bias ? flce_bytes(C, es, 1) : 0);
+    p->off_dh32 = o;          o = flce_append(o, p->dh_accumulator ? flce_bytes(C, H, 4) : 0);
+    p->off_tile_stats = o;    o = flce_append(o, tiled ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
+    p->off_tile_grad = o;     o = flce_append(o, tiled ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
+    p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
     return o;
@@ -257,7 +278,8 @@ static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi,
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_layout(cfg, mid, vtile, dw_accumulator, &p) <= budget) lo = mid; else hi = mid - 1;
+        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, &p), budget)) lo = mid;
+        else hi = mid - 1;
     }
     return lo;
 }
@@ -271,7 +293,8 @@ static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chu
     hi /= FLCE_VOCAB_ALIGN;  // in units of FLCE_VOCAB_ALIGN columns
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_layout(cfg, chunk, mid * FLCE_VOCAB_ALIGN, dw_accumulator, &p) <= budget) lo = mid;
+        const size_t bytes = flce_layout(cfg, chunk, mid * FLCE_VOCAB_ALIGN, dw_accumulator, &p);
+        if (flce_fits(bytes, budget)) lo = mid;
         else hi = mid - 1;
     }
     return lo * FLCE_VOCAB_ALIGN;
@@ -292,11 +315,11 @@ static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
 The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
 whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
 once for the row statistics and once more for the gradients). The terms are what the H200
-measurements in dev/RESULTS.md show: GEMMs at ~660 TFLOP/s, slower when the chunk or tile is
-short (a k or n of 128 halves the rate); the bytes the row passes and the logits GEMMs move
-per logit; the fp32 d_W read and written again by every chunk after the first; the fp32 d_h
-of a chunk read and written by every tile; and a few microseconds per launch. Only the
-comparison of two schedules matters, not the absolute value.
+measurements in dev/RESULTS.md show (the constants are fitted to them): GEMM time, longer when
+the chunk or tile is short (a k or n of 128 halves the rate); the bytes the row passes and the
+logits GEMMs move per logit; the fp32 d_W read and written again by every chunk after the
+first; the fp32 d_h of a chunk read and written by every tile; and a fixed cost per launch.
+Only the comparison of two schedules matters, not the absolute value.
 */
 static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
     const double rate = 6.6e14, bandwidth = 3.5e12, launch = 3e-6;
@@ -401,7 +424,7 @@ flce_status flce_create(flce_context **out) {
     if (out == NULL) return FLCE_ERR_NULL_POINTER;
     *out = NULL;
     flce_context *ctx = (flce_context *)calloc(1, sizeof(flce_context));
-    if (ctx == NULL) return FLCE_ERR_INVALID_SIZE;
+    if (ctx == NULL) return FLCE_ERR_OUT_OF_MEMORY;
     if (cublasLtCreate(&ctx->gemm.handle) != CUBLAS_STATUS_SUCCESS) {
         free(ctx);
         return FLCE_ERR_CUBLAS;
@@ -444,7 +467,7 @@ void flce_destroy(flce_context *ctx) {
         cudaEventDestroy(ctx->t_start);
         cudaEventDestroy(ctx->t_stop);
     }
-    flce_gemm_cache_release(&ctx->gemm);
+    gemm_cache_release(&ctx->gemm);
     cublasLtDestroy(ctx->gemm.handle);
     cudaFreeHost((void *)ctx->host_status);
     free(ctx);
@@ -564,14 +587,23 @@ static void flce_phase_end(flce_context *ctx, cudaStream_t stream, int phase) {
         ctx->t_ms[phase] += ms;
 }
 
+// The statements after `phase`, timed as that phase of the call under FLCE_TIMING (a
+// statement that returns an error leaves the phase untimed).
+#define FLCE_PHASE(ctx, stream, phase, ...)  \
+    do {                                     \
+        flce_phase_begin(ctx, stream);       \
+        __VA_ARGS__;                         \
+        flce_phase_end(ctx, stream, phase);  \
+    } while (0)
+
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 // The row kernel over `rows` rows of the buffer. SIMPLE (no bias, no softcap) compiles those
 // two out of the per-logit work.
 // A vocabulary tile of a few thousand columns is one pass of 16 loads per thread for 512
-// threads: the block's reductions then dominate (the tile schedule's row passes ran at 2.3
-// TB/s against 3.9 for whole rows), so narrow rows get blocks of 128 threads, four times as
-// many per SM.
+// threads: the block's reductions then dominate (the tile schedule's row passes measured well
+// below the bandwidth of whole rows, dev/RESULTS.md), so narrow rows get blocks of 128
+// threads, four times as many per SM.
 #define FLCE_CE_THREADS_NARROW 128
 #define FLCE_CE_NARROW_COLS 16384
 
@@ -597,69 +629,187 @@ static cudaError_t flce_launch_rows_mode(cudaStream_t stream, int mode, TL *logi
     }
 }
 
+// One call as its phases see it: the arguments, the plan, the workspace, and the row kernels'
+// arguments (flce_logits_tile sets the tile of each launch). T: the input type; TL: the
+// logits buffer's; Tgt: the targets'.
+template <typename T, typename TL, typename Tgt> struct flce_call_state {
+    flce_context *ctx;
+    const flce_config *cfg;
+    const flce_tensors *t;
+    const flce_plan *p;
+    char *ws;
+    cudaStream_t stream;
+    int backward;
+    flce_rows_args<T, Tgt> ra;
+};
+
+// Vocabulary columns v0 .. v0+w for the `rows` tokens at c0: their logits into the buffer
+// (rows x w, row stride ldl), then the row kernel over them in `mode`.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_logits_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows,
+                                    int64_t v0, int64_t w, int mode) {
+    flce_context *ctx = s->ctx;
+    const int64_t H = s->cfg->hidden;
+    const cudaDataType_t in_type = flce_cuda_type(s->cfg->dtype);
+    TL *logits = (TL *)(s->ws + s->p->off_logits);
+    // logits = h_chunk @ W[v0 .. v0+w]^T, over the rows of W up to Vp: an aligned Vp (llm.c's
+    // 50304 for 50257) keeps cuBLASLt on its fast kernels; columns >= V are never read
+    const gemm_problem gp = {1, 0, w, rows, H,
+                             {(const T *)s->t->weight + v0 * H, in_type, H},
+                             {(const T *)s->t->hidden + c0 * H, in_type, H},
+                             {logits, sizeof(TL) == 4 ? CUDA_R_32F : CUDA_R_16BF, s->p->ldl},
+                             1.0f, 0.0f};
+    FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS,
+               FLCE_GEMM_TRY("logits", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_M,
+                                                  flce_vocab_cut(w), s->ws + s->p->off_lt,
+                                                  FLCE_LT_WORKSPACE)));
+    s->ra.col0 = (int)v0;
+    s->ra.ncols = (int)w;
+    s->ra.first_tile = v0 == 0;
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        cudaError_t err = flce_launch_rows_mode<T, TL, Tgt>(s->stream, mode, logits, rows, s->ra);
+        if (err != cudaSuccess)
+            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
+                             "row kernel launch (chunk at token %lld, tile at column %lld): %s",
+                             (long long)c0, (long long)v0, cudaGetErrorString(err));
+    });
+    return FLCE_OK;
+}
+
+// The gradient GEMMs of vocabulary columns v0 .. v0+w for the `rows` tokens at c0, from the
+// dlogits the row kernel wrote over their logits (row stride ldd), as both schedules run
+// them per tile: d_h (+)= dlogits @ W[tile], d_W[tile] (+)= dlogits^T @ h, d_b[tile] (+)=
+// dlogits^T @ ones. A bf16 d_W or d_b goes to its fp32 accumulator (added to the output in
+// finalize), and a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is
+// summed in fp32 and rounded once, after the last tile.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows,
+                                      int64_t v0, int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const flce_tensors *t = s->t;
+    const flce_plan *p = s->p;
+    const int64_t H = cfg->hidden, cut = flce_vocab_cut(w);
+    const cudaDataType_t in_type = flce_cuda_type(cfg->dtype);
+    const gemm_operand dlogits = {s->ws + p->off_logits, in_type, p->ldd};
+    const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
+    void *lt_ws = s->ws + p->off_lt;
+    const int first = c0 == 0;
+    if (t->d_hidden != NULL) {
+        // d_h[chunk] (rows x H) (+)= dlogits (rows x w) @ W[v0 .. v0+w] (w x H)
+        void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
+        float *dh32 = (float *)(s->ws + p->off_dh32);
+        const int acc = p->dh_accumulator;
+        const cudaDataType_t dh_type = acc ? CUDA_R_32F : flce_cuda_type(cfg->d_hidden_dtype);
+        const float beta = v0 > 0 || (!acc && cfg->accumulate_d_hidden) ? 1.0f : 0.0f;
+        const gemm_problem gp = {0, 0, H, rows, w, {w_tile, in_type, H}, dlogits,
+                                 {acc ? (void *)dh32 : dh, dh_type, H}, 1.0f, beta};
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
+            FLCE_GEMM_TRY("d_hidden", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, cut, lt_ws,
+                                                 FLCE_LT_WORKSPACE));
+            if (acc && v0 + w == cfg->vocab_padded) {
+                flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
+                                                               cfg->accumulate_d_hidden);
+                FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
+            }
+        });
+    }
+    if (t->d_weight != NULL) {
+        // d_W[v0 .. v0+w] (w x H) (+)= dlogits^T (w x rows) @ h_chunk (rows x H)
+        const int acc = p->dw_accumulator;
+        char *dw = acc ? s->ws + p->off_dw32 : (char *)t->d_weight;
+        const cudaDataType_t dw_type = acc ? CUDA_R_32F : flce_cuda_type(cfg->d_weight_dtype);
+        const size_t es = acc ? 4 : flce_dtype_size(cfg->d_weight_dtype);
+        const float beta = (!first || (!acc && cfg->accumulate_d_weight)) ? 1.0f : 0.0f;
+        const gemm_problem gp = {0, 1, H, w, rows, {h_chunk, in_type, H}, dlogits,
+                                 {dw + (size_t)v0 * H * es, dw_type, H}, 1.0f, beta};
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT,
+                   FLCE_GEMM_TRY("d_weight", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, cut,
+                                                        lt_ws, FLCE_LT_WORKSPACE)));
+    }
+    if (t->d_bias != NULL) {
+        // d_b[v0 .. v0+w] (+)= dlogits^T @ ones: the column sums of the chunk, in fp32
+        const int acc = cfg->d_bias_dtype == FLCE_BF16;
+        float *db = acc ? (float *)(s->ws + p->off_db32) : (float *)t->d_bias;
+        const float beta = (!first || (!acc && cfg->accumulate_d_bias)) ? 1.0f : 0.0f;
+        const gemm_problem gp = {0, 0, w, 1, rows, dlogits, {s->ws + p->off_ones, in_type, rows},
+                                 {db + v0, CUDA_R_32F, w}, 1.0f, beta};
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DBIAS,
+                   FLCE_GEMM_TRY("d_bias", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_M, cut,
+                                                      lt_ws, FLCE_LT_WORKSPACE)));
+    }
+    return FLCE_OK;
+}
+
+// The chunk schedule: per chunk of tokens, the logits of the whole vocabulary (one tile), the
+// row kernel (loss; backward: dlogits in place), and that tile's gradient GEMMs.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_run_chunks(flce_call_state<T, TL, Tgt> *s) {
+    const int64_t N = s->cfg->n_tokens, Vp = s->cfg->vocab_padded, C = s->p->chunk;
+    const int mode = s->backward ? FLCE_ROWS_BACKWARD : FLCE_ROWS_FORWARD;
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+        const int64_t rows = N - c0 < C ? N - c0 : C;
+        s->ra.row0 = c0;
+        FLCE_TRY(flce_logits_tile(s, c0, rows, 0, Vp, mode));
+        if (s->backward) FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp));
+    }
+    return FLCE_OK;
+}
+
+// The tile schedule: per chunk of tokens, a first pass over the vocabulary tiles that merges
+// each tile's row statistics; the finish kernel (loss, LSE, gradient coefficients per row);
+// then, backward, a second pass that computes each tile's logits again, turns them into
+// dlogits and runs that tile's gradient GEMMs.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_run_tiles(flce_call_state<T, TL, Tgt> *s) {
+    flce_context *ctx = s->ctx;
+    const int64_t N = s->cfg->n_tokens, Vp = s->cfg->vocab_padded, C = s->p->chunk;
+    const int64_t tile = s->p->vocab_tile;
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+        const int64_t rows = N - c0 < C ? N - c0 : C;
+        s->ra.row0 = c0;
+        for (int64_t v0 = 0; v0 < Vp; v0 += tile) {
+            const int64_t w = Vp - v0 < tile ? Vp - v0 : tile;
+            FLCE_TRY(flce_logits_tile(s, c0, rows, v0, w, FLCE_ROWS_TILE_STATS));
+        }
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            const unsigned grid = (unsigned)((rows + 255) / 256);
+            flce_tile_finish_kernel<T, Tgt><<<grid, 256, 0, s->stream>>>(s->ra, rows);
+            FLCE_LAUNCH_CHECK("flce_tile_finish_kernel");
+        });
+        if (!s->backward) continue;
+        for (int64_t v0 = 0; v0 < Vp; v0 += tile) {
+            const int64_t w = Vp - v0 < tile ? Vp - v0 : tile;
+            FLCE_TRY(flce_logits_tile(s, c0, rows, v0, w, FLCE_ROWS_TILE_GRAD));
+            FLCE_TRY(flce_tile_backward(s, c0, rows, v0, w));
+        }
+    }
+    return FLCE_OK;
+}
+
+// One call: prepare (targets checked and counted, exact target logits), the plan's schedule,
+// finalize (the loss; bf16 d_W / d_b from their fp32 accumulators; the error record).
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
                             const flce_plan *p, char *ws, cudaStream_t stream, int backward) {
     const int64_t N = cfg->n_tokens, H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded;
-    const cudaDataType_t in_type = flce_cuda_type(cfg->dtype);
-    const T *hidden = (const T *)t->hidden, *weight = (const T *)t->weight;
-    const T *bias = cfg->has_bias ? (const T *)t->bias : NULL;
     const Tgt *targets = (const Tgt *)t->targets;
-    void *lt_ws = ws + p->off_lt;
     flce_call_scalars *scalars = (flce_call_scalars *)(ws + p->off_scalars);
-    float *token_loss = t->token_loss ? t->token_loss : (float *)(ws + p->off_token_loss);
-    float *token_lse = t->token_lse ? t->token_lse : (float *)(ws + p->off_token_lse);
     float *target_logit = (float *)(ws + p->off_target_logit);
-    float *db32 = (float *)(ws + p->off_db32);
-    float *dw32 = (float *)(ws + p->off_dw32);
-    float *dh32 = (float *)(ws + p->off_dh32);
-    flce_row_stats *tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
-    flce_row_grad *tile_grad = (flce_row_grad *)(ws + p->off_tile_grad);
-    T *ones = (T *)(ws + p->off_ones);
-    TL *logits = (TL *)(ws + p->off_logits);  // then dlogits (T, row stride ldd), in place
-    T *dlogits = (T *)logits;
-    const cudaDataType_t logits_type = sizeof(TL) == 4 ? CUDA_R_32F : CUDA_R_16BF;
-    const int tiled = p->n_vtiles > 1;
-    int64_t c0 = 0;  // named in GEMM error messages
+    float *token_loss = t->token_loss ? t->token_loss : (float *)(ws + p->off_token_loss);
     // FLCE_TIMING: a call that autotuned GEMMs is left out of the per-phase times
     double t_ms_before[FLCE_T_COUNT];
     memcpy(t_ms_before, ctx->t_ms, sizeof(t_ms_before));
     const int tuned_before = ctx->gemm.tuned;
 
-    const int want_dh = backward && t->d_hidden != NULL;
-    const int want_dw = backward && t->d_weight != NULL;
-    const int want_db = backward && t->d_bias != NULL;
-    // d_W goes to the fp32 accumulator when the plan has one, else straight to the output
-    void *dw_target = p->dw_accumulator ? (void *)dw32 : t->d_weight;
-    const cudaDataType_t dw_type = p->dw_accumulator ? CUDA_R_32F : flce_cuda_type(cfg->d_weight_dtype);
-    const size_t dw_es = p->dw_accumulator ? 4 : flce_dtype_size(cfg->d_weight_dtype);
-    const int dw_add_first = p->dw_accumulator ? 0 : cfg->accumulate_d_weight;
-    const int db_via_acc = cfg->d_bias_dtype == FLCE_BF16;
-    float *db_target = db_via_acc ? db32 : (float *)t->d_bias;
-    const int db_add_first = db_via_acc ? 0 : cfg->accumulate_d_bias;
-
-    flce_phase_begin(ctx, stream);
-    FLCE_CUDA_TRY(cudaMemsetAsync(scalars, 0, sizeof(flce_call_scalars), stream));
-    FLCE_CUDA_TRY(cudaMemsetAsync(&scalars->first_bad_token, 0xff, sizeof(unsigned long long), stream));
-    {
-        const int warps_per_block = 8;
-        const unsigned grid = (unsigned)((N + warps_per_block - 1) / warps_per_block);
-        flce_prepare_kernel<T, Tgt><<<grid, warps_per_block * 32, 0, stream>>>(
-            hidden, weight, bias, targets, N, H, V, (long long)cfg->ignore_index, target_logit,
-            scalars);
-        FLCE_LAUNCH_CHECK("flce_prepare_kernel");
-    }
-    if (want_db) {
-        flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>(ones, p->chunk);
-        FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
-    }
-    flce_phase_end(ctx, stream, FLCE_T_PREPARE);
-
-    flce_rows_args<T, Tgt> ra;
-    memset(&ra, 0, sizeof(ra));
+    flce_call_state<T, TL, Tgt> s;
+    memset(&s, 0, sizeof(s));  // ra's padding too: it is copied into kernel parameters
+    s.ctx = ctx; s.cfg = cfg; s.t = t; s.p = p;
+    s.ws = ws; s.stream = stream; s.backward = backward;
+    flce_rows_args<T, Tgt> &ra = s.ra;
     ra.ldl = p->ldl;
     ra.V = V;
-    ra.bias = bias;
+    ra.bias = cfg->has_bias ? (const T *)t->bias : NULL;
     ra.targets = targets;
     ra.ignore_index = (long long)cfg->ignore_index;
     ra.target_logit = target_logit;
@@ -671,113 +821,42 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     ra.p.grad_scale = cfg->grad_scale;
     ra.p.reduction = (int)cfg->reduction;
     ra.token_loss = token_loss;
-    ra.token_lse = token_lse;
-    ra.tile_stats = tile_stats;
-    ra.tile_grad = tile_grad;
+    ra.token_lse = t->token_lse ? t->token_lse : (float *)(ws + p->off_token_lse);
+    ra.tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
+    ra.tile_grad = (flce_row_grad *)(ws + p->off_tile_grad);
 
-    for (c0 = 0; c0 < N; c0 += p->chunk) {
-        const int64_t rows = (N - c0 < p->chunk) ? N - c0 : p->chunk;
-        const T *h_chunk = hidden + c0 * H;
-        ra.row0 = c0;
-        // The tile schedule's first pass: each tile's logits for the row statistics only.
-        // The chunk schedule has one tile, the whole vocabulary, and needs no such pass.
-        for (int pass = tiled ? 0 : 1; pass < 2; pass++) {
-            if (pass == 1 && tiled) {
-                flce_phase_begin(ctx, stream);
-                flce_tile_finish_kernel<T, Tgt><<<(unsigned)((rows + 255) / 256), 256, 0, stream>>>(ra, rows);
-                FLCE_LAUNCH_CHECK("flce_tile_finish_kernel");
-                flce_phase_end(ctx, stream, FLCE_T_ROWS);
-                if (!backward) break;
-            }
-            const int mode = pass == 0 ? FLCE_ROWS_TILE_STATS
-                             : tiled   ? FLCE_ROWS_TILE_GRAD
-                             : backward ? FLCE_ROWS_BACKWARD : FLCE_ROWS_FORWARD;
-            for (int64_t v0 = 0; v0 < Vp; v0 += p->vocab_tile) {
-                // logits (rows x w, row stride ldl) = h_chunk @ W[v0 .. v0+w]^T, over the rows of
-                // W up to Vp: an aligned Vp (llm.c's 50304 for 50257) keeps cuBLASLt on its fast
-                // kernels; columns >= V are never read
-                const int64_t w = Vp - v0 < p->vocab_tile ? Vp - v0 : p->vocab_tile;
-                const int64_t cut = flce_vocab_cut(w);
-                const T *w_tile = weight + v0 * H;
-                flce_phase_begin(ctx, stream);
-                FLCE_GEMM_TRY("logits", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, cut, 1, 0, w,
-                                                        rows, H, w_tile, in_type, H, h_chunk, in_type,
-                                                        H, logits, logits_type, p->ldl, 1.0f, 0.0f,
-                                                        lt_ws, FLCE_LT_WORKSPACE));
-                flce_phase_end(ctx, stream, FLCE_T_LOGITS);
-                flce_phase_begin(ctx, stream);
-                ra.col0 = (int)v0;
-                ra.ncols = (int)w;
-                ra.first_tile = v0 == 0;
-                cudaError_t row_err = flce_launch_rows_mode<T, TL, Tgt>(stream, mode, logits, rows, ra);
-                if (row_err != cudaSuccess)
-                    return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,
-                                     "row kernel launch (chunk at token %lld, tile at column %lld): %s",
-                                     (long long)c0, (long long)v0, cudaGetErrorString(row_err));
-                flce_phase_end(ctx, stream, FLCE_T_ROWS);
-                if (pass == 0 || !backward) continue;
-                if (want_dh) {
-                    // d_h[chunk] (rows x H) (+)= dlogits (rows x w) @ W[v0 .. v0+w] (w x H); a bf16
-                    // d_h summed over several GEMMs is summed in fp32 first and rounded once
-                    void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
-                    void *dh_sum = p->dh_accumulator ? (void *)dh32 : dh;
-                    const float beta = v0 > 0 || (!p->dh_accumulator && cfg->accumulate_d_hidden) ? 1.0f : 0.0f;
-                    flce_phase_begin(ctx, stream);
-                    FLCE_GEMM_TRY("d_hidden", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_K, cut, 0, 0, H,
-                                                              rows, w, w_tile, in_type, H, dlogits, in_type,
-                                                              p->ldd, dh_sum,
-                                                              p->dh_accumulator ? CUDA_R_32F
-                                                                                : flce_cuda_type(cfg->d_hidden_dtype),
-                                                              H, 1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
-                    if (p->dh_accumulator && v0 + w == Vp) {
-                        flce_add_f32_kernel<<<256, 256, 0, stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
-                                                                     cfg->accumulate_d_hidden);
-                        FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
-                    }
-                    flce_phase_end(ctx, stream, FLCE_T_DHIDDEN);
-                }
-                const int first = c0 == 0;
-                if (want_dw) {
-                    // d_W[v0 .. v0+w] (w x H) (+)= dlogits^T (w x rows) @ h_chunk (rows x H)
-                    const float beta = (!first || dw_add_first) ? 1.0f : 0.0f;
-                    flce_phase_begin(ctx, stream);
-                    FLCE_GEMM_TRY("d_weight", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_N, cut, 0, 1,
-                                                              H, w, rows, h_chunk, in_type, H, dlogits,
-                                                              in_type, p->ldd,
-                                                              (char *)dw_target + (size_t)v0 * H * dw_es,
-                                                              dw_type, H, 1.0f, beta, lt_ws,
-                                                              FLCE_LT_WORKSPACE));
-                    flce_phase_end(ctx, stream, FLCE_T_DWEIGHT);
-                }
-                if (want_db) {
-                    // d_b[v0 .. v0+w] (+)= dlogits^T @ ones: the column sums of the chunk
-                    const float beta = (!first || db_add_first) ? 1.0f : 0.0f;
-                    flce_phase_begin(ctx, stream);
-                    FLCE_GEMM_TRY("d_bias", flce_gemm_split(&ctx->gemm, stream, FLCE_SPLIT_M, cut, 0, 0, w,
-                                                            1, rows, dlogits, in_type, p->ldd, ones,
-                                                            in_type, rows, db_target + v0, CUDA_R_32F, w,
-                                                            1.0f, beta, lt_ws, FLCE_LT_WORKSPACE));
-                    flce_phase_end(ctx, stream, FLCE_T_DBIAS);
-                }
-            }
+    FLCE_PHASE(ctx, stream, FLCE_T_PREPARE, {
+        FLCE_CUDA_TRY(cudaMemsetAsync(scalars, 0, sizeof(flce_call_scalars), stream));
+        FLCE_CUDA_TRY(cudaMemsetAsync(&scalars->first_bad_token, 0xff, sizeof(unsigned long long), stream));
+        const int warps_per_block = 8;
+        const unsigned grid = (unsigned)((N + warps_per_block - 1) / warps_per_block);
+        flce_prepare_kernel<T, Tgt><<<grid, warps_per_block * 32, 0, stream>>>(
+            (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.ignore_index,
+            target_logit, scalars);
+        FLCE_LAUNCH_CHECK("flce_prepare_kernel");
+        if (backward && t->d_bias != NULL) {
+            flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>((T *)(ws + p->off_ones), p->chunk);
+            FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
         }
-    }
-
-    flce_phase_begin(ctx, stream);
-    flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
-                                                       targets, t->loss, ctx->host_status_device);
-    FLCE_LAUNCH_CHECK("flce_finalize_kernel");
-    if (want_dw && p->dw_accumulator) {
-        flce_add_f32_kernel<<<1024, 256, 0, stream>>>((__nv_bfloat16 *)t->d_weight, dw32, Vp * H,
-                                                      cfg->accumulate_d_weight);
-        FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_weight)");
-    }
-    if (want_db && db_via_acc) {
-        flce_add_f32_kernel<<<64, 256, 0, stream>>>((__nv_bfloat16 *)t->d_bias, db32, Vp,
-                                                    cfg->accumulate_d_bias);
-        FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_bias)");
-    }
-    flce_phase_end(ctx, stream, FLCE_T_FINALIZE);
+    });
+    FLCE_TRY(p->n_vtiles > 1 ? flce_run_tiles(&s) : flce_run_chunks(&s));
+    FLCE_PHASE(ctx, stream, FLCE_T_FINALIZE, {
+        flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
+                                                           targets, t->loss, ctx->host_status_device);
+        FLCE_LAUNCH_CHECK("flce_finalize_kernel");
+        if (backward && t->d_weight != NULL && p->dw_accumulator) {
+            flce_add_f32_kernel<<<1024, 256, 0, stream>>>((__nv_bfloat16 *)t->d_weight,
+                                                          (const float *)(ws + p->off_dw32), Vp * H,
+                                                          cfg->accumulate_d_weight);
+            FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_weight)");
+        }
+        if (backward && t->d_bias != NULL && cfg->d_bias_dtype == FLCE_BF16) {
+            flce_add_f32_kernel<<<64, 256, 0, stream>>>((__nv_bfloat16 *)t->d_bias,
+                                                        (const float *)(ws + p->off_db32), Vp,
+                                                        cfg->accumulate_d_bias);
+            FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_bias)");
+        }
+    });
     if (ctx->timing && ctx->gemm.tuned != tuned_before) memcpy(ctx->t_ms, t_ms_before, sizeof(t_ms_before));
     else if (ctx->timing) ctx->t_calls++;
     return FLCE_OK;

@@ -35,11 +35,13 @@ Usage (all pointers are device pointers unless noted):
     ...
     flce_destroy(ctx);
 
-GEMMs are cuBLASLt's. By default a context autotunes them: the first call that meets a GEMM
-shape times cuBLASLt's candidate algorithms for it (synchronizing the stream, and
-allocating for the moment 64 MiB plus, for an accumulating GEMM, a copy of its output: at
-most Vp x H x 4 bytes, for d_weight) and keeps the fastest: whole calls 3-7% faster on an
-H200 at the benchmark shapes (dev/RESULTS.md). Later calls reuse the choice; a run's bits can therefore differ from another process's in the last place.
+GEMMs are cuBLASLt's (common/gemm_lt.cuh). By default a context autotunes them: the first
+call that meets a GEMM shape times cuBLASLt's candidate algorithms for it (synchronizing the
+stream, and allocating for the moment 64 MiB plus, for an accumulating GEMM, a copy of its
+output: at most Vp x H x 4 bytes, for d_weight) and keeps the fastest, because the
+heuristic's first pick is not always the fastest on operands that arrive from HBM
+(dev/RESULTS.md). Later calls reuse the choice; a run's bits can therefore differ from another
+process's in the last place.
 flce_set_autotune(ctx, 0), or FLCE_AUTOTUNE=0 in the environment, keeps the heuristic's pick:
 deterministic across processes. Apart from that first call per shape, no call allocates
 device memory or synchronises the host, so calls can be captured into CUDA graphs (a
@@ -68,6 +70,7 @@ typedef enum {
     FLCE_ERR_TARGET,            // a target id outside [0, V) that is not ignore_index
     FLCE_ERR_CUDA,              // a CUDA runtime call failed
     FLCE_ERR_CUBLAS,            // a cuBLASLt call failed or found no algorithm
+    FLCE_ERR_OUT_OF_MEMORY,     // a host allocation failed (flce_create)
 } flce_status;
 
 typedef enum { FLCE_BF16 = 0, FLCE_FP32 = 1 } flce_dtype;
@@ -143,7 +146,8 @@ int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
 // workspace is too small).
 int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes);
 
-// Creates a context (a cuBLASLt handle, a small device error record) on the current device.
+// Creates a context (a cuBLASLt handle, a small device error record) on the current device;
+// FLCE_ERR_OUT_OF_MEMORY, FLCE_ERR_CUBLAS or FLCE_ERR_CUDA when one of them cannot be made.
 flce_status flce_create(flce_context **ctx);
 void flce_destroy(flce_context *ctx);
 

@@ -24,6 +24,8 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 #include <float.h>
 #include <stdint.h>
 
+#include "cuda_util.cuh"  // to_float, from_float, Packed128, load128, block_sum_f64 (common/)
+
 #define FLCE_CE_THREADS 512
 #define FLCE_CE_UNROLL_ELEMS 16                    // logits loaded per thread before use (64 B)
 #define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
@@ -37,7 +39,7 @@ typedef struct {
 
 // What the host sees of a device-side error; lives in mapped pinned memory of the context.
 typedef struct {
-    volatile int code;                   // 0 or FLCE_ERR_TARGET
+    volatile int code;                   // 1 once a bad target was seen (flce_finalize_kernel)
     volatile int pad;
     volatile long long position;         // token index
     volatile long long value;            // its target id
@@ -51,30 +53,6 @@ typedef struct {
     float grad_scale;
     int reduction;                       // flce_reduction
 } flce_loss_params;
-
-// ----------------------------------------------------------------------------------------
-// element access for the two input types
-
-__device__ __forceinline__ float flce_to_float(float x) { return x; }
-__device__ __forceinline__ float flce_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T flce_from_float(float x);
-template <> __device__ __forceinline__ float flce_from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 flce_from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
-
-// 16 bytes of T as one vector load/store
-template <typename T> struct flce_vec {
-    static constexpr int N = 16 / sizeof(T);
-    union { int4 raw; T v[N]; };
-};
-
-template <typename T>
-__device__ __forceinline__ flce_vec<T> flce_load16(const T *p) {
-    flce_vec<T> r;
-    r.raw = *reinterpret_cast<const int4 *>(p);
-    return r;
-}
 
 // target ids come as int32 or int64; out-of-range ones must never be used as an index
 template <typename Tgt>
@@ -108,15 +86,15 @@ __global__ void flce_prepare_kernel(const T *hidden, const T *weight, const T *b
             valid = 1;
             const T *hrow = hidden + i * H;
             const T *wrow = weight + (int64_t)t * H;
-            constexpr int VEC = flce_vec<T>::N;
+            constexpr int VEC = Packed128<T>::size;
             float acc = 0.0f;
             for (int64_t k = (int64_t)lane * VEC; k < H; k += 32 * VEC) {
-                flce_vec<T> a = flce_load16(hrow + k), b = flce_load16(wrow + k);
+                Packed128<T> a = load128(hrow + k), b = load128(wrow + k);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) acc += flce_to_float(a.v[e]) * flce_to_float(b.v[e]);
+                for (int e = 0; e < VEC; e++) acc += to_float(a.v[e]) * to_float(b.v[e]);
             }
             for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-            if (bias != NULL) acc += flce_to_float(bias[t]);
+            if (bias != NULL) acc += to_float(bias[t]);
             if (lane == 0) target_logit[i] = acc;
         }
     }
@@ -189,24 +167,11 @@ static __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
     return result;
 }
 
-// Sum of each thread's acc over the block in double, in a fixed order (deterministic);
-// the result is valid on thread 0 only.
-static __device__ double flce_block_sum_f64(double acc) {
-    __shared__ double warp_sums[32];
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    double total = 0.0;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < (int)(blockDim.x / 32); w++) total += warp_sums[w];
-    return total;
-}
-
 // Logit j (< V) as the loss sees it, in base 2: bias added, softcapped.
 template <typename T, bool SIMPLE>
 __device__ __forceinline__ float flce_logit2(float z, const T *bias, int j, float cap) {
     if (!SIMPLE) {
-        if (bias != NULL) z += flce_to_float(bias[j]);
+        if (bias != NULL) z += to_float(bias[j]);
         z = flce_softcap(z, cap);
     }
     return z * FLCE_LOG2E;
@@ -215,16 +180,16 @@ __device__ __forceinline__ float flce_logit2(float z, const T *bias, int j, floa
 // Folds one vector of logits (columns j0 .. j0+VEC; those >= V are skipped) into the running
 // base-2 stats. zt2 replaces the target's own logit (column t) by its exact value.
 template <typename T, typename TL, bool SIMPLE>
-__device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const flce_vec<TL> &x,
+__device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const Packed128<TL> &x,
                                                    int j0, int V, const T *bias, int t, float zt2,
                                                    float cap, int want_sum) {
-    constexpr int VEC = flce_vec<TL>::N;
+    constexpr int VEC = Packed128<TL>::size;
     float z2[VEC];
     float vmax = -INFINITY;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         const int j = j0 + e;
-        z2[e] = j < V ? flce_logit2<T, SIMPLE>(flce_to_float(x.v[e]), bias, j, cap) : -INFINITY;
+        z2[e] = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, cap) : -INFINITY;
         z2[e] = j == t ? zt2 : z2[e];
         if (want_sum && j < V) st.sz += z2[e];
         vmax = fmaxf(vmax, z2[e]);
@@ -283,13 +248,13 @@ __device__ __forceinline__ flce_row_grad flce_row_finish(
 
 // dL/dz of one vector of logits (columns j0 .. j0+VEC; 0 at columns >= V)
 template <typename T, typename TL, bool SIMPLE>
-__device__ __forceinline__ void flce_grad_vec(float *d, const flce_vec<TL> &x, int j0, int V,
+__device__ __forceinline__ void flce_grad_vec(float *d, const Packed128<TL> &x, int j0, int V,
                                               const T *bias, const flce_row_grad &rg) {
-    constexpr int VEC = flce_vec<TL>::N;
+    constexpr int VEC = Packed128<TL>::size;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         const int j = j0 + e;
-        float z2 = j < V ? flce_logit2<T, SIMPLE>(flce_to_float(x.v[e]), bias, j, rg.cap) : 0.0f;
+        float z2 = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, rg.cap) : 0.0f;
         z2 = j == rg.t ? rg.zt2 : z2;
         float de = rg.coef_p * flce_exp2(z2 - rg.lse2) - rg.coef_smooth;
         de -= j == rg.t ? rg.coef_target : 0.0f;
@@ -308,7 +273,7 @@ __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
     static_assert(BYTES == 16 || BYTES == 8, "flce_store_vec stores 8 or 16 bytes");
     union { int4 v16; uint2 v8; T e[VEC]; } u;
 #pragma unroll
-    for (int e = 0; e < VEC; e++) u.e[e] = flce_from_float<T>(d[e]);
+    for (int e = 0; e < VEC; e++) u.e[e] = from_float<T>(d[e]);
     if constexpr (BYTES == 16) *reinterpret_cast<int4 *>(p) = u.v16;
     else *reinterpret_cast<uint2 *>(p) = u.v8;
 }
@@ -320,16 +285,16 @@ template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int Vl,
                                                               const T *bias_l, int tl, float zt2,
                                                               float cap, int want_sum) {
-    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
+    constexpr int VEC = Packed128<TL>::size, U = FLCE_CE_UNROLL_ELEMS / VEC;
     const int v_end = (Vl + VEC - 1) / VEC * VEC;  // <= the row stride: it is padded
     const int stride = (int)blockDim.x * VEC;
     // U loads in flight per thread before their first use
     flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
     for (int j0 = (int)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
-        flce_vec<TL> x[U];
+        Packed128<TL> x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (j0 + u * stride < v_end) x[u] = flce_load16(row + j0 + u * stride);
+            if (j0 + u * stride < v_end) x[u] = load128(row + j0 + u * stride);
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (j0 + u * stride < v_end)
@@ -347,17 +312,17 @@ __device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int
 template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ void flce_row_grad_pass(TL *row, int Vl, int w_end, const T *bias_l,
                                                    const flce_row_grad &rg) {
-    constexpr int VEC = flce_vec<TL>::N, U = FLCE_CE_UNROLL_ELEMS / VEC;
+    constexpr int VEC = Packed128<TL>::size, U = FLCE_CE_UNROLL_ELEMS / VEC;
     const int v_end = (Vl + VEC - 1) / VEC * VEC;
     const int stride = (int)blockDim.x * VEC;
     T *drow = reinterpret_cast<T *>(row);
     const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
     for (int base = 0; base < w_end; base += U * stride) {
         const int j0 = base + (int)threadIdx.x * VEC;
-        flce_vec<TL> x[U];
+        Packed128<TL> x[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (live && j0 + u * stride < v_end) x[u] = flce_load16(row + j0 + u * stride);
+            if (live && j0 + u * stride < v_end) x[u] = load128(row + j0 + u * stride);
         float d[U][VEC];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -417,7 +382,7 @@ __device__ __forceinline__ int flce_row_target(const flce_rows_args<T, Tgt> &a, 
 template <typename T, typename TL, typename Tgt, int MODE, bool SIMPLE>
 __global__ void __launch_bounds__(FLCE_CE_THREADS, 2)
 flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
-    constexpr int VEC = flce_vec<TL>::N;
+    constexpr int VEC = Packed128<TL>::size;
     const int64_t r = blockIdx.x, i = a.row0 + r;
     TL *row = logits + r * a.ldl;
     // the tile's coefficients carry the target; the other modes read it
@@ -478,7 +443,7 @@ __global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int red
                                      float *loss_out, flce_host_status *host_status) {
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
-    double total = flce_block_sum_f64(acc);
+    double total = block_sum_f64(acc);
     if (threadIdx.x != 0) return;
     if (reduction == 0) total = scalars->n_valid > 0 ? total / (double)scalars->n_valid : 0.0;
     const unsigned long long bad = scalars->first_bad_token;
@@ -510,7 +475,7 @@ template <typename T>
 __global__ void flce_fill_ones_kernel(T *x, int64_t n) {
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x)
-        x[k] = flce_from_float<T>(1.0f);
+        x[k] = from_float<T>(1.0f);
 }
 
 #endif // FLCE_KERNELS_CUH

@@ -595,28 +595,19 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
 // --- host side ----------------------------------------------------------------------------
 
-static inline void attn_require(int ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "[attention] %s\n", what);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static inline int attn_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 // the launch grid: (B*NH, ceil(T/64)); checked against CUDA's grid limits
 static inline dim3 attn_grid(int B, int T, int NH) {
-    attn_require(B > 0 && T > 0 && NH > 0, "B, T and NH must be positive");
-    attn_require((long long)B * NH <= 2147483647LL, "B * NH exceeds the grid's x limit");
+    require(B > 0 && T > 0 && NH > 0, "attention: B, T and NH must be positive");
+    require((long long)B * NH <= 2147483647LL, "attention: B * NH exceeds the grid's x limit");
     const size_t ntiles = llmc_ceil_div((size_t)T, ATTN_TILE);
-    attn_require(ntiles <= 65535, "T exceeds 64 * 65535");
+    require(ntiles <= 65535, "attention: T exceeds 64 * 65535");
     return dim3((unsigned)(B * NH), (unsigned)ntiles, 1);
 }
 
 static inline int attn_head_size(int C, int NH) {
-    attn_require(NH > 0 && C > 0 && C % NH == 0, "C must be a positive multiple of NH");
+    require(NH > 0 && C > 0 && C % NH == 0, "attention: C must be a positive multiple of NH");
     const int hs = C / NH;
-    attn_require(hs == 16 || hs == 32 || hs == 64 || hs == 128, "head size C/NH must be 16, 32, 64 or 128");
+    require(hs == 16 || hs == 32 || hs == 64 || hs == 128, "attention: head size C/NH must be 16, 32, 64 or 128");
     return hs;
 }
 
@@ -659,7 +650,7 @@ static inline void attention_forward(floatX *out, void *saved, void *scratch, co
                               int NH, cudaStream_t s) {
     (void)scratch;
     const int hs = attn_head_size(C, NH);
-    attn_require(attn_aligned16(out) && attn_aligned16(qkv), "forward: out and qkv must be 16-byte aligned");
+    require(aligned16(out) && aligned16(qkv), "attention_forward: out and qkv must be 16-byte aligned");
     float *lse = (float *)saved;
     switch (hs) {
     case 16: attn_forward_hs<16>(out, lse, qkv, B, T, C, NH, s); break;
@@ -699,9 +690,9 @@ static inline void attn_backward_hs(floatX *dqkv, float *Dvec, const floatX *dou
 static inline void attention_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
                                const floatX *out, const void *saved, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = attn_head_size(C, NH);
-    attn_require(attn_aligned16(dqkv) && attn_aligned16(dout) && attn_aligned16(qkv) && attn_aligned16(out),
-                 "backward: dqkv, dout, qkv and out must be 16-byte aligned");
-    attn_require(saved != NULL && scratch != NULL, "backward: saved and scratch are required");
+    require(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out),
+            "attention_backward: dqkv, dout, qkv and out must be 16-byte aligned");
+    require(saved != NULL && scratch != NULL, "attention_backward: saved and scratch are required");
     float *Dvec = (float *)scratch;
     const float *lse = (const float *)saved;
     switch (hs) {

@@ -1,16 +1,9 @@
 /*
-checkpoint.h - llm.c's checkpoint files: the GPT-2 model file, the per-rank resume state
-files, the DONE_ markers, and finding the latest complete checkpoint. Host side only; every
-writer goes through the atomic writer of llmc/utils.h, every reader checks every header
+checkpoint.h - llm.c's checkpoints: the per-rank resume state files, the DONE_ markers, and
+the protocol around them (writing a checkpoint, finding the latest complete one, loading it,
+clearing an older run's markers). The model file is the model's (llmc/gpt2.h). Host side only;
+every file goes through the atomic writer of llmc/utils.h, every reader checks every header
 field and the exact file size and names the file in its error.
-
-Model file (llm.c gpt2_write_to_checkpoint / write_model in train_gpt2.py):
-    int32 header[256]: [0] = 20240326, [1] = 3 (fp32) or 5 (bf16, layernorms included),
-        [2] = max_seq_len, [3] = vocab_size, [4] = num_layers, [5] = num_heads,
-        [6] = channels, [7] = padded_vocab_size, the rest 0
-    then the 16 parameter tensors below, contiguous, in fp32 or bf16
-  Checked: magic, version, all six sizes >= 1, padded_vocab_size >= vocab_size,
-  channels % num_heads == 0, file size == 1024 + num_parameters * (4 or 2).
 
 Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
     int32 header[256]: [0] = 20240527, [1] = 1, [2] = num_processes, [3] = process_rank,
@@ -26,323 +19,39 @@ Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
   against it. Checked: magic, version, 0 <= rank < num_processes, the 0/1 flags,
   step >= 0, the shuffle section's sizes, the generator, and the exact file size.
 
-Markers: after model_%08d.bin (rank 0) and every rank's state file are written, rank 0
-writes an empty DONE_%08d. checkpoint_find_latest() takes the highest step whose DONE_
-marker and files are all present; names that are not exactly "DONE_" + digits (such as a
-left-over "DONE_00000020.tmp") are ignored.
+A checkpoint of step s in a directory: model_%08d.bin (rank 0), state_%08d_%05d.bin (every
+rank), then an empty DONE_%08d (rank 0) once all of them are written. checkpoint_find_latest()
+takes the highest step whose DONE_ marker and files are all present; names that are not
+exactly "DONE_" + digits (such as a left-over "DONE_00000020.tmp") are ignored.
+
+Why the marker comes off first (checkpoint_write_checked): a step can be written twice (a run
+resumed from an earlier step passes it again). Were the old marker left in place, a crash
+between the new model file and the new state file would leave a "complete" checkpoint of a new
+model and an old optimizer state. So the marker is removed before any file is replaced, and
+written again only after every file is; at every point in between the step is incomplete and
+resume takes the one before. For the same reason a run clears the markers of steps after its
+start (checkpoint_clear_stale): they belong to an older run in the same directory.
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
+
+#include "utils.h"  // first: it sets the POSIX feature macros
 
 #include <dirent.h>
 #include <limits.h>
 #include <sys/stat.h>
 
+#include "bf16.h"
 #include "dataloader.h"
+#include "gpt2.h"
 #include "rand.h"
-#include "utils.h"
-
-#define MODEL_MAGIC 20240326
-#define MODEL_VERSION_FP32 3
-#define MODEL_VERSION_BF16 5
-#define MODEL_HEADER_INTS 256
-#define MODEL_HEADER_BYTES (MODEL_HEADER_INTS * 4)
-#define NUM_PARAMETER_TENSORS 16
 
 #define STATE_MAGIC 20240527
 #define STATE_VERSION 1
 #define STATE_HEADER_BYTES 1024
 
-// ----------------------------------------------------------------------------
-// bf16 on the host (round to nearest even; NaN stays a quiet NaN of the same sign)
-
-static inline uint16_t bf16_from_float(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float float_from_bf16(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-static inline void floats_to_bf16(const float *in, uint16_t *out, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = bf16_from_float(in[i]);
-}
-
-static inline void bf16_to_floats(const uint16_t *in, float *out, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = float_from_bf16(in[i]);
-}
-
-// ----------------------------------------------------------------------------
-// GPT-2 configuration and the parameter table
-
-typedef struct {
-    int max_seq_len;        // maxT
-    int vocab_size;         // V
-    int padded_vocab_size;  // Vp >= V (llm.c rounds up to a multiple of 128)
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C
-} GPT2Config;
-
-typedef struct {
-    const char *name;
-    int ndim;
-    size_t shape[3];
-    size_t numel;
-    size_t offset;        // elements before this tensor in the flat parameter buffer
-    int weight_decay;     // llm.c's AdamW decays only the 2-D matrices
-} ParameterTensor;
-
-// Checks sizes and that the parameter count fits; 0 or -1 with a message.
-static inline int gpt2_config_check(const GPT2Config *c, char *err, size_t err_len) {
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->padded_vocab_size < 1 || c->num_layers < 1 ||
-        c->num_heads < 1 || c->channels < 1) {
-        llmc_set_error(err, err_len, "bad sizes max_seq_len=%d vocab_size=%d padded_vocab_size=%d "
-                       "num_layers=%d num_heads=%d channels=%d (all must be >= 1)", c->max_seq_len,
-                       c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels);
-        return -1;
-    }
-    if (c->padded_vocab_size < c->vocab_size) {
-        llmc_set_error(err, err_len, "padded_vocab_size %d is smaller than vocab_size %d",
-                       c->padded_vocab_size, c->vocab_size);
-        return -1;
-    }
-    if (c->channels % c->num_heads != 0) {
-        llmc_set_error(err, err_len, "channels %d is not a multiple of num_heads %d", c->channels,
-                       c->num_heads);
-        return -1;
-    }
-    // parameter count in 64 bits: Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C, which must leave
-    // room for 4-byte elements in an int64 file size
-    uint64_t C = (uint64_t)c->channels, cc, per_layer, l_total, total;
-    if (llmc_mul_u64(C, C, &cc) != 0 || llmc_mul_u64(cc, 12, &per_layer) != 0 ||
-        per_layer + 13 * C < per_layer ||
-        llmc_mul_u64(per_layer + 13 * C, (uint64_t)c->num_layers, &l_total) != 0 ||
-        (total = l_total + ((uint64_t)c->padded_vocab_size + (uint64_t)c->max_seq_len + 2) * C) < l_total ||
-        total > ((uint64_t)INT64_MAX - MODEL_HEADER_BYTES) / 4) {
-        llmc_set_error(err, err_len, "sizes give too many parameters (channels=%d num_layers=%d)",
-                       c->channels, c->num_layers);
-        return -1;
-    }
-    return 0;
-}
-
-// Fills the 16 tensors in llm.c's order (config must pass gpt2_config_check).
-static inline void gpt2_parameter_tensors(const GPT2Config *c, ParameterTensor t[NUM_PARAMETER_TENSORS]) {
-    size_t Vp = (size_t)c->padded_vocab_size, maxT = (size_t)c->max_seq_len;
-    size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
-    const struct { const char *name; int ndim; size_t d0, d1, d2; int decay; } spec[NUM_PARAMETER_TENSORS] = {
-        {"wte", 2, Vp, C, 0, 1},
-        {"wpe", 2, maxT, C, 0, 1},
-        {"ln1w", 2, L, C, 0, 0},
-        {"ln1b", 2, L, C, 0, 0},
-        {"qkvw", 3, L, 3 * C, C, 1},
-        {"qkvb", 2, L, 3 * C, 0, 0},
-        {"attprojw", 3, L, C, C, 1},
-        {"attprojb", 2, L, C, 0, 0},
-        {"ln2w", 2, L, C, 0, 0},
-        {"ln2b", 2, L, C, 0, 0},
-        {"fcw", 3, L, 4 * C, C, 1},
-        {"fcb", 2, L, 4 * C, 0, 0},
-        {"fcprojw", 3, L, C, 4 * C, 1},
-        {"fcprojb", 2, L, C, 0, 0},
-        {"lnfw", 1, C, 0, 0, 0},
-        {"lnfb", 1, C, 0, 0, 0},
-    };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        t[i].name = spec[i].name;
-        t[i].ndim = spec[i].ndim;
-        t[i].shape[0] = spec[i].d0;
-        t[i].shape[1] = spec[i].d1;
-        t[i].shape[2] = spec[i].d2;
-        t[i].numel = 1;
-        for (int d = 0; d < spec[i].ndim; d++) t[i].numel *= t[i].shape[d];
-        t[i].offset = offset;
-        t[i].weight_decay = spec[i].decay;
-        offset += t[i].numel;
-    }
-}
-
-static inline size_t gpt2_num_parameters(const GPT2Config *c) {
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
-    gpt2_parameter_tensors(c, t);
-    return t[NUM_PARAMETER_TENSORS - 1].offset + t[NUM_PARAMETER_TENSORS - 1].numel;
-}
-
-// ----------------------------------------------------------------------------
-// model file
-
-typedef struct {
-    GPT2Config config;
-    int version;                 // 3 or 5
-    size_t num_parameters;
-    size_t bytes_per_parameter;  // 4 or 2
-} ModelFileInfo;
-
-static inline int model_check_header(const int32_t header[MODEL_HEADER_INTS], int64_t file_bytes,
-                                     const char *path, ModelFileInfo *info, char *err, size_t err_len) {
-    if (header[0] != MODEL_MAGIC) {
-        llmc_set_error(err, err_len, "model file '%s': bad magic %d (expected %d)", path,
-                       (int)header[0], MODEL_MAGIC);
-        return -1;
-    }
-    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
-        llmc_set_error(err, err_len, "model file '%s': bad version %d (expected %d for fp32 or %d "
-                       "for bf16)", path, (int)header[1], MODEL_VERSION_FP32, MODEL_VERSION_BF16);
-        return -1;
-    }
-    GPT2Config c;
-    c.max_seq_len = header[2];
-    c.vocab_size = header[3];
-    c.num_layers = header[4];
-    c.num_heads = header[5];
-    c.channels = header[6];
-    c.padded_vocab_size = header[7];
-    char why[256];
-    if (gpt2_config_check(&c, why, sizeof(why)) != 0) {
-        llmc_set_error(err, err_len, "model file '%s': %s", path, why);
-        return -1;
-    }
-    size_t nparams = gpt2_num_parameters(&c), bpp = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
-    int64_t expected = MODEL_HEADER_BYTES + (int64_t)nparams * (int64_t)bpp;
-    if (file_bytes != expected) {
-        llmc_set_error(err, err_len, "model file '%s': file is %lld bytes but the header's %zu "
-                       "parameters of %zu bytes need %lld (%s)", path, (long long)file_bytes,
-                       nparams, bpp, (long long)expected,
-                       file_bytes < expected ? "truncated" : "trailing bytes");
-        return -1;
-    }
-    info->config = c;
-    info->version = header[1];
-    info->num_parameters = nparams;
-    info->bytes_per_parameter = bpp;
-    return 0;
-}
-
-// Opens and validates a model file; on success *fp is positioned at the parameters.
-static inline int model_open_checked(const char *path, FILE **fp_out, ModelFileInfo *info, char *err,
-                                     size_t err_len) {
-    *fp_out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        llmc_set_error(err, err_len, "cannot open model file '%s': %s", path, strerror(errno));
-        return -1;
-    }
-    int32_t header[MODEL_HEADER_INTS];
-    int64_t file_bytes = 0;
-    if (llmc_file_size(fp, &file_bytes) != 0 || file_bytes < MODEL_HEADER_BYTES ||
-        llmc_read_exact(fp, header, sizeof(header)) != 0) {
-        llmc_set_error(err, err_len, "model file '%s': truncated header (file is %lld bytes, the "
-                       "header alone is %d)", path, (long long)file_bytes, MODEL_HEADER_BYTES);
-        fclose(fp);
-        return -1;
-    }
-    if (model_check_header(header, file_bytes, path, info, err, err_len) != 0) {
-        fclose(fp);
-        return -1;
-    }
-    *fp_out = fp;
-    return 0;
-}
-
-// Reads the parameters as stored (float for version 3, bf16 bits for 5) into a malloc'd
-// buffer; with want_fp32 != 0 a bf16 file is widened to float.
-static inline int model_read_checked(const char *path, ModelFileInfo *info, void **params,
-                                     int want_fp32, char *err, size_t err_len) {
-    *params = NULL;
-    FILE *fp;
-    if (model_open_checked(path, &fp, info, err, err_len) != 0) return -1;
-    size_t n = info->num_parameters, nbytes = n * info->bytes_per_parameter;
-    int widen = want_fp32 && info->version == MODEL_VERSION_BF16;
-    void *raw = malloc(nbytes ? nbytes : 1);
-    float *wide = widen ? (float *)malloc(n * sizeof(float)) : NULL;
-    if (raw == NULL || (widen && wide == NULL)) {
-        llmc_set_error(err, err_len, "model file '%s': out of memory for %zu parameters", path, n);
-        free(raw);
-        free(wide);
-        fclose(fp);
-        return -1;
-    }
-    int rc = llmc_read_exact(fp, raw, nbytes);
-    fclose(fp);
-    if (rc != 0) {
-        llmc_set_error(err, err_len, "model file '%s': read error in the parameters", path);
-        free(raw);
-        free(wide);
-        return -1;
-    }
-    if (widen) {
-        bf16_to_floats((const uint16_t *)raw, wide, n);
-        free(raw);
-        raw = wide;
-    }
-    *params = raw;
-    return 0;
-}
-
-// Writes a model file; params holds num_parameters floats (version 3) or bf16 bits (5).
-static inline int model_write_checked(const char *path, const GPT2Config *config, int version,
-                                      const void *params, int sync, char *err, size_t err_len) {
-    char why[256];
-    if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16) {
-        llmc_set_error(err, err_len, "model file '%s': cannot write version %d (3 or 5)", path, version);
-        return -1;
-    }
-    if (gpt2_config_check(config, why, sizeof(why)) != 0) {
-        llmc_set_error(err, err_len, "model file '%s': %s", path, why);
-        return -1;
-    }
-    int32_t header[MODEL_HEADER_INTS];
-    memset(header, 0, sizeof(header));
-    header[0] = MODEL_MAGIC;
-    header[1] = version;
-    header[2] = config->max_seq_len;
-    header[3] = config->vocab_size;
-    header[4] = config->num_layers;
-    header[5] = config->num_heads;
-    header[6] = config->channels;
-    header[7] = config->padded_vocab_size;
-    size_t nbytes = gpt2_num_parameters(config) * (version == MODEL_VERSION_FP32 ? 4 : 2);
-    AtomicFile af;
-    if (atomic_file_open(&af, path, sync) != 0) {
-        llmc_set_error(err, err_len, "%s", af.err);
-        return -1;
-    }
-    atomic_file_write(&af, header, sizeof(header));
-    atomic_file_write(&af, params, nbytes);
-    if (atomic_file_commit(&af) != 0) {
-        llmc_set_error(err, err_len, "%s", af.err);
-        return -1;
-    }
-    return 0;
-}
-
-static inline void *model_read(const char *path, ModelFileInfo *info, int want_fp32) {
-    char err[1024];
-    void *params;
-    if (model_read_checked(path, info, &params, want_fp32, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-    return params;
-}
-
-static inline void model_write(const char *path, const GPT2Config *config, int version,
-                               const void *params) {
-    char err[1024];
-    if (model_write_checked(path, config, version, params, 0, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-}
+// every checkpoint path (with its ".tmp") must fit; checkpoint_dir_check says so up front
+#define CHECKPOINT_PATH_MAX 4096
 
 // ----------------------------------------------------------------------------
 // resume state file
@@ -431,11 +140,8 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
 static inline int state_read_checked(const char *path, size_t num_parameters, TrainingState *st,
                                      char *err, size_t err_len) {
     memset(st, 0, sizeof(*st));
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        llmc_set_error(err, err_len, "cannot open state file '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *fp = llmc_fopen_read_checked(path, "state file", err, err_len);
+    if (fp == NULL) return -1;
     int32_t header[STATE_HEADER_BYTES / 4];
     int64_t file_bytes = 0;
     if (llmc_file_size(fp, &file_bytes) != 0 || file_bytes < STATE_HEADER_BYTES ||
@@ -540,22 +246,6 @@ static inline int state_read_checked(const char *path, size_t num_parameters, Tr
     return 0;
 }
 
-static inline void state_write(const char *path, const TrainingState *st) {
-    char err[1024];
-    if (state_write_checked(path, st, 0, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static inline void state_read(const char *path, size_t num_parameters, TrainingState *st) {
-    char err[1024];
-    if (state_read_checked(path, num_parameters, st, err, sizeof(err)) != 0) {
-        fprintf(stderr, "Error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // checkpoint directory: file names, DONE markers, latest complete step, deletion
 
@@ -575,9 +265,39 @@ static inline int checkpoint_done_path(char *buf, size_t len, const char *dir, i
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
+// 0 if every checkpoint file name in dir fits CHECKPOINT_PATH_MAX (checked once, up front, so
+// that no write can fail on a long name after hours of training); -1 with a message.
+static inline int checkpoint_dir_check(const char *dir, int num_processes, char *err, size_t err_len) {
+    char path[CHECKPOINT_PATH_MAX];
+    // the longest: the last rank's state file at the largest step, as a temporary (".tmp")
+    if (dir[0] == 0 || checkpoint_state_path(path, sizeof(path) - 4, dir, INT_MAX, num_processes - 1) != 0) {
+        llmc_set_error(err, err_len, "output directory '%.64s%s' (%zu characters): checkpoint file names "
+                       "in it would not fit %d bytes", dir, strlen(dir) > 64 ? "..." : "", strlen(dir),
+                       CHECKPOINT_PATH_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+// Creates dir (one level, as llm.c does) when it is missing; 0 when it is a directory in which
+// every checkpoint name fits, -1 with a message.
+static inline int checkpoint_dir_prepare(const char *dir, int num_processes, char *err, size_t err_len) {
+    if (checkpoint_dir_check(dir, num_processes, err, err_len) != 0) return -1;
+    struct stat sb;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        llmc_set_error(err, err_len, "cannot create the output directory '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        llmc_set_error(err, err_len, "output directory '%s' is not a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
 // Writes the empty DONE_%08d marker (atomically): call after every file of the step exists.
 static inline int done_marker_write_checked(const char *dir, int step, int sync, char *err, size_t err_len) {
-    char path[4096];
+    char path[CHECKPOINT_PATH_MAX];
     if (step < 0 || checkpoint_done_path(path, sizeof(path), dir, step) != 0) {
         llmc_set_error(err, err_len, "bad DONE marker step %d or directory too long", step);
         return -1;
@@ -622,7 +342,7 @@ static inline int checkpoint_file_exists_(const char *path) {
 // otherwise 0 with the first missing file in err.
 static inline int checkpoint_is_complete(const char *dir, int step, int num_processes, char *err,
                                          size_t err_len) {
-    char path[4096];
+    char path[CHECKPOINT_PATH_MAX];
     if (checkpoint_done_path(path, sizeof(path), dir, step) != 0 || !checkpoint_file_exists_(path) ||
         checkpoint_model_path(path, sizeof(path), dir, step) != 0 || !checkpoint_file_exists_(path)) {
         llmc_set_error(err, err_len, "checkpoint %d in '%s': missing '%s'", step, dir, path);
@@ -692,7 +412,7 @@ static inline int checkpoint_find_latest(const char *dir, int num_processes, cha
 // Missing files are fine; returns 0, or -1 if a file exists but cannot be removed.
 static inline int checkpoint_delete(const char *dir, int step, int num_processes, char *err,
                                     size_t err_len) {
-    char path[4096];
+    char path[CHECKPOINT_PATH_MAX];
     int rc = 0;
     for (int k = -2; k < num_processes; k++) {
         int bad = k == -2 ? checkpoint_done_path(path, sizeof(path), dir, step)
@@ -705,6 +425,175 @@ static inline int checkpoint_delete(const char *dir, int step, int num_processes
         }
     }
     return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the protocol: stale markers, writing, loading
+
+// 1 for the temporary of a checkpoint file ("model_", "state_" or "DONE_" ... ".tmp"), which a
+// write that died leaves behind
+static inline int checkpoint_is_tmp_name_(const char *name) {
+    const size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".tmp") == 0 &&
+           (strncmp(name, "model_", 6) == 0 || strncmp(name, "state_", 6) == 0 || strncmp(name, "DONE_", 5) == 0);
+}
+
+// Readies dir for a run that starts after step after_step (-1: a fresh run): removes the
+// DONE_ markers of later steps, which an older run left (resume would otherwise pick its
+// checkpoints up), and the temporaries of interrupted writes. Model and state files stay: no
+// marker, no resume. Returns how many markers it removed, or -1.
+static inline int checkpoint_clear_stale(const char *dir, int after_step, char *err, size_t err_len) {
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        llmc_set_error(err, err_len, "cannot open checkpoint directory '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    int removed = 0, rc = 0;
+    struct dirent *entry;
+    char path[CHECKPOINT_PATH_MAX];
+    while ((entry = readdir(d)) != NULL) {
+        const int step = checkpoint_parse_done_name(entry->d_name);
+        if (step <= after_step && !checkpoint_is_tmp_name_(entry->d_name)) continue;
+        int n = snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+        if (n < 0 || (size_t)n >= sizeof(path) || (remove(path) != 0 && errno != ENOENT)) {
+            llmc_set_error(err, err_len, "cannot remove '%s/%s': %s", dir, entry->d_name, strerror(errno));
+            rc = -1;
+            break;
+        }
+        removed += step > after_step;
+    }
+    closedir(d);
+    if (rc == 0 && removed > 0 && llmc_fsync_dir(dir) != 0) {
+        llmc_set_error(err, err_len, "fsync of '%s' failed: %s", dir, strerror(errno));
+        rc = -1;
+    }
+    return rc == 0 ? removed : -1;
+}
+
+// One rank's part of writing a checkpoint (checkpoint_write_checked).
+typedef struct {
+    const char *dir;
+    const GPT2Config *config;     // rank 0: the model file's configuration
+    const uint16_t *params;       // rank 0: the bf16 parameters
+    const TrainingState *state;   // this rank's state file: its step, rank and process count
+    int sync;                     // fsync files and directory: durable against a power cut
+    void (*barrier)(void *ctx);   // returns when every rank has called it (NULL: one process)
+    void *barrier_ctx;
+    int stop_after;               // tests: stop after this stage, as a crash would (0: never)
+} CheckpointWrite;
+
+// the stages of a write, in order
+enum { CHECKPOINT_UNMARKED = 1, CHECKPOINT_MODEL_WRITTEN, CHECKPOINT_STATE_WRITTEN, CHECKPOINT_MARKED };
+
+// Writes the checkpoint of w->state->step (see the top of this file for the order). 0 when it
+// is complete, 1 when stopped by stop_after, -1 with a message.
+static inline int checkpoint_write_checked(const CheckpointWrite *w, char *err, size_t err_len) {
+    const TrainingState *st = w->state;
+    const int rank = st->process_rank;
+    char path[CHECKPOINT_PATH_MAX];
+    if (checkpoint_dir_check(w->dir, st->num_processes, err, err_len) != 0) return -1;
+    if (rank == 0) {
+        checkpoint_done_path(path, sizeof(path), w->dir, st->step);
+        if (remove(path) != 0 && errno != ENOENT) {
+            llmc_set_error(err, err_len, "cannot remove '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        if (w->sync && llmc_fsync_dir(w->dir) != 0) {
+            llmc_set_error(err, err_len, "fsync of '%s' failed: %s", w->dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (w->stop_after == CHECKPOINT_UNMARKED) return 1;
+    if (w->barrier) w->barrier(w->barrier_ctx);  // no rank replaces a file under the old marker
+    if (rank == 0) {
+        checkpoint_model_path(path, sizeof(path), w->dir, st->step);
+        if (model_write_checked(path, w->config, MODEL_VERSION_BF16, w->params, w->sync, err, err_len) != 0)
+            return -1;
+    }
+    if (w->stop_after == CHECKPOINT_MODEL_WRITTEN) return 1;
+    checkpoint_state_path(path, sizeof(path), w->dir, st->step, rank);
+    if (state_write_checked(path, st, w->sync, err, err_len) != 0) return -1;
+    if (w->stop_after == CHECKPOINT_STATE_WRITTEN) return 1;
+    if (w->barrier) w->barrier(w->barrier_ctx);  // every rank's files are in place
+    if (rank == 0 && done_marker_write_checked(w->dir, st->step, w->sync, err, err_len) != 0) return -1;
+    return w->stop_after == CHECKPOINT_MARKED ? 1 : 0;
+}
+
+// A checkpoint loaded for one rank.
+typedef struct {
+    int step;
+    size_t num_parameters;
+    uint16_t *params;       // the model file's bf16 parameters
+    float *master;          // fp32 master weights: the state file's or, for a state written
+                            // without them (llm.c -w 0), the parameters widened, so that AdamW
+                            // continues from the loaded model and not from an initial one
+    TrainingState state;    // this rank's m, v and data position
+} Checkpoint;
+
+static inline void checkpoint_free(Checkpoint *ck) {
+    free(ck->params);
+    free(ck->master);
+    state_free(&ck->state);
+    memset(ck, 0, sizeof(*ck));
+}
+
+// Loads the latest complete checkpoint in dir for rank of num_processes, for a model of
+// *config, and moves loader (if not NULL) to its data position. 1 when loaded, 0 when dir has
+// none (err says why), -1 when it has one that does not fit this run or a bad file.
+static inline int checkpoint_load_checked(const char *dir, const GPT2Config *config, int rank, int num_processes,
+                                          DataLoader *loader, Checkpoint *ck, char *err, size_t err_len) {
+    memset(ck, 0, sizeof(*ck));
+    char path[CHECKPOINT_PATH_MAX], why[1024];
+    const int step = checkpoint_find_latest(dir, num_processes, err, err_len);
+    if (step < 0) return 0;
+    ModelFileInfo info;
+    checkpoint_model_path(path, sizeof(path), dir, step);
+    if (model_read_checked(path, &info, (void **)&ck->params, 0, err, err_len) != 0) return -1;
+    ck->step = step;
+    ck->num_parameters = info.num_parameters;
+    if (info.version != MODEL_VERSION_BF16) {
+        llmc_set_error(err, err_len, "checkpoint '%s' holds version %d parameters, not bf16 (%d)", path,
+                       info.version, MODEL_VERSION_BF16);
+        checkpoint_free(ck);
+        return -1;
+    }
+    if (gpt2_config_compare(&info.config, config, why, sizeof(why)) != 0) {
+        llmc_set_error(err, err_len, "checkpoint '%s' is another model than this run's: %s (checkpoint vs run)",
+                       path, why);
+        checkpoint_free(ck);
+        return -1;
+    }
+    checkpoint_state_path(path, sizeof(path), dir, step, rank);
+    if (state_read_checked(path, ck->num_parameters, &ck->state, err, err_len) != 0) {
+        checkpoint_free(ck);
+        return -1;
+    }
+    const TrainingState *st = &ck->state;
+    if (st->num_processes != num_processes || st->process_rank != rank || st->step != step) {
+        llmc_set_error(err, err_len, "state file '%s' holds step %d of rank %d of %d processes; this is step %d "
+                       "of rank %d of %d", path, st->step, st->process_rank, st->num_processes, step, rank,
+                       num_processes);
+        checkpoint_free(ck);
+        return -1;
+    }
+    if (st->use_master_weights) {
+        ck->master = ck->state.master_weights;
+        ck->state.master_weights = NULL;
+    } else {
+        ck->master = (float *)malloc(ck->num_parameters * sizeof(float));
+        if (ck->master == NULL) {
+            llmc_set_error(err, err_len, "out of host memory for %zu master weights", ck->num_parameters);
+            checkpoint_free(ck);
+            return -1;
+        }
+        bf16_to_floats(ck->params, ck->master, ck->num_parameters);
+    }
+    if (loader != NULL && dataloader_set_state_checked(loader, &st->loader, why, sizeof(why)) != 0) {
+        llmc_set_error(err, err_len, "resuming the data loader from '%s': %s", path, why);
+        checkpoint_free(ck);
+        return -1;
+    }
+    return 1;
 }
 
 #endif // LLMC_CHECKPOINT_H

@@ -30,6 +30,10 @@ num_targets = 0, so every rank runs the same number of batches. Average the eval
 real targets (sum of per-token losses / sum of num_targets across batches and ranks), not
 over batches.
 
+Vocabulary: dataloader_set_vocab_checked(&l, V) rejects any token id >= V, the model's
+vocabulary (the embedding would be read out of bounds): the open shard at once, every other
+shard the first time it is opened (one pass for the shard's largest id, not a check per batch).
+
 Resume: DataLoaderState holds what llm.c's state file stores (shard and sample position,
 the shard order, the current shard's sample order, the shuffle generator);
 dataloader_get_state copies it out, dataloader_set_state_checked validates and restores it.
@@ -40,6 +44,7 @@ API:
   dataloader_init(&l, pattern, B, T, rank, nproc, shuffle)   llm.c's; exits on error
   dataloader_init_eval(&l, pattern, B, T, rank, nproc)       in order, partial batches
   dataloader_init_checked(..., shuffle, allow_partial, err, len)   0 / -1, never exits
+  dataloader_set_vocab_checked(&l, V, err, len)   ids must be < V (see above)
   dataloader_next_batch(&l)   fills l.inputs, l.targets (B*T ints each), l.num_targets
   dataloader_reset(&l), dataloader_resume(&l, shard_idx, sample_idx), dataloader_free(&l)
   l.num_batches, l.num_full_batches, l.num_tokens, l.num_shards   per epoch / in total
@@ -52,12 +57,13 @@ file and what is wrong; dataloader_init/_eval/next_batch/reset/resume print it a
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
+#include "utils.h"  // first: it sets the POSIX feature macros
+
 #include <glob.h>
 #include <limits.h>
 
 #include "rand.h"
 #include "shard.h"
-#include "utils.h"
 
 #define DATALOADER_IGNORE_TARGET (-100)
 #define DATALOADER_SHUFFLE_SEED 42  // + process_rank
@@ -87,6 +93,8 @@ typedef struct {
     int64_t num_tokens;          // all shards together
     size_t num_batches;          // batches per epoch for this rank (every rank has the same)
     size_t num_full_batches;     // of which full (no padded positions)
+    int vocab_size;              // > 0: every token id must be below it
+    unsigned char *shard_ids_ok; // [num_shards] by glob index: checked against vocab_size
     // position
     size_t current_shard_idx, current_sample_idx;
     FILE *tokens_file;
@@ -141,6 +149,28 @@ static inline size_t dataloader_samples_in_(const DataLoader *loader, int64_t nt
                : shard_num_full_batches(ntok, loader->B, loader->T, loader->num_processes);
 }
 
+// Checks the open shard (at position shard_pos) against vocab_size, once per shard.
+static inline int dataloader_check_ids_(DataLoader *loader, size_t shard_pos, char *err, size_t err_len) {
+    const size_t actual = loader->should_shuffle ? (size_t)loader->shard_indices[shard_pos] : shard_pos;
+    // a uint16 id cannot reach a vocabulary above 65535
+    if (loader->vocab_size <= 0 || loader->shard_ids_ok[actual] ||
+        (loader->shard.token_bytes == 2 && loader->vocab_size > 0xFFFF))
+        return 0;
+    const char *path = dataloader_shard_path(loader, shard_pos);
+    uint32_t max_id;
+    int64_t max_at;
+    if (shard_max_token_checked(loader->tokens_file, &loader->shard, path, &max_id, &max_at, err, err_len) != 0)
+        return -1;
+    if (max_id >= (uint32_t)loader->vocab_size) {
+        llmc_set_error(err, err_len, "shard '%s': token %lld has id %u, outside the model's vocabulary "
+                       "of %d tokens (ids 0..%d)", path, (long long)max_at, max_id, loader->vocab_size,
+                       loader->vocab_size - 1);
+        return -1;
+    }
+    loader->shard_ids_ok[actual] = 1;
+    return 0;
+}
+
 // Opens the shard at position shard_pos of the shard order.
 static inline int dataloader_load_shard_(DataLoader *loader, size_t shard_pos, char *err, size_t err_len) {
     if (shard_pos >= loader->num_shards) {
@@ -153,7 +183,9 @@ static inline int dataloader_load_shard_(DataLoader *loader, size_t shard_pos, c
         fclose(loader->tokens_file);
         loader->tokens_file = NULL;
     }
-    if (shard_open_checked(path, &loader->tokens_file, &loader->shard, err, err_len) != 0) return -1;
+    if (shard_open_checked(path, &loader->tokens_file, &loader->shard, err, err_len) != 0 ||
+        dataloader_check_ids_(loader, shard_pos, err, err_len) != 0)
+        return -1;
     loader->shard_num_samples = dataloader_samples_in_(loader, loader->shard.num_tokens);
     if (loader->shard_num_samples == 0) {
         llmc_set_error(err, err_len, "shard '%s' now holds %lld tokens, no batch (it changed "
@@ -236,6 +268,7 @@ static inline void dataloader_free(DataLoader *loader) {
     if (loader->glob_ok) globfree(&loader->glob_result);
     free(loader->shard_indices);
     free(loader->intra_shard_indices);
+    free(loader->shard_ids_ok);
     free(loader->buffer);
     free(loader->inputs);
     free(loader->targets);
@@ -355,6 +388,22 @@ static inline void dataloader_init_eval(DataLoader *loader, const char *filename
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
+}
+
+// Every token id must be below vocab_size (>= 1) from now on; the open shard is checked now.
+static inline int dataloader_set_vocab_checked(DataLoader *loader, int vocab_size, char *err, size_t err_len) {
+    if (vocab_size < 1) {
+        llmc_set_error(err, err_len, "data loader: bad vocabulary size %d", vocab_size);
+        return -1;
+    }
+    free(loader->shard_ids_ok);
+    loader->shard_ids_ok = (unsigned char *)calloc(loader->num_shards, 1);
+    if (loader->shard_ids_ok == NULL) {
+        llmc_set_error(err, err_len, "data loader: out of memory");
+        return -1;
+    }
+    loader->vocab_size = vocab_size;
+    return dataloader_check_ids_(loader, loader->current_shard_idx, err, err_len);
 }
 
 // ----------------------------------------------------------------------------

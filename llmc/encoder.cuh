@@ -21,15 +21,6 @@ token ids in [0, rows of wte) (not checked on the device: the caller validates i
 
 #include "cuda_common.cuh"
 
-static inline void encoder_require(int ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "[encoder] %s\n", what);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static inline int encoder_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 // --- forward --------------------------------------------------------------------------------
 
 // one thread per 8 output channels (one 16-byte vector) of one (b, t)
@@ -53,9 +44,9 @@ static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const
 // out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device token ids
 static inline void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
                                    int B, int T, int C, cudaStream_t s) {
-    encoder_require(B > 0 && T > 0 && C > 0 && C % 8 == 0, "encoder_forward: need B, T > 0 and C % 8 == 0");
-    encoder_require(encoder_aligned16(out) && encoder_aligned16(wte) && encoder_aligned16(wpe),
-                    "encoder_forward: out, wte, wpe must be 16-byte aligned");
+    require(B > 0 && T > 0 && C > 0 && C % 8 == 0, "encoder_forward: need B, T > 0 and C % 8 == 0");
+    require(aligned16(out) && aligned16(wte) && aligned16(wpe),
+            "encoder_forward: out, wte, wpe must be 16-byte aligned");
     const size_t n_vec = (size_t)B * T * (C / 8);
     const int block = 256;
     encoder_forward_kernel<<<(unsigned)llmc_ceil_div(n_vec, block), block, 0, s>>>(out, inp, wte, wpe, T, C, n_vec);
@@ -82,8 +73,8 @@ typedef struct {
 } EncoderBuckets;
 
 static inline void encoder_buckets_init(EncoderBuckets *eb, int B, int T) {
-    encoder_require(eb != NULL && B > 0 && T > 0, "encoder_buckets_init: need B, T > 0");
-    encoder_require((double)B * T * 3.0 + 1.0 < 2147483647.0, "encoder_buckets_init: B*T too large");
+    require(eb != NULL && B > 0 && T > 0, "encoder_buckets_init: need B, T > 0");
+    require((double)B * T * 3.0 + 1.0 < 2147483647.0, "encoder_buckets_init: B*T too large");
     memset(eb, 0, sizeof(*eb));
     eb->B = B;
     eb->T = T;
@@ -100,8 +91,8 @@ static inline void encoder_buckets_init(EncoderBuckets *eb, int B, int T) {
 // Must be called before each encoder_backward whose inputs differ from the last build's.
 static inline void encoder_buckets_build(EncoderBuckets *eb, const int *inp_host, int B, int T,
                                          cudaStream_t s) {
-    encoder_require(eb != NULL && eb->host != NULL, "encoder_buckets_build: not initialised");
-    encoder_require(B == eb->B && T == eb->T, "encoder_buckets_build: B, T differ from encoder_buckets_init's");
+    require(eb != NULL && eb->host != NULL, "encoder_buckets_build: not initialised");
+    require(B == eb->B && T == eb->T, "encoder_buckets_build: B, T differ from encoder_buckets_init's");
     const int BT = B * T;
     int max_id = 0;
     for (int i = 0; i < BT; i++) {
@@ -115,7 +106,7 @@ static inline void encoder_buckets_build(EncoderBuckets *eb, const int *inp_host
         free(eb->counts);
         eb->counts_cap = max_id + 1;
         eb->counts = (int *)malloc((size_t)eb->counts_cap * sizeof(int));
-        encoder_require(eb->counts != NULL, "encoder_buckets_build: out of host memory");
+        require(eb->counts != NULL, "encoder_buckets_build: out of host memory");
     }
     int *counts = eb->counts;
     memset(counts, 0, (size_t)(max_id + 1) * sizeof(int));
@@ -233,11 +224,11 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *do
 // one ordered before s). Deterministic: fixed summation orders, no atomics.
 static inline void encoder_backward(float *dwte, float *dwpe, const floatX *dout, const EncoderBuckets *eb,
                                     int B, int T, int C, cudaStream_t s) {
-    encoder_require(eb != NULL && eb->built, "encoder_backward: encoder_buckets_build was not called");
-    encoder_require(B == eb->B && T == eb->T, "encoder_backward: B, T differ from the buckets'");
-    encoder_require(C > 0 && C % 8 == 0, "encoder_backward: need C % 8 == 0");
-    encoder_require(encoder_aligned16(dwte) && encoder_aligned16(dwpe) && encoder_aligned16(dout),
-                    "encoder_backward: dwte, dwpe, dout must be 16-byte aligned");
+    require(eb != NULL && eb->built, "encoder_backward: encoder_buckets_build was not called");
+    require(B == eb->B && T == eb->T, "encoder_backward: B, T differ from the buckets'");
+    require(C > 0 && C % 8 == 0, "encoder_backward: need C % 8 == 0");
+    require(aligned16(dwte) && aligned16(dwpe) && aligned16(dout),
+            "encoder_backward: dwte, dwpe, dout must be 16-byte aligned");
     const int BT = B * T, block = 256;
     const int *positions = eb->dev, *bucket_start = eb->dev + BT, *bucket_token = eb->dev + 2 * BT + 1;
     const size_t n_wte = (size_t)eb->num_buckets * (C / 8);

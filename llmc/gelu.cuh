@@ -66,7 +66,7 @@ static inline void llmc_ew_launch(floatX *out, const floatX *a, const floatX *b,
     if (n == 0) return;
     const int block = 256;
     const size_t max_grid = 132 * 64;  // enough blocks to fill any GPU; the loop covers the rest
-    const int aligned = (((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) & 15u) == 0;
+    const int aligned = aligned16(out) && aligned16(a) && aligned16(b);
     if (aligned && n % 8 == 0) {
         size_t grid = llmc_ceil_div(n / 8, block);
         if (grid > max_grid) grid = max_grid;

@@ -22,15 +22,6 @@ alias dout or inp.
 
 #define LLMC_LN_EPS 1e-5f
 
-static inline void layernorm_require(int ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "[layernorm] %s\n", what);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static inline int layernorm_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 // --- forward --------------------------------------------------------------------------------
 
 // One warp per row; lane l handles the 8-channel vectors l, l+32, l+64, ... Two passes over
@@ -85,10 +76,9 @@ static __global__ void layernorm_forward_kernel(floatX *out, float *mean, float 
 static inline void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp,
                                      const floatX *weight, const floatX *bias, int N, int C,
                                      cudaStream_t s) {
-    layernorm_require(N >= 0 && C > 0 && C % 8 == 0, "layernorm_forward: need C % 8 == 0");
-    layernorm_require(layernorm_aligned16(out) && layernorm_aligned16(inp) && layernorm_aligned16(weight) &&
-                          layernorm_aligned16(bias),
-                      "layernorm_forward: out, inp, weight, bias must be 16-byte aligned");
+    require(N >= 0 && C > 0 && C % 8 == 0, "layernorm_forward: need C % 8 == 0");
+    require(aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias),
+            "layernorm_forward: out, inp, weight, bias must be 16-byte aligned");
     if (N == 0) return;
     const int block = 256, rows_per_block = block / 32;
     const int grid = (int)llmc_ceil_div((size_t)N, rows_per_block);
@@ -219,11 +209,11 @@ static __global__ void layernorm_backward_reduce_kernel(float *dweight, float *d
 static inline void layernorm_backward(floatX *dinp, float *dweight, float *dbias, float *scratch,
                                       const floatX *dout, const floatX *inp, const floatX *weight,
                                       const float *mean, const float *rstd, int N, int C, cudaStream_t s) {
-    layernorm_require(N >= 0 && C > 0 && C % 8 == 0, "layernorm_backward: need C % 8 == 0");
-    layernorm_require(mean != NULL && rstd != NULL, "layernorm_backward: mean and rstd are required");
-    layernorm_require(layernorm_aligned16(dinp) && layernorm_aligned16(dout) && layernorm_aligned16(inp) &&
-                          layernorm_aligned16(weight) && layernorm_aligned16(scratch),
-                      "layernorm_backward: dinp, dout, inp, weight, scratch must be 16-byte aligned");
+    require(N >= 0 && C > 0 && C % 8 == 0, "layernorm_backward: need C % 8 == 0");
+    require(mean != NULL && rstd != NULL, "layernorm_backward: mean and rstd are required");
+    require(aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight) &&
+                aligned16(scratch),
+            "layernorm_backward: dinp, dout, inp, weight, scratch must be 16-byte aligned");
     if (N == 0) return;
     const int block = 256, rows_per_block = block / 32;
     layernorm_backward_dinp_kernel<<<(unsigned)llmc_ceil_div((size_t)N, rows_per_block), block, 0, s>>>(

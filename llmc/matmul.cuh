@@ -10,7 +10,7 @@ cuBLASLt's epilogue, and the backward (input, weight and bias gradients).
                    dinp    (BT,C)   = dout @ weight             (bf16, =: overwritten)
 
 Row-major as llm.c (weight (OC, C): out = inp @ W^T + b); the GELU is the tanh form of
-test/gpt2_ref.c. All GEMMs go through flce_gemm_ex (flce/flce_gemm.cuh: cuBLASLt, fp32
+test/gpt2_ref.c. All GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
 accumulation, cached descriptors and algorithms) on the stream given; nothing synchronises the
 host. The forward's epilogue: CUBLASLT_EPILOGUE_BIAS, _GELU_AUX or _GELU_AUX_BIAS (the aux
 matrix is pre_gelu, leading dimension OC). cuBLASLt needs OC % 8 == 0 and pre_gelu and bias
@@ -34,7 +34,7 @@ Indices: every product that can pass 2^31 (BT*OC, BT*C) is 64-bit.
 
 #include "cuda_common.cuh"
 #include "gelu.cuh"
-#include "../flce/flce_gemm.cuh"
+#include "gemm_lt.cuh"
 
 #define MATMUL_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
 #define MATMUL_DBIAS_LANES 32                    // threads of a block along the columns
@@ -47,7 +47,7 @@ Indices: every product that can pass 2^31 (BT*OC, BT*C) is 64-bit.
 static_assert(sizeof(floatX) == 2, "matmul.cuh passes floatX to cuBLASLt as CUDA_R_16BF");
 
 typedef struct {
-    flce_gemm_cache gemm;    // owns the cuBLASLt handle; descriptor/algorithm cache
+    gemm_cache gemm;         // owns the cuBLASLt handle; descriptor/algorithm cache
     void *workspace;         // cuBLASLt workspace, MATMUL_LT_WORKSPACE bytes
     float *dbias_partials;   // MATMUL_DBIAS_SCRATCH floats
     int fuse_epilogues;      // 1 (matmul_init): bias/GELU in cuBLASLt's epilogue; 0: separate kernels
@@ -66,7 +66,7 @@ static inline void matmul_init(MatmulContext *ctx) {
 }
 
 static inline void matmul_free(MatmulContext *ctx) {
-    flce_gemm_cache_release(&ctx->gemm);
+    gemm_cache_release(&ctx->gemm);
     if (ctx->gemm.handle) cublasCheck(cublasLtDestroy(ctx->gemm.handle));
     if (ctx->workspace) cudaCheck(cudaFree(ctx->workspace));
     if (ctx->dbias_partials) cudaCheck(cudaFree(ctx->dbias_partials));
@@ -205,16 +205,16 @@ static inline void matmul_gemm_status(cublasStatus_t st, const char *what, int64
     exit(EXIT_FAILURE);
 }
 
-// D = op(A) op(B) + beta D with bf16 A, B (column-major terms, see flce_gemm.cuh): cuBLASLt,
+// D = op(A) op(B) + beta D with bf16 A, B (column-major terms, see gemm_lt.cuh): cuBLASLt,
 // or the fallback kernel when it has no algorithm (or ctx->use_cublaslt is 0).
 static inline void matmul_gemm(MatmulContext *ctx, cudaStream_t s, const char *what, int transa,
                                int transb, int64_t m, int64_t n, int64_t k, const floatX *A,
                                int64_t lda, const floatX *B, int64_t ldb, void *D,
                                cudaDataType_t type_d, int64_t ldd, float beta) {
     if (ctx->use_cublaslt) {
-        cublasStatus_t st = flce_gemm(&ctx->gemm, s, transa, transb, m, n, k, A, CUDA_R_16BF, lda,
-                                      B, CUDA_R_16BF, ldb, D, type_d, ldd, 1.0f, beta,
-                                      ctx->workspace, MATMUL_LT_WORKSPACE);
+        const gemm_problem p = {transa, transb, m, n, k, {A, CUDA_R_16BF, lda}, {B, CUDA_R_16BF, ldb},
+                                {D, type_d, ldd}, 1.0f, beta};
+        cublasStatus_t st = gemm_lt(&ctx->gemm, s, &p, NULL, ctx->workspace, MATMUL_LT_WORKSPACE);
         matmul_gemm_status(st, what, m, n, k);
         if (st == CUBLAS_STATUS_SUCCESS) return;
         matmul_note_fallback(ctx, what, m, n, k);
@@ -245,18 +245,12 @@ static inline void matmul_forward(MatmulContext *ctx, floatX *out, floatX *pre_g
     matmul_check_args("matmul_forward", BT, C, OC, out == NULL || inp == NULL || weight == NULL);
     const int gelu = pre_gelu != NULL;
     if (ctx->use_cublaslt && ctx->fuse_epilogues && (bias != NULL || gelu)) {
-        flce_gemm_epilogue ep;
-        memset(&ep, 0, sizeof(ep));
-        ep.epilogue = gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                           : CUBLASLT_EPILOGUE_BIAS;
-        ep.bias = (void *)bias;
-        ep.bias_type = CUDA_R_16BF;
-        ep.aux = pre_gelu;
-        ep.aux_ld = OC;
-        ep.aux_type = CUDA_R_16BF;
-        cublasStatus_t st = flce_gemm_ex(&ctx->gemm, s, 1, 0, OC, BT, C, weight, CUDA_R_16BF, C, inp,
-                                         CUDA_R_16BF, C, out, CUDA_R_16BF, OC, 1.0f, 0.0f, &ep,
-                                         ctx->workspace, MATMUL_LT_WORKSPACE);
+        const gemm_epilogue ep = {gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                       : CUBLASLT_EPILOGUE_BIAS,
+                                  bias, pre_gelu, OC};
+        const gemm_problem p = {1, 0, OC, BT, C, {weight, CUDA_R_16BF, C}, {inp, CUDA_R_16BF, C},
+                                {out, CUDA_R_16BF, OC}, 1.0f, 0.0f};
+        cublasStatus_t st = gemm_lt(&ctx->gemm, s, &p, &ep, ctx->workspace, MATMUL_LT_WORKSPACE);
         matmul_gemm_status(st, "forward (epilogue)", OC, BT, C);
         if (st == CUBLAS_STATUS_SUCCESS) return;
         matmul_note_fallback(ctx, "forward (epilogue)", OC, BT, C);
@@ -287,7 +281,7 @@ static inline void matmul_dbias(MatmulContext *ctx, float *dbias, const floatX *
     if (nsplit > 1 && (size_t)nsplit * OC > MATMUL_DBIAS_SCRATCH)
         matmul_fail("matmul_backward dbias", "scratch too small: %lld splits x %lld columns (%lld)",
                     nsplit, OC, (long long)MATMUL_DBIAS_SCRATCH);
-    const int vec = OC % 8 == 0 && ((uintptr_t)dout & 15u) == 0;
+    const int vec = OC % 8 == 0 && aligned16(dout);
     dim3 block(MATMUL_DBIAS_LANES, MATMUL_DBIAS_ROWS), grid((unsigned)col_tiles, (unsigned)nsplit);
     float *dst = nsplit == 1 ? dbias : ctx->dbias_partials;
     const int accumulate = nsplit == 1;

@@ -71,11 +71,8 @@ static inline int shard_check_header(const int32_t header[SHARD_HEADER_INTS], in
 static inline int shard_open_checked(const char *path, FILE **fp_out, ShardInfo *info, char *err,
                                      size_t err_len) {
     *fp_out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        llmc_set_error(err, err_len, "cannot open shard '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *fp = llmc_fopen_read_checked(path, "shard", err, err_len);
+    if (fp == NULL) return -1;
     int32_t header[SHARD_HEADER_INTS];
     int64_t file_bytes = 0;
     if (llmc_file_size(fp, &file_bytes) != 0) {
@@ -95,6 +92,38 @@ static inline int shard_open_checked(const char *path, FILE **fp_out, ShardInfo 
         return -1;
     }
     *fp_out = fp;
+    return 0;
+}
+
+// The largest token id of an open shard (fp from shard_open_checked; its position moves) and
+// the position of its first occurrence: one sequential pass, so that a loader can check a
+// shard against a vocabulary once instead of every batch.
+static inline int shard_max_token_checked(FILE *fp, const ShardInfo *info, const char *path,
+                                          uint32_t *max_id, int64_t *max_at, char *err, size_t err_len) {
+    *max_id = 0;
+    *max_at = 0;
+    if (fseeko(fp, SHARD_HEADER_BYTES, SEEK_SET) != 0) {
+        llmc_set_error(err, err_len, "shard '%s': seek failed: %s", path, strerror(errno));
+        return -1;
+    }
+    unsigned char buf[1 << 16];
+    const int64_t per_read = (int64_t)sizeof(buf) / info->token_bytes;
+    for (int64_t done = 0; done < info->num_tokens;) {
+        const int64_t n = info->num_tokens - done < per_read ? info->num_tokens - done : per_read;
+        if (llmc_read_exact(fp, buf, (size_t)n * (size_t)info->token_bytes) != 0) {
+            llmc_set_error(err, err_len, "shard '%s': read error in the token data (file changed?)", path);
+            return -1;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const unsigned char *p = buf + i * info->token_bytes;
+            const uint32_t v = info->token_bytes == 2 ? (uint32_t)(p[0] | (p[1] << 8)) : llmc_get_u32(p);
+            if (v > *max_id || done + i == 0) {
+                *max_id = v;
+                *max_at = done + i;
+            }
+        }
+        done += n;
+    }
     return 0;
 }
 

@@ -47,11 +47,8 @@ static inline void tokenizer_free(Tokenizer *t) {
 
 static inline int tokenizer_init_checked(Tokenizer *t, const char *path, char *err, size_t err_len) {
     memset(t, 0, sizeof(*t));
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        llmc_set_error(err, err_len, "cannot open tokenizer '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *fp = llmc_fopen_read_checked(path, "tokenizer", err, err_len);
+    if (fp == NULL) return -1;
     int64_t file_bytes = 0;
     uint32_t header[256];
     if (llmc_file_size(fp, &file_bytes) != 0) {

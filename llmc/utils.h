@@ -8,7 +8,7 @@ Two kinds of error handling, as in llm.c plus a testable layer under it:
   - the *_checked functions of the other llmc/ headers never exit: they return 0 on
     success and -1 on failure after formatting a message into a caller's buffer
     (char *err, size_t err_len; either may be NULL/0). The exiting entry points
-    (tokenizer_init, dataloader_init, model_read, ...) are thin wrappers around them.
+    (tokenizer_init, dataloader_init, ...) are thin wrappers around them.
 
 Atomic writes: AtomicFile writes to "<path>.tmp", checks every write, flushes, optionally
 fsyncs, closes and renames the temporary over <path>; on any failure the temporary is
@@ -38,6 +38,7 @@ system headers before it should start with #define _POSIX_C_SOURCE 200809L.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -187,6 +188,22 @@ static inline void *malloc_check_(size_t size, const char *file, int line) {
 // ----------------------------------------------------------------------------
 // non-exiting helpers for the readers
 
+// Opens a regular file for reading; NULL with "cannot open <what> '<path>': <reason>" in err.
+// A directory is refused here: fopen accepts one, and its "size" would be read as 2^63 - 1.
+static inline FILE *llmc_fopen_read_checked(const char *path, const char *what, char *err, size_t err_len) {
+    FILE *fp = fopen(path, "rb");
+    struct stat sb;
+    if (fp != NULL && fstat(fileno(fp), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fclose(fp);
+        fp = NULL;
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+    }
+    if (fp == NULL)
+        llmc_set_error(err, err_len, "cannot open %s '%s': %s", what, path,
+                       errno == EINVAL ? "not a regular file" : strerror(errno));
+    return fp;
+}
+
 // Size of an open file in bytes (the position is restored); 0 on success, -1 on failure.
 static inline int llmc_file_size(FILE *fp, int64_t *size) {
     off_t pos = ftello(fp);
@@ -284,6 +301,15 @@ static inline void atomic_file_abort(AtomicFile *af) {
     af->failed = 1;
 }
 
+// fsyncs a directory, so that renames and removals in it survive a crash; 0 or -1
+static inline int llmc_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
 // fsyncs the directory holding path, so the rename itself survives a crash
 static inline int atomic_file_sync_dir_(const char *path) {
     const char *slash = strrchr(path, '/');
@@ -297,11 +323,7 @@ static inline int atomic_file_sync_dir_(const char *path) {
         memcpy(dir, path, n);
         dir[n] = 0;
     }
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
+    return llmc_fsync_dir(dir);
 }
 
 // Finishes the file; 0 on success, -1 (message in af->err) after removing the temporary.

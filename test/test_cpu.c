@@ -679,6 +679,62 @@ static void test_library_host(char **paths, int n_paths) {
         fixture_free(&f);
     }
 }
+
+// A lower bound of the workspace a plan with chunks of C tokens and tiles of T columns holds,
+// in long double (no wrap-around): its logits buffer (fp32 logits, the stride T rounded up to
+// 64), its per-token arrays, and the fp32 accumulator of a bf16 d_W split over chunks.
+static long double planned_bytes_min(const flce_config *c, int64_t C, int64_t T) {
+    long double b = (long double)C * (long double)((T + 63) / 64 * 64) * 4.0L + 12.0L * c->n_tokens;
+    if (c->d_weight_dtype == FLCE_BF16 && C < c->n_tokens)
+        b += (long double)c->vocab_padded * (long double)c->hidden * 4.0L;
+    return b;
+}
+
+// The workspace arithmetic at the largest sizes flce_config_check admits: with a bf16 d_W its
+// fp32 accumulator alone is Vp x H x 4 bytes, within 2^40 of 2^64, and the sums of the layout
+// used to wrap around size_t into a small number that the planner returned with FLCE_OK. Every
+// answer must now be either a plan whose size holds what it plans, within the budget, or
+// FLCE_ERR_WORKSPACE with a true minimum above the budget. And the status list: out of
+// memory has a status of its own, appended so that the older values keep their numbers.
+static void test_library_limits(void) {
+    const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
+    const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
+    for (int bf16_dw = 0; bf16_dw < 2; bf16_dw++) {
+        flce_config c;
+        flce_config_init(&c, INT32_MAX, INT32_MAX - 7, INT32_MAX - 64);
+        if (bf16_dw) c.d_weight_dtype = FLCE_BF16;
+        char msg[256] = "";
+        test_check(flce_config_check(&c, msg, sizeof(msg)) == FLCE_OK,
+                   "lib: N = H = Vp ~ 2^31 is a valid config %s", msg);
+        for (int k = 0; k < 5; k++) {
+            size_t bytes = 0;
+            const flce_status st = flce_workspace_size(&c, budgets[k], &bytes);
+            const int64_t C = flce_chunk_tokens(&c, bytes), T = flce_vocab_tile(&c, bytes);
+            const long double need = planned_bytes_min(&c, C > 0 ? C : 1, T > 0 ? T : 64);
+            const int ok = st == FLCE_OK ? bytes <= budgets[k] && C >= 1 && (long double)bytes >= need
+                                         : st == FLCE_ERR_WORKSPACE && bytes > budgets[k] &&
+                                               (long double)bytes >= need &&
+                                               flce_chunk_tokens(&c, budgets[k]) == 0;
+            test_check(ok, "lib: %s d_W, N = H = Vp ~ 2^31, budget %s: status %d, %zu bytes for "
+                       "chunks of %lld x tiles of %lld (at least %.4Le needed)",
+                       bf16_dw ? "bf16" : "fp32", budget_names[k], (int)st, bytes, (long long)C,
+                       (long long)T, need);
+        }
+    }
+
+    test_check(FLCE_ERR_OUT_OF_MEMORY == FLCE_ERR_CUBLAS + 1 && FLCE_ERR_CUBLAS == 8,
+               "lib: FLCE_ERR_OUT_OF_MEMORY is appended (%d), older statuses keep their numbers",
+               (int)FLCE_ERR_OUT_OF_MEMORY);
+    int distinct = 1;
+    for (int a = FLCE_OK; a <= FLCE_ERR_OUT_OF_MEMORY; a++) {
+        const char *sa = flce_status_string((flce_status)a);
+        if (strcmp(sa, flce_status_string((flce_status)999)) == 0) distinct = 0;
+        for (int b = a + 1; b <= FLCE_ERR_OUT_OF_MEMORY; b++)
+            if (strcmp(sa, flce_status_string((flce_status)b)) == 0) distinct = 0;
+    }
+    test_check(distinct, "lib: every status has a string of its own (out of memory: \"%s\")",
+               flce_status_string(FLCE_ERR_OUT_OF_MEMORY));
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -699,6 +755,7 @@ int main(int argc, char **argv) {
 
 #ifdef FLCE_HAVE_LIB
     test_library_host(paths, n_paths);
+    test_library_limits();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif

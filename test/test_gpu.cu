@@ -11,7 +11,8 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
      loss NaN), NULL and misaligned pointers, bad sizes, a workspace too small;
   6. a CUDA-graph capture of a whole call, replayed;
   7. 64-bit indexing: one chunk of more than 2^31 logits against the same problem in chunks.
-Tolerances (METHOD.md): fp32 rel L2 <= 2e-5, bf16 d_h / d_W rel L2 <= 3e-3, loss abs <= 1e-4.
+Tolerances (compare() says why): fp32 rel L2 <= 2e-5; bf16 inputs with fp32 logits: d_h / d_W
+rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-2 and 2e-3.
 */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,20 +21,11 @@ Tolerances (METHOD.md): fp32 rel L2 <= 2e-5, bf16 d_h / d_W rel L2 <= 3e-3, loss
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.cuh"  // common/: cudaCheck
 #include "fixture.h"
 #include "flce.h"
 #include "flce_ref.h"
 #include "test_util.h"
-
-#define CUDA_CHECK(call)                                                                     \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                        \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 // ----------------------------------------------------------------------------------------
 // a problem on the host, and what a run produced (all as float)
@@ -62,13 +54,13 @@ static cudaStream_t g_stream;
 static void *dev_upload(const float *x, size_t n, flce_dtype dt) {
     void *d = NULL;
     size_t es = dt == FLCE_FP32 ? 4 : 2;
-    CUDA_CHECK(cudaMalloc(&d, n * es + 16));
+    cudaCheck(cudaMalloc(&d, n * es + 16));
     if (dt == FLCE_FP32) {
-        CUDA_CHECK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
     } else {
         uint16_t *b = (uint16_t *)malloc(n * 2 + 2);
         for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16_bits(x[i]);
-        CUDA_CHECK(cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice));
         free(b);
     }
     return d;
@@ -77,10 +69,10 @@ static void *dev_upload(const float *x, size_t n, flce_dtype dt) {
 static float *dev_download(const void *d, size_t n, flce_dtype dt) {
     float *x = (float *)malloc((n ? n : 1) * sizeof(float));
     if (dt == FLCE_FP32) {
-        CUDA_CHECK(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
     } else {
         uint16_t *b = (uint16_t *)malloc(n * 2 + 2);
-        CUDA_CHECK(cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_f32(b[i]);
         free(b);
     }
@@ -89,7 +81,7 @@ static float *dev_download(const void *d, size_t n, flce_dtype dt) {
 
 static int all_poison(const void *d, size_t bytes) {
     unsigned char *b = (unsigned char *)malloc(bytes ? bytes : 1);
-    CUDA_CHECK(cudaMemcpy(b, d, bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(b, d, bytes, cudaMemcpyDeviceToHost));
     int ok = 1;
     for (size_t i = 0; i < bytes && ok; i++) ok = b[i] == 0xff;
     free(b);
@@ -115,37 +107,37 @@ static Result run_flce(const Problem *pb, RunMode mode) {
     if (cfg.target_type == FLCE_INT64) {
         int64_t *t64 = (int64_t *)malloc(N * 8);
         for (size_t i = 0; i < N; i++) t64[i] = pb->targets[i];
-        CUDA_CHECK(cudaMalloc(&targets, N * 8));
-        CUDA_CHECK(cudaMemcpy(targets, t64, N * 8, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMalloc(&targets, N * 8));
+        cudaCheck(cudaMemcpy(targets, t64, N * 8, cudaMemcpyHostToDevice));
         free(t64);
     } else {
-        CUDA_CHECK(cudaMalloc(&targets, N * 4));
-        CUDA_CHECK(cudaMemcpy(targets, pb->targets, N * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMalloc(&targets, N * 4));
+        cudaCheck(cudaMemcpy(targets, pb->targets, N * 4, cudaMemcpyHostToDevice));
     }
     float *gtl = pb->grad_token_loss ? (float *)dev_upload(pb->grad_token_loss, N, FLCE_FP32) : NULL;
     size_t dh_es = cfg.d_hidden_dtype == FLCE_FP32 ? 4 : 2, dw_es = cfg.d_weight_dtype == FLCE_FP32 ? 4 : 2;
     size_t db_es = cfg.d_bias_dtype == FLCE_FP32 ? 4 : 2;
     float *loss, *tl, *tlse;
     void *dh, *dW, *db = NULL;
-    CUDA_CHECK(cudaMalloc(&loss, 4));
-    CUDA_CHECK(cudaMalloc(&tl, N * 4));
-    CUDA_CHECK(cudaMalloc(&tlse, N * 4));
-    CUDA_CHECK(cudaMalloc(&dh, N * H * dh_es));
-    CUDA_CHECK(cudaMalloc(&dW, Vp * H * dw_es));
-    if (cfg.has_bias) CUDA_CHECK(cudaMalloc(&db, Vp * db_es));
-    CUDA_CHECK(cudaMemset(loss, 0xff, 4));
-    CUDA_CHECK(cudaMemset(tl, 0xff, N * 4));
-    CUDA_CHECK(cudaMemset(tlse, 0xff, N * 4));
-    CUDA_CHECK(cudaMemset(dh, 0xff, N * H * dh_es));
-    CUDA_CHECK(cudaMemset(dW, 0xff, Vp * H * dw_es));
-    if (db) CUDA_CHECK(cudaMemset(db, 0xff, Vp * db_es));
+    cudaCheck(cudaMalloc(&loss, 4));
+    cudaCheck(cudaMalloc(&tl, N * 4));
+    cudaCheck(cudaMalloc(&tlse, N * 4));
+    cudaCheck(cudaMalloc(&dh, N * H * dh_es));
+    cudaCheck(cudaMalloc(&dW, Vp * H * dw_es));
+    if (cfg.has_bias) cudaCheck(cudaMalloc(&db, Vp * db_es));
+    cudaCheck(cudaMemset(loss, 0xff, 4));
+    cudaCheck(cudaMemset(tl, 0xff, N * 4));
+    cudaCheck(cudaMemset(tlse, 0xff, N * 4));
+    cudaCheck(cudaMemset(dh, 0xff, N * H * dh_es));
+    cudaCheck(cudaMemset(dW, 0xff, Vp * H * dw_es));
+    if (db) cudaCheck(cudaMemset(db, 0xff, Vp * db_es));
 
     size_t ws_bytes = 0;
     r.status = flce_workspace_size(&cfg, mode.budget, &ws_bytes);
     void *ws = NULL;
     if (r.status == FLCE_OK) {
-        CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-        CUDA_CHECK(cudaMemset(ws, 0xff, ws_bytes));
+        cudaCheck(cudaMalloc(&ws, ws_bytes));
+        cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
     }
     flce_tensors t;
     memset(&t, 0, sizeof(t));
@@ -157,14 +149,14 @@ static Result run_flce(const Problem *pb, RunMode mode) {
         if (mode.graph) {
             cudaGraph_t graph;
             cudaGraphExec_t exec;
-            CUDA_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeGlobal));
+            cudaCheck(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeGlobal));
             r.status = flce_forward_backward(g_ctx, &cfg, &t, ws, ws_bytes, g_stream);
-            CUDA_CHECK(cudaStreamEndCapture(g_stream, &graph));
-            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            cudaCheck(cudaStreamEndCapture(g_stream, &graph));
+            cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
             for (int rep = 0; rep < 3 && r.status == FLCE_OK; rep++)
-                CUDA_CHECK(cudaGraphLaunch(exec, g_stream));
-            CUDA_CHECK(cudaGraphExecDestroy(exec));
-            CUDA_CHECK(cudaGraphDestroy(graph));
+                cudaCheck(cudaGraphLaunch(exec, g_stream));
+            cudaCheck(cudaGraphExecDestroy(exec));
+            cudaCheck(cudaGraphDestroy(graph));
         } else if (mode.backward) {
             r.status = flce_forward_backward(g_ctx, &cfg, &t, ws, ws_bytes, g_stream);
         } else {
@@ -173,8 +165,8 @@ static Result run_flce(const Problem *pb, RunMode mode) {
         if (r.status != FLCE_OK) printf("      call failed: %s\n", flce_last_error(g_ctx));
     }
     if (r.status == FLCE_OK) r.status = flce_check_errors(g_ctx, g_stream);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(&r.loss, loss, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(&r.loss, loss, 4, cudaMemcpyDeviceToHost));
     r.token_loss = dev_download(tl, N, FLCE_FP32);
     r.token_lse = dev_download(tlse, N, FLCE_FP32);
     if (!mode.backward) {
@@ -211,7 +203,7 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
     // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the issue's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
-    // Liger share, held to METHOD.md's 1e-2.
+    // Liger share, held to 1e-2, the bound dev/flce_bench -c holds every version to.
     const int bf16 = c->dtype == FLCE_BF16, bf16_logits = bf16 && c->bf16_logits;
     const double tol_grad = bf16_logits ? 1e-2 : bf16 ? grad_tol_bf16 : 2e-5;
     const double tol_tok = bf16_logits ? 1e-2 : bf16 ? 1e-4 : 2e-5;
@@ -556,21 +548,21 @@ static void test_bad_inputs(void) {
         void *h = dev_upload(rc.h, N * H, FLCE_BF16), *W = dev_upload(rc.W, Vp * H, FLCE_BF16);
         int32_t *tg;
         float *loss;
-        CUDA_CHECK(cudaMalloc(&tg, N * 4));
-        CUDA_CHECK(cudaMalloc(&loss, 4));
+        cudaCheck(cudaMalloc(&tg, N * 4));
+        cudaCheck(cudaMalloc(&loss, 4));
         rc.targets[17] = 1001;
-        CUDA_CHECK(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
         size_t wsb;
         flce_workspace_size(&cfg, 0, &wsb);
         void *ws;
-        CUDA_CHECK(cudaMalloc(&ws, wsb));
+        cudaCheck(cudaMalloc(&ws, wsb));
         flce_tensors t;
         memset(&t, 0, sizeof(t));
         t.hidden = h; t.weight = W; t.targets = tg; t.loss = loss;
         flce_status s1 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
-        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        cudaCheck(cudaStreamSynchronize(g_stream));
         rc.targets[17] = 3;
-        CUDA_CHECK(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(tg, rc.targets, N * 4, cudaMemcpyHostToDevice));
         flce_status s2 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
         int named = strstr(flce_last_error(g_ctx), "target[17] = 1001") != NULL;
         flce_status s3 = flce_forward(g_ctx, &cfg, &t, ws, wsb, g_stream);
@@ -619,7 +611,7 @@ static void test_bad_inputs(void) {
             test_check(s == cases[k].want && strstr(m, cases[k].in_msg) != NULL,
                        "rejects %s: %s \"%s\"", cases[k].what, flce_status_string(s), m);
         }
-        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        cudaCheck(cudaStreamSynchronize(g_stream));
         cudaFree(h); cudaFree(W); cudaFree(tg); cudaFree(loss); cudaFree(ws);
     }
     random_case_free(&rc);
@@ -670,9 +662,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("test_gpu on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    cudaCheck(cudaStreamCreate(&g_stream));
     if (flce_create(&g_ctx) != FLCE_OK) {
         fprintf(stderr, "flce_create failed\n");
         return 2;
@@ -682,6 +674,6 @@ int main(int argc, char **argv) {
     test_bad_inputs();
     test_large_offsets();
     flce_destroy(g_ctx);
-    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    cudaCheck(cudaStreamDestroy(g_stream));
     return test_summary();
 }

@@ -2,8 +2,9 @@
 test_llmc.c - CPU tests of the host-side llmc/ modules: utils.h (checked calls, atomic
 writer), rand.h (bit-exact against PyTorch), tokenizer.h, shard.h + dataloader.h (llm.c's
 data order, shuffling, 64-bit offsets, short eval shards, uint32 shards, resume state) and
-checkpoint.h (model and state files, DONE markers, latest complete checkpoint). Every
-reader is also fed malformed files and must reject them with the right message.
+gpt2.h (parameter table, model files), checkpoint.h (state files, DONE markers, latest
+complete checkpoint). Every reader is also fed malformed files and must reject them with the
+right message. The checkpoint protocol and the trainer's flags: test_train_host.c.
 
 Build and run from the repository root (it reads data/ and test/fixtures/):
     gcc -O2 -std=c11 -Wall -Wextra -Werror -Illmc -Itest -Idata test/test_llmc.c -lm -o build/test_llmc
@@ -14,6 +15,7 @@ Temporary files go to a fresh /tmp/test_llmc_XXXXXX directory, removed at the en
 #define _POSIX_C_SOURCE 200809L
 #include "../llmc/checkpoint.h"
 #include "../llmc/dataloader.h"
+#include "../llmc/gpt2.h"
 #include "../llmc/rand.h"
 #include "../llmc/shard.h"
 #include "../llmc/tokenizer.h"
@@ -161,6 +163,22 @@ static void test_utils(void) {
                    out == (1ull << 63) && llmc_mul_u64(1ull << 32, 1ull << 32, &out) != 0,
                    "malloc_check(0) and overflow-checked 64-bit multiply");
         free(p);
+    }
+    {
+        // fopen accepts a directory and its "size" reads as 2^63 - 1: every reader must say what it is
+        ModelFileInfo info;
+        TrainingState st;
+        Tokenizer tok;
+        void *params = NULL;
+        char e1[512], e2[512], e3[512], e4[512];
+        FILE *fp = llmc_fopen_read_checked(tmp_dir, "thing", e1, sizeof(e1));
+        int ok = fp == NULL && contains(e1, "cannot open thing") && contains(e1, "Is a directory") &&
+                 model_read_checked(tmp_dir, &info, &params, 0, e2, sizeof(e2)) != 0 &&
+                 contains(e2, "cannot open model file") && contains(e2, "Is a directory") &&
+                 state_read_checked(tmp_dir, 10, &st, e3, sizeof(e3)) != 0 && contains(e3, "Is a directory") &&
+                 tokenizer_init_checked(&tok, tmp_dir, e4, sizeof(e4)) != 0 && contains(e4, "Is a directory") &&
+                 !contains(e2, "9223372036854775807");
+        test_check(ok, "a directory given as a model, state or tokenizer file: '%s'", e2);
     }
     remove(path);
 }
@@ -512,6 +530,58 @@ static int write_raw_shard(const char *path, int32_t magic, int32_t version, int
     int ok = write_bytes(path, buf, n);
     free(buf);
     return ok;
+}
+
+// Token ids against the model's vocabulary: each shard checked once, when it is opened.
+static void test_vocab_check(void) {
+    char err[1024] = "", p0[256], p1[256], pattern[256];
+    tmp_path(p0, sizeof(p0), "vocab_0.bin");
+    tmp_path(p1, sizeof(p1), "vocab_1.bin");
+    tmp_path(pattern, sizeof(pattern), "vocab_*.bin");
+    uint32_t ids[600];
+    for (int i = 0; i < 600; i++) ids[i] = (uint32_t)(i * 37 % 50257);
+    ids[123] = 50256;
+    shard_write_checked(p0, ids, 300, SHARD_VERSION, err, sizeof(err));
+    ids[300 + 77] = 50300;  // shard 1: one id above GPT-2's vocabulary, inside its padding
+    shard_write_checked(p1, ids + 300, 300, SHARD_VERSION, err, sizeof(err));
+    {
+        FILE *fp;
+        ShardInfo info;
+        uint32_t max_id = 0;
+        int64_t at = -1;
+        int ok = shard_open_checked(p1, &fp, &info, err, sizeof(err)) == 0 &&
+                 shard_max_token_checked(fp, &info, p1, &max_id, &at, err, sizeof(err)) == 0;
+        if (fp) fclose(fp);
+        test_check(ok && max_id == 50300 && at == 77, "shard_max_token: id 50300 at token 77 (got %u at %lld)%s", max_id,
+                   (long long)at, why(ok, err));
+    }
+    DataLoader loader;
+    int ok = dataloader_init_checked(&loader, pattern, 2, 8, 0, 1, 0, 0, err, sizeof(err)) == 0 &&
+             dataloader_set_vocab_checked(&loader, 50257, err, sizeof(err)) == 0;
+    test_check(ok, "vocabulary 50257: the first shard (ids < 50257) passes%s", why(ok, err));
+    // the second shard fails when the loader first opens it, naming it, the position and the id
+    int rc = 0;
+    for (int k = 0; ok && k < 40 && rc == 0; k++) rc = dataloader_next_batch_checked(&loader, err, sizeof(err));
+    test_check(rc != 0 && contains(err, p1) && contains(err, "token 77 has id 50300") && contains(err, "50257 tokens"),
+               "vocabulary 50257: the second shard is rejected when it is opened: %s", err);
+    if (ok) dataloader_free(&loader);
+    ok = dataloader_init_checked(&loader, pattern, 2, 8, 0, 1, 1, 0, err, sizeof(err)) == 0 &&
+         dataloader_set_vocab_checked(&loader, 50304, err, sizeof(err)) == 0;
+    for (int k = 0; ok && k < 80; k++) ok = dataloader_next_batch_checked(&loader, err, sizeof(err)) == 0;
+    test_check(ok, "vocabulary 50304 (GPT-2's padded): both shards pass, shuffled, over two epochs%s", why(ok, err));
+    if (ok) dataloader_free(&loader);
+    // a uint32 shard with id INT_MAX: rejected by the check, not by an overflow later
+    uint32_t big[300];
+    for (int i = 0; i < 300; i++) big[i] = (uint32_t)i;
+    big[200] = 0x7FFFFFFF;
+    shard_write_checked(p0, big, 300, SHARD_VERSION_LLAMA3, err, sizeof(err));
+    rc = dataloader_init_checked(&loader, p0, 2, 8, 0, 1, 0, 0, err, sizeof(err));
+    int rc2 = rc == 0 ? dataloader_set_vocab_checked(&loader, 128256, err, sizeof(err)) : 0;
+    test_check(rc == 0 && rc2 != 0 && contains(err, "token 200 has id 2147483647") && contains(err, "128256 tokens"),
+               "a v7 shard with id INT_MAX against a vocabulary of 128256: %s", err);
+    if (rc == 0) dataloader_free(&loader);
+    remove(p0);
+    remove(p1);
 }
 
 static void test_dataloader(void) {
@@ -911,8 +981,11 @@ static void test_dataloader(void) {
         char nomatch[256];
         tmp_path(nomatch, sizeof(nomatch), "nothing_*.bin");
         expect_loader_rejects(nomatch, 2, 8, 1, 0, 0, "a pattern without matches", "no files match", nomatch);
+        // a directory opens as a file and "measures" 2^63 - 1 bytes: it must be named for what it is
+        expect_loader_rejects(tmp_dir, 2, 8, 1, 0, 0, "a directory as a shard", "Is a directory", tmp_dir);
         remove(path);
     }
+    test_vocab_check();
     for (int s = 0; s < 3; s++) remove(shard_paths[s]);
     free(val);
     free(train);
@@ -937,7 +1010,7 @@ static void write_model_header_variant(const char *path, const unsigned char *go
 }
 
 static void test_checkpoint(void) {
-    printf("-- checkpoint.h\n");
+    printf("-- gpt2.h (table, model files) + checkpoint.h (state files, markers)\n");
     char err[1024] = "";
     {
         GPT2Config c = small_config();

@@ -29,6 +29,36 @@ printed with the measured errors.
 static const char *MODEL_PATH = "test/fixtures/gpt2_debug.bin";
 static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
 
+// The model of -e arg (a file or a descriptor) on the device, as main() builds it.
+static void build_model(GPT2 *m, const char *arg) {
+    char err[1024];
+    GPT2Config config;
+    float *host = NULL;
+    if (gpt2_load_checked(arg, 0, &config, &host, err, sizeof(err)) != 0) {
+        fprintf(stderr, "Error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+    gpt2_build(m, &config);
+    gpt2_upload_params(m, host);
+    free(host);
+}
+
+// Loads the latest complete checkpoint of dir into m and loader, as main() resumes; its step or -1.
+static int resume_checkpoint(GPT2 *m, DataLoader *loader, const char *dir, const MultiGpu *mg) {
+    char err[1024];
+    Checkpoint ck;
+    const int rc = checkpoint_load_checked(dir, &m->config, mg->rank, mg->nproc, loader, &ck, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "Error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+    if (rc == 0) return -1;
+    gpt2_upload_checkpoint(m, &ck);
+    const int step = ck.step;
+    checkpoint_free(&ck);
+    return step;
+}
+
 // One forward+backward on the fixture batch; returns the loss (grads left in m->grads).
 static float train_micro_step(GPT2 *m, const GPT2RefState *st, cudaStream_t s) {
     gpt2_zero_grad(m, s);
@@ -52,7 +82,7 @@ static void test_model_vs_pytorch(void) {
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     GPT2 m;
-    gpt2_build(&m, MODEL_PATH, 0);
+    build_model(&m, MODEL_PATH);
     gpt2_alloc_activations(&m, st.B, st.T, (size_t)64 << 20, 1, 1);  // bf16 logits: the trainer's default
     const size_t n = m.num_parameters;
     test_check(n == st.num_parameters, "parameter count %zu vs the fixture's %zu", n, st.num_parameters);
@@ -62,7 +92,7 @@ static void test_model_vs_pytorch(void) {
     test_check(fabs(loss - st.loss) < LOSS_TOL, "model loss %.6f vs PyTorch %.6f (abs err %.2e, bound %.0e)", loss,
                st.loss, fabs(loss - st.loss), LOSS_TOL);
     float *grads = (float *)malloc(n * sizeof(float)), *grads2 = (float *)malloc(n * sizeof(float));
-    cudaCheck(cudaMemcpy(grads, m.grads, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(grads, m.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParameterTensor *pt = &m.tensors[i];
         const double e = rel_l2_f32(grads + pt->offset, st.grads + pt->offset, pt->numel);
@@ -70,7 +100,7 @@ static void test_model_vs_pytorch(void) {
     }
     // 3. determinism
     train_micro_step(&m, &st, s);
-    cudaCheck(cudaMemcpy(grads2, m.grads, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(grads2, m.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     test_check(memcmp(grads, grads2, n * sizeof(float)) == 0, "the same batch twice: bitwise the same gradients");
 
     // 2. the fixture's AdamW runs, each from the fixture's parameters
@@ -128,7 +158,7 @@ static void test_resume_bitwise(void) {
     single.nproc = 1;
     {
         GPT2 m;
-        gpt2_build(&m, "d6", 0);
+        build_model(&m, "d6");
         gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -141,7 +171,7 @@ static void test_resume_bitwise(void) {
     }
     {
         GPT2 m;
-        gpt2_build(&m, "d6", 0);
+        build_model(&m, "d6");
         gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);

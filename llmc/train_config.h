@@ -1,0 +1,279 @@
+/*
+train_config.h - the trainer's run configuration: llm.c's flags and their defaults, parsed
+strictly (the whole string a number, in its range, finite) and checked against each other, the
+process count and the model, all before any GPU is touched. One table gives both the parser and
+the usage text. Every error names the flag and its value.
+
+  train_config_parse(&cfg, argc, argv, err, len)   0, 1 for -h, -1 with a message
+  train_config_check(&cfg, nproc, err, len)        flags against each other and nproc
+  train_config_check_model(&cfg, &model, err, len) flags against the model (-t, kernel sizes)
+  train_config_steps(&cfg, tokens, start, err, len) -x resolved (-1: one epoch), > start
+*/
+#ifndef LLMC_TRAIN_CONFIG_H
+#define LLMC_TRAIN_CONFIG_H
+
+#include "utils.h"  // first: it sets the POSIX feature macros
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+
+#include "gpt2.h"
+#include "schedulers.h"
+
+// tokens of one rank's micro-batch: the encoder's backward indexes 3 int arrays of this size
+#define TRAIN_MAX_MICRO_TOKENS (1 << 28)
+
+typedef struct {
+    const char *train_glob, *val_glob, *model, *out_dir;
+    LRSchedule schedule;
+    int B, T, total_batch, max_steps, warmup;
+    int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
+    int vocab, flce_mib, flce_fp32_logits, flce_autotune;
+    float lr, final_frac, weight_decay;
+    int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
+} TrainConfig;
+
+typedef struct {
+    const char *flag;
+    char kind;       // 'i' int, 'f' float, 's' string, 'k' lr schedule
+    size_t offset;   // of the field in TrainConfig
+    double min, max; // a number's range
+    const char *help;
+} TrainFlag;
+
+#define TRAIN_FIELD_(field) offsetof(TrainConfig, field)
+static const TrainFlag train_flags[] = {
+    {"-i", 's', TRAIN_FIELD_(train_glob), 0, 0, "train data glob (default data/tiny_shakespeare_train.bin)"},
+    {"-j", 's', TRAIN_FIELD_(val_glob), 0, 0, "val data glob (default data/tiny_shakespeare_val.bin)"},
+    {"-e", 's', TRAIN_FIELD_(model), 0, 0, "model file (llm.c v3/v5) or depth descriptor d6|d12|d24|d36|d48 (default d12)"},
+    {"-V", 'i', TRAIN_FIELD_(vocab), 0, GPT2_MAX_VOCAB, "vocabulary of a fresh model (default 0: GPT-2's 50257, padded to 50304;\n"
+     "              e.g. 151936, 176245: any size, padded to a multiple of 128)"},
+    {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log and checkpoints (default none)"},
+    {"-b", 'i', TRAIN_FIELD_(B), 1, 1 << 20, "micro-batch size B (default 4)"},
+    {"-t", 'i', TRAIN_FIELD_(T), 1, 1 << 24, "sequence length T (default 1024)"},
+    {"-d", 'i', TRAIN_FIELD_(total_batch), -1, INT_MAX, "total batch size in tokens (default -1: B*T*processes)"},
+    {"-x", 'i', TRAIN_FIELD_(max_steps), -1, INT_MAX, "max steps (default -1: one epoch)"},
+    {"-k", 'k', TRAIN_FIELD_(schedule), 0, 0, "lr schedule cosine|linear|constant|wsd (default cosine)"},
+    {"-l", 'f', TRAIN_FIELD_(lr), 0, FLT_MAX, "learning rate (default 3e-4)"},
+    {"-u", 'i', TRAIN_FIELD_(warmup), 0, INT_MAX, "warm-up steps (default 0)"},
+    {"-q", 'f', TRAIN_FIELD_(final_frac), 0, 1, "final lr as a fraction of -l (default 1.0)"},
+    {"-c", 'f', TRAIN_FIELD_(weight_decay), 0, FLT_MAX, "weight decay (default 0.0)"},
+    {"-v", 'i', TRAIN_FIELD_(val_every), 0, INT_MAX, "val loss every N steps, 0 never (default 20)"},
+    {"-m", 'i', TRAIN_FIELD_(val_max), -1, INT_MAX, "val max batches, -1 all (default 20)"},
+    {"-s", 'i', TRAIN_FIELD_(sample_every), 0, INT_MAX, "sample every N steps, 0 never (default 20)"},
+    {"-g", 'i', TRAIN_FIELD_(gen_tokens), 0, INT_MAX, "tokens to generate (default 64)"},
+    {"-n", 'i', TRAIN_FIELD_(ckpt_every), 0, INT_MAX, "checkpoint every N steps, 0 never (default 0)"},
+    {"-y", 'i', TRAIN_FIELD_(resume), 0, 1, "resume from the latest complete checkpoint in -o (default 0)"},
+    {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1; 0 is the same here)"},
+    {"-w", 'i', TRAIN_FIELD_(master_weights), 0, 1, "fp32 master weights (default 1; required)"},
+    {"-f", 'i', TRAIN_FIELD_(flce_mib), 1, 1 << 20, "flce workspace budget in MiB (default 1024)"},
+    {"-fl", 'i', TRAIN_FIELD_(flce_fp32_logits), 0, 1, "flce's logits buffer: 0 bf16 (as llm.c; faster), 1 fp32 (exact loss)\n"
+     "              (default 0)"},
+    {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
+     "              (faster; a run's bits can then differ from another's); default 0"},
+};
+#undef TRAIN_FIELD_
+#define TRAIN_NUM_FLAGS ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
+
+static inline void train_config_defaults(TrainConfig *c) {
+    memset(c, 0, sizeof(*c));
+    c->train_glob = "data/tiny_shakespeare_train.bin";
+    c->val_glob = "data/tiny_shakespeare_val.bin";
+    c->model = "d12";
+    c->out_dir = NULL;
+    c->schedule = LR_COSINE;
+    c->B = 4;
+    c->T = 1024;
+    c->total_batch = -1;
+    c->max_steps = -1;
+    c->val_every = 20;
+    c->val_max = 20;
+    c->sample_every = 20;
+    c->gen_tokens = 64;
+    c->recompute = 1;
+    c->master_weights = 1;
+    c->flce_mib = 1024;
+    c->lr = 3e-4f;
+    c->final_frac = 1.0f;
+}
+
+static inline void train_usage(FILE *out) {
+    fprintf(out, "Usage:   ./train_gpt [options]\nOptions (llm.c's flags):\n");
+    for (int i = 0; i < TRAIN_NUM_FLAGS; i++) {
+        const TrainFlag *f = &train_flags[i];
+        const char *type = f->kind == 'i' ? "<int>" : f->kind == 'f' ? "<float>" : "<string>";
+        fprintf(out, "  %s %-*s%s\n", f->flag, (int)(11 - strlen(f->flag)), type, f->help);
+    }
+    fprintf(out, "  -h          this help\n");
+}
+
+// s as a whole decimal integer in [min, max]: 0, or -1 with "<flag> <s>: why" in err
+static inline int parse_int_strict(const char *flag, const char *s, long long min, long long max, int *out,
+                                   char *err, size_t err_len) {
+    char *end = NULL;
+    errno = 0;
+    const long long v = strtoll(s, &end, 10);
+    if (s[0] == 0 || s[0] == ' ' || s[0] == '\t' || end == NULL || *end != 0) {
+        llmc_set_error(err, err_len, "%s %s: not an integer", flag, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        llmc_set_error(err, err_len, "%s %s: out of range [%lld, %lld]", flag, s, min, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+// s as a whole finite number in [min, max] that a float holds: 0, or -1 with a message
+static inline int parse_float_strict(const char *flag, const char *s, double min, double max, float *out,
+                                     char *err, size_t err_len) {
+    char *end = NULL;
+    const double v = strtod(s, &end);
+    if (s[0] == 0 || s[0] == ' ' || s[0] == '\t' || end == NULL || *end != 0) {
+        llmc_set_error(err, err_len, "%s %s: not a number", flag, s);
+        return -1;
+    }
+    if (!isfinite(v) || !isfinite((float)v)) {
+        llmc_set_error(err, err_len, "%s %s: not a finite float", flag, s);
+        return -1;
+    }
+    if (v < min || v > max) {
+        llmc_set_error(err, err_len, "%s %s: out of range [%g, %g]", flag, s, min, max);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+// Parses llm.c's "-flag value" pairs over the defaults. 0, 1 when -h asks for the usage,
+// -1 with a message naming the flag and its value.
+static inline int train_config_parse(TrainConfig *c, int argc, char **argv, char *err, size_t err_len) {
+    train_config_defaults(c);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0) return 1;
+    for (int i = 1; i < argc; i += 2) {
+        const TrainFlag *f = NULL;
+        for (int k = 0; k < TRAIN_NUM_FLAGS && f == NULL; k++)
+            if (strcmp(argv[i], train_flags[k].flag) == 0) f = &train_flags[k];
+        if (f == NULL) {
+            llmc_set_error(err, err_len, argv[i][0] == '-' ? "unknown flag %s (see -h)"
+                           : "unexpected argument '%s' (flags are -x value; see -h)", argv[i]);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            llmc_set_error(err, err_len, "flag %s needs a value (see -h)", f->flag);
+            return -1;
+        }
+        const char *v = argv[i + 1];
+        void *field = (char *)c + f->offset;
+        if (f->kind == 'i') {
+            if (parse_int_strict(f->flag, v, (long long)f->min, (long long)f->max, (int *)field, err, err_len) != 0)
+                return -1;
+        } else if (f->kind == 'f') {
+            if (parse_float_strict(f->flag, v, f->min, f->max, (float *)field, err, err_len) != 0) return -1;
+        } else if (f->kind == 'k') {
+            if (lr_schedule_parse(v, (LRSchedule *)field) != 0) {
+                llmc_set_error(err, err_len, "%s %s: unknown schedule (cosine, linear, constant or wsd)", f->flag, v);
+                return -1;
+            }
+        } else {
+            if (v[0] == 0) {
+                llmc_set_error(err, err_len, "%s: empty value", f->flag);
+                return -1;
+            }
+            *(const char **)field = v;
+        }
+    }
+    return 0;
+}
+
+// The flags against each other and the process count; derives total_batch (-1) and
+// grad_accum. 0, or -1 with a message.
+static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_t err_len) {
+    if (c->total_batch == 0) {
+        llmc_set_error(err, err_len, "-d 0: the total batch must be >= 1 token (or -1: B*T*processes)");
+        return -1;
+    }
+    if (c->max_steps == 0) {
+        llmc_set_error(err, err_len, "-x 0: the number of steps must be >= 1 (or -1: one epoch)");
+        return -1;
+    }
+    if (c->master_weights != 1) {
+        llmc_set_error(err, err_len, "-w %d: this trainer always keeps fp32 master weights (-w 1)", c->master_weights);
+        return -1;
+    }
+    const long long micro = (long long)c->B * c->T, step_micro = micro * nproc;
+    if (micro > TRAIN_MAX_MICRO_TOKENS) {
+        llmc_set_error(err, err_len, "-b %d -t %d: %lld tokens per micro-batch, more than %d", c->B, c->T, micro,
+                       TRAIN_MAX_MICRO_TOKENS);
+        return -1;
+    }
+    if (step_micro > INT_MAX) {
+        llmc_set_error(err, err_len, "-b %d -t %d on %d processes: %lld tokens per micro-step, more than %d",
+                       c->B, c->T, nproc, step_micro, INT_MAX);
+        return -1;
+    }
+    if (c->total_batch < 0) c->total_batch = (int)step_micro;
+    if (c->total_batch % step_micro != 0) {
+        llmc_set_error(err, err_len, "-d %d: the total batch must be a multiple of B*T*processes = %lld",
+                       c->total_batch, step_micro);
+        return -1;
+    }
+    c->grad_accum = (int)(c->total_batch / step_micro);
+    if (c->resume && c->out_dir == NULL) {
+        llmc_set_error(err, err_len, "-y 1 resumes from the checkpoints in -o <dir>, and no -o is given");
+        return -1;
+    }
+    if (c->ckpt_every > 0 && c->out_dir == NULL) {
+        llmc_set_error(err, err_len, "-n %d writes checkpoints into -o <dir>, and no -o is given", c->ckpt_every);
+        return -1;
+    }
+    if (c->vocab != 0 && !gpt2_is_descriptor(c->model)) {
+        llmc_set_error(err, err_len, "-V %d sets the vocabulary of a fresh model (-e d6..d48); the model file "
+                       "'%s' has its own", c->vocab, c->model);
+        return -1;
+    }
+    return 0;
+}
+
+// The flags against the model: T within its max_seq_len, sizes the trainer's kernels take
+// (channels a multiple of 8, a head size of 16, 32, 64 or 128). 0, or -1 with a message.
+static inline int train_config_check_model(const TrainConfig *c, const GPT2Config *m, char *err, size_t err_len) {
+    if (c->T > m->max_seq_len) {
+        llmc_set_error(err, err_len, "-t %d exceeds the model's max_seq_len %d", c->T, m->max_seq_len);
+        return -1;
+    }
+    const int hs = m->channels / m->num_heads;
+    if (m->channels % 8 != 0 || (hs != 16 && hs != 32 && hs != 64 && hs != 128)) {
+        llmc_set_error(err, err_len, "model '%s': channels %d with %d heads; the trainer's kernels need channels "
+                       "a multiple of 8 and a head size of 16, 32, 64 or 128", c->model, m->channels, m->num_heads);
+        return -1;
+    }
+    return 0;
+}
+
+// Resolves -x -1 to one epoch of train_tokens, and checks that steps remain after start_step
+// (the step a checkpoint resumes at; 0 for a fresh run). 0, or -1 with a message.
+static inline int train_config_steps(TrainConfig *c, int64_t train_tokens, int start_step, char *err, size_t err_len) {
+    if (c->max_steps < 0) {
+        const int64_t epoch = train_tokens / c->total_batch;
+        if (epoch < 1) {
+            llmc_set_error(err, err_len, "one epoch of the training data (%lld tokens) is less than one step of "
+                           "-d %d tokens: give -x, or more data", (long long)train_tokens, c->total_batch);
+            return -1;
+        }
+        c->max_steps = epoch > INT_MAX ? INT_MAX : (int)epoch;
+    }
+    if (start_step >= c->max_steps) {
+        llmc_set_error(err, err_len, "the checkpoint resumed is at step %d and the run ends at step %d (-x): "
+                       "nothing left to train (raise -x)", start_step, c->max_steps);
+        return -1;
+    }
+    return 0;
+}
+
+#endif // LLMC_TRAIN_CONFIG_H
