@@ -13,13 +13,19 @@ BUILD := build
 SHELL := /bin/bash
 
 CFLAGS := -O2 -std=c11 -Wall -Wextra -Werror -Iflce -Itest
+ifeq ($(GPU_COMPUTE_CAPABILITY),90)
+# Hopper: the sm_90a target, whose wgmma and setmaxnreg flce's own GEMMs use
+# (common/gemm_sm90.cuh); other targets build the cuBLASLt path alone
+NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a -DSM90_GEMM_BUILD
+else
 NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMPUTE_CAPABILITY),compute_$(GPU_COMPUTE_CAPABILITY)]
+endif
 NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Icommon -Iflce -Itest
 NVCC_LIBS := -lcublasLt -lcublas
 
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
-COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh
-FLCE_HEADERS := flce/flce.h flce/flce_kernels.cuh $(COMMON_HEADERS)
+COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
+FLCE_HEADERS := flce/flce.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
@@ -72,13 +78,16 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90
 
 $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
 $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_algos.cu $(BUILD)/libflce.a $(NVCC_LIBS)
+
+$(BUILD)/gemm_sm90: dev/gemm_sm90.cu $(COMMON_HEADERS) | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_sm90.cu $(NVCC_LIBS)
 
 # --- tests ------------------------------------------------------------------------------
 $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)

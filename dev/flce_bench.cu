@@ -26,9 +26,10 @@ targets (ignore_index -100):
                and adds its d_h and d_W contributions with fp32 float4 atomics. No (N, split)
                buffer; every vocab tile races on the same d_h rows (not deterministic).
   v5 flce      the library (flce/flce.h), flce_forward_backward with a 1 GiB workspace
-               budget, "flce lean" with 160 MiB (both with the library's default fp32
-               logits; the planner takes the tile schedule where it models it faster),
-               and the two with cfg.bf16_logits = 1.
+               budget and "flce lean" with 160 MiB, on its default path (its own Hopper
+               GEMMs with the loss fused, on an sm_90a build and a 9.0 GPU); then the
+               cuBLASLt path (FLCE_HOPPER=0) with 1 GiB and fp32 logits, bf16 logits, and
+               160 MiB. The planner takes the tile schedule where it models it faster.
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
 
@@ -719,9 +720,12 @@ static void fuse_mn_run(const Problem *P, Work *w) {
 // v5 the library
 
 // the library's defaults (bf16 in, int32 targets, mean, bf16 d_h, fp32 d_W, fp32 logits)
-// except the budget and, for the "bf16 logits" row, the logits buffer's dtype
-static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_logits, char *why,
+// except the budget, the GEMM path (cublaslt: FLCE_HOPPER=0 while the configuration is planned
+// and its context made, so that the plan printed is the one that runs) and, for the "bf16
+// logits" row, the logits buffer's dtype
+static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_logits, int cublaslt, char *why,
                              size_t why_len) {
+    if (cublaslt) setenv("FLCE_HOPPER", "0", 1);
     flce_config_init(&w->cfg, P->N, P->H, P->V);
     w->cfg.bf16_logits = bf16_logits;
     size_t bytes = 0;
@@ -729,12 +733,14 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     if (st == FLCE_ERR_WORKSPACE) {
         snprintf(why, why_len, "budget %.0f MiB too small: needs %.0f MiB", (double)budget / 1048576.0,
                  (double)bytes / 1048576.0);
+        if (cublaslt) unsetenv("FLCE_HOPPER");
         return 1;
     }
     flceCheck(st, NULL);
     WORK_ALLOC(w->flce_ws, void *, bytes);
     w->flce_ws_bytes = bytes;
     const int64_t chunk = flce_chunk_tokens(&w->cfg, bytes), vtile = flce_vocab_tile(&w->cfg, bytes);
+    const char *path = flce_hopper_default() ? "Hopper GEMMs" : "cuBLASLt";
     char tiles[96] = "";
     if (vtile < P->V)
         snprintf(tiles, sizeof(tiles), " x vocab tiles of %lld (%lld tiles, 4 GEMMs)", (long long)vtile,
@@ -742,30 +748,37 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     // a fresh context per configuration, so that FLCE_TIMING=1 (which prints the per-phase
     // times of a context when it is destroyed) reports each configuration on its own
     flce_destroy(g_flce);
-    fprintf(stderr, "flce config: %lldx%lldx%lld, budget %.0f MiB, chunk %lld%s, %s logits\n",
-            (long long)P->N, (long long)P->H, (long long)P->V, (double)budget / 1048576.0,
+    fprintf(stderr, "flce config: %lldx%lldx%lld, %s, budget %.0f MiB, chunk %lld%s, %s logits\n",
+            (long long)P->N, (long long)P->H, (long long)P->V, path, (double)budget / 1048576.0,
             (long long)chunk, tiles, bf16_logits ? "bf16" : "fp32");
     flceCheck(flce_create(&g_flce), NULL);
-    snprintf(w->note, sizeof(w->note), "budget %.0f MiB: chunk %lld tokens (%lld chunks)%s, %s logits",
+    snprintf(w->note, sizeof(w->note), "%s, budget %.0f MiB: chunk %lld tokens (%lld chunks)%s%s", path,
              (double)budget / 1048576.0, (long long)chunk, (long long)(chunk > 0 ? ceil_div(P->N, chunk) : 0),
-             tiles, bf16_logits ? "bf16" : "fp32");
+             tiles, cublaslt ? (bf16_logits ? ", bf16 logits" : ", fp32 logits") : "");
+    if (cublaslt) unsetenv("FLCE_HOPPER");
     return 0;
 }
 
+// the default path (flce's Hopper GEMMs where they run) with 1 GiB and 160 MiB, and the
+// cuBLASLt path with fp32 and bf16 logits
 static int flce_setup_1g(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)1 << 30, 0, why, why_len);
+    return flce_setup_budget(P, w, (size_t)1 << 30, 0, 0, why, why_len);
 }
 
 static int flce_setup_lean(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)160 << 20, 0, why, why_len);
+    return flce_setup_budget(P, w, (size_t)160 << 20, 0, 0, why, why_len);
 }
 
-static int flce_setup_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)1 << 30, 1, why, why_len);
+static int flce_setup_lt(const Problem *P, Work *w, char *why, size_t why_len) {
+    return flce_setup_budget(P, w, (size_t)1 << 30, 0, 1, why, why_len);
 }
 
-static int flce_setup_lean_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)160 << 20, 1, why, why_len);
+static int flce_setup_lt_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
+    return flce_setup_budget(P, w, (size_t)1 << 30, 1, 1, why, why_len);
+}
+
+static int flce_setup_lt_lean(const Problem *P, Work *w, char *why, size_t why_len) {
+    return flce_setup_budget(P, w, (size_t)160 << 20, 0, 1, why, why_len);
 }
 
 static void flce_run(const Problem *P, Work *w) {
@@ -788,8 +801,9 @@ static const Version g_versions[] = {
     {"fuse_MN", 4, fuse_mn_setup, fuse_mn_run},
     {"flce", 5, flce_setup_1g, flce_run},
     {"flce lean", 5, flce_setup_lean, flce_run},
-    {"flce bf16 logits", 5, flce_setup_bf16_logits, flce_run},
-    {"flce lean bf16 logits", 5, flce_setup_lean_bf16_logits, flce_run},
+    {"flce cuBLASLt", 5, flce_setup_lt, flce_run},
+    {"flce cuBLASLt bf16 logits", 5, flce_setup_lt_bf16_logits, flce_run},
+    {"flce cuBLASLt lean", 5, flce_setup_lt_lean, flce_run},
 };
 #define N_VERSIONS ((int)(sizeof(g_versions) / sizeof(g_versions[0])))
 
@@ -1367,7 +1381,7 @@ static int run_check(const Args *a, cudaStream_t s) {
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]\n"
-            "  -v  comma list of 1 naive, 2 liger, 3 verl, 4 fuse_mn, 5 flce (its three rows); default all\n"
+            "  -v  comma list of 1 naive, 2 liger, 3 verl, 4 fuse_mn, 5 flce (its five rows); default all\n"
             "  -s  comma list of NxHxV; default %s (with -c: %s)\n"
             "  -r  timed repeats per version and shape (default 7; fewer for slow versions)\n"
             "  -w  warm-up runs (default 2, at least 1)\n"

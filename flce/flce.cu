@@ -31,6 +31,7 @@ several times slower.
 
 #include "flce.h"
 #include "flce_kernels.cuh"
+#include "flce_sm90.cuh"
 #include "gemm_lt.cuh"  // common/
 
 #define FLCE_DEFAULT_BUDGET ((size_t)1 << 30)
@@ -51,6 +52,7 @@ static const char *flce_phase_names[FLCE_T_COUNT] = {"prepare", "logits GEMM", "
 
 struct flce_context {
     gemm_cache gemm;
+    int hopper;       // bf16 calls take the Hopper path (flce_set_hopper)
     int timing;
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
@@ -204,8 +206,14 @@ typedef struct {
     int64_t ldd;         // row stride of dlogits, written in place, in elements of dtype
     int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
     int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden over vocabulary parts
+    // the Hopper path (flce_sm90.cuh): the logits buffer is E (bf16, row stride ldl), and
+    int sm90;
+    int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
+    int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
+    int64_t n_stat;      // 256-column statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
-        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_logits, total;
+        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_rec,
+        off_dh_part, off_logits, total;
 } flce_plan;
 
 /*
@@ -233,37 +241,69 @@ static int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m;
 // an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
 static int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
 
+// K parts of the Hopper path's d_h GEMM for a chunk: the fewest (at most 4) with which its
+// output tiles fill the multiprocessors in nearly whole waves (a chunk of ~3K tokens at
+// H = 1024 has fewer tiles than an H100 or H200 has multiprocessors).
+static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
+    const int64_t tiles = ((chunk + SM90_BM - 1) / SM90_BM) * ((H + SM90_BN - 1) / SM90_BN);
+    int best = 1;
+    double best_use = 0.0;
+    for (int parts = 1; parts <= 4; parts++) {
+        const int64_t work = tiles * parts, waves = (work + sms - 1) / sms;
+        const double use = (double)work / (double)(waves * sms);
+        if (use >= 0.85) return parts;
+        if (use > best_use + 1e-9) {
+            best = parts;
+            best_use = use;
+        }
+    }
+    return best;
+}
+
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
 // (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
-// size_t can count).
-static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator,
+// size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
+// multiprocessors (its tiles are multiples of FLCE_SM90_TILE over the V real classes).
+static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator, int sms,
                           flce_plan *p) {
-    const int64_t Vp = cfg->vocab_padded;
+    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded;
     size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
     size_t o = 0;
+    memset(p, 0, sizeof(*p));
+    p->sm90 = sms > 0;
     p->chunk = chunk;
-    p->vocab_tile = vtile < Vp ? vtile : Vp;
-    p->n_vtiles = (Vp + p->vocab_tile - 1) / p->vocab_tile;
+    const int64_t span = p->sm90 ? V : Vp;  // the columns the tiles cover
+    p->vocab_tile = vtile < span ? vtile : span;
+    p->n_vtiles = (span + p->vocab_tile - 1) / p->vocab_tile;
     const int tiled = p->n_vtiles > 1;
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
-    p->logits_size = (cfg->dtype == FLCE_BF16 && cfg->bf16_logits) ? 2 : 4;
+    p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
     // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
     const int64_t cut = flce_vocab_cut(Vp);
-    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (cut > 0 && cut < Vp));
+    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (!p->sm90 && cut > 0 && cut < Vp));
     p->dw_accumulator = dw_accumulator;
     const size_t H = (size_t)cfg->hidden, C = (size_t)chunk;
-    p->off_lt = o;            o = flce_append(o, FLCE_LT_WORKSPACE);
+    if (p->sm90) {
+        p->ldc = flce_round_up(chunk, 64);
+        p->n_stat = (V + FLCE_SM90_TILE - 1) / FLCE_SM90_TILE;
+        p->dh_parts = chunk > 0 ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
+    }
+    const size_t ldc = (size_t)p->ldc;
+    p->off_lt = o;            o = flce_append(o, p->sm90 ? 0 : FLCE_LT_WORKSPACE);
     p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
     p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
     p->off_target_logit = o;  o = flce_append(o, n * sizeof(float));
     p->off_db32 = o;          o = flce_append(o, cfg->has_bias ? (size_t)Vp * 4 : 0);
     p->off_dw32 = o;          o = flce_append(o, dw_accumulator ? flce_bytes((size_t)Vp, H, 4) : 0);
-    p->off_ones = o;          o = flce_append(o, cfg->has_bias ? flce_bytes(C, es, 1) : 0);
+    p->off_ones = o;          o = flce_append(o, cfg->has_bias && !p->sm90 ? flce_bytes(C, es, 1) : 0);
     p->off_dh32 = o;          o = flce_append(o, p->dh_accumulator ? flce_bytes(C, H, 4) : 0);
-    p->off_tile_stats = o;    o = flce_append(o, tiled ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
-    p->off_tile_grad = o;     o = flce_append(o, tiled ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
+    p->off_tile_stats = o;    o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
+    p->off_tile_grad = o;     o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
+    p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
+    p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
+    p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
@@ -273,31 +313,31 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
 // Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
 // one token fits. The layout grows with the chunk, so a binary search finds it exactly.
 static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
-                              int dw_accumulator) {
+                              int dw_accumulator, int sms) {
     flce_plan p;
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, &p), budget)) lo = mid;
+        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, &p), budget)) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
 
-// Largest vocabulary tile (a multiple of FLCE_VOCAB_ALIGN, < Vp, <= hi) for chunks of `chunk`
-// tokens that fits budget; 0 if none.
+// Largest vocabulary tile (a multiple of `unit`, <= hi) for chunks of `chunk` tokens that
+// fits budget; 0 if none.
 static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chunk, int64_t hi,
-                              int dw_accumulator) {
+                              int dw_accumulator, int sms, int64_t unit) {
     flce_plan p;
     int64_t lo = 0;
-    hi /= FLCE_VOCAB_ALIGN;  // in units of FLCE_VOCAB_ALIGN columns
+    hi /= unit;  // in units
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        const size_t bytes = flce_layout(cfg, chunk, mid * FLCE_VOCAB_ALIGN, dw_accumulator, &p);
+        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, &p);
         if (flce_fits(bytes, budget)) lo = mid;
         else hi = mid - 1;
     }
-    return lo * FLCE_VOCAB_ALIGN;
+    return lo * unit;
 }
 
 // Spreads n items over parts of at most c (a multiple of `multiple` when c is): the same
@@ -322,13 +362,26 @@ first; the fp32 d_h of a chunk read and written by every tile; and a fixed cost 
 Only the comparison of two schedules matters, not the absolute value.
 */
 static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
-    const double rate = 6.6e14, bandwidth = 3.5e12, launch = 3e-6;
+    const double bandwidth = 3.5e12, launch = 3e-6;
     const double N = (double)cfg->n_tokens, H = (double)cfg->hidden, Vp = (double)cfg->vocab_padded;
-    const double es = (double)flce_dtype_size(cfg->dtype), ls = (double)p->logits_size;
     const int tiled = p->n_vtiles > 1;
-    const double shortest = (double)(p->chunk < p->vocab_tile ? p->chunk : p->vocab_tile);
     const double gemms = backward ? (tiled ? 4.0 : 3.0) : 1.0;
-    double t = gemms * 2.0 * N * Vp * H / rate * (1.0 + 128.0 / shortest);
+    if (p->sm90) {
+        // the Hopper path: GEMMs with the loss in their epilogues and operand loads, a short
+        // chunk wasting part of the 128-row tiles; per logit only E (written once, read by the
+        // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile
+        const double V = (double)cfg->vocab;
+        double t = gemms * 2.0 * N * V * H / 7.0e14 * (1.0 + 64.0 / (double)p->chunk);
+        double bytes = backward ? N * V * 6.0 : 0.0;
+        if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+        if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
+        t += bytes / bandwidth;
+        t += (double)(p->n_chunks * p->n_vtiles) * (backward ? 6.0 : 2.0) * launch;
+        return t;
+    }
+    const double es = (double)flce_dtype_size(cfg->dtype), ls = (double)p->logits_size;
+    const double shortest = (double)(p->chunk < p->vocab_tile ? p->chunk : p->vocab_tile);
+    double t = gemms * 2.0 * N * Vp * H / 6.6e14 * (1.0 + 128.0 / shortest);
     // per logit: the GEMM writes of it and the row passes (read twice, dlogits written)
     double bytes = N * Vp * (backward ? (tiled ? 4.0 : 3.0) * ls + es : 2.0 * ls);
     if (backward && needs_dw) bytes += (double)(p->n_chunks - 1) * Vp * H * 8.0;
@@ -339,41 +392,46 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
 }
 
 // needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
-// it produces gradients at all. The chunk schedule is taken whenever a chunk fits and the
-// model does not find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
-static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward,
+// it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
+// (flce_layout). The chunk schedule is taken whenever a chunk fits and the model does not
+// find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
+static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
                            flce_plan *p) {
-    const int64_t N = cfg->n_tokens, Vp = cfg->vocab_padded;
+    const int64_t N = cfg->n_tokens;
+    const int64_t span = sms ? cfg->vocab : cfg->vocab_padded;  // the columns the tiles cover
+    const int64_t unit = sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN;
     int64_t max_chunk = N;
     if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
     const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
     double best_cost = 0.0;
-    p->chunk = 0;
     flce_plan cand;
+    flce_layout(cfg, 0, span, 0, sms, p);  // chunk 0: nothing fits (yet)
     // the chunk schedule: the whole vocabulary per chunk
-    if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= Vp) {
-        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, Vp, 0);
+    if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
+        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms);
         int dw_acc = 0;
-        if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
+        // (the Hopper path's d_W GEMM writes fp32 only: a bf16 d_W always goes through it)
+        if (bf16_dw && (sms || c < N || cfg->accumulate_d_weight)) {
             // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
             dw_acc = 1;
-            c = flce_fit_chunk(cfg, budget, max_chunk, Vp, 1);
+            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms);
         }
         if (c > 0) {
-            flce_layout(cfg, flce_balance(N, c, FLCE_CHUNK_MULTIPLE), Vp, dw_acc, p);
+            flce_layout(cfg, flce_balance(N, c, FLCE_CHUNK_MULTIPLE), span, dw_acc, sms, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         }
     }
     // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the
     // widest vocabulary tile that fits beside it
-    int64_t max_vtile = Vp - 1;
+    int64_t max_vtile = span - 1;
     if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
+    if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
     for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
-        const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
-        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc);
+        const int dw_acc = bf16_dw && (sms || c < N || cfg->accumulate_d_weight);
+        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
         if (v > 0) {
             const int64_t cb = flce_balance(N, c, FLCE_CHUNK_MULTIPLE);
-            flce_layout(cfg, cb, flce_balance(Vp, v, FLCE_VOCAB_ALIGN), dw_acc, &cand);
+            flce_layout(cfg, cb, flce_balance(span, v, unit), dw_acc, sms, &cand);
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
             if (p->chunk == 0 || cost < best_cost) {
                 *p = cand;
@@ -382,38 +440,62 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
         }
         if (c == max_chunk) break;
     }
-    if (p->chunk == 0) flce_layout(cfg, 0, Vp, 0, p);
 }
 
-flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes) {
-    flce_status st = flce_config_check(cfg, NULL, 0);
-    if (st != FLCE_OK) return st;
-    if (bytes == NULL) return FLCE_ERR_NULL_POINTER;
-    if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
+// The multiprocessors of the current GPU when new contexts take the Hopper path there (the
+// planner's argument), else 0.
+static int flce_default_sms(void) {
+    if (!flce_hopper_default()) return 0;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return sms;
+}
+
+// The planned workspace for budget on the path of sms (flce_make_plan), or the minimum with
+// FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of the narrowest width (or the
+// whole vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs.
+static flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
-    flce_make_plan(cfg, budget_bytes, 1, 1, &p);
+    flce_make_plan(cfg, budget, 1, 1, sms, &p);
     if (p.chunk == 0) {
-        // the minimum: one token and one tile of FLCE_VOCAB_ALIGN columns (or the whole
-        // vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs
-        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-        *bytes = flce_layout(cfg, 1, FLCE_VOCAB_ALIGN, bf16_dw, &p);
+        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (sms || cfg->n_tokens > 1 || cfg->accumulate_d_weight);
+        *bytes = flce_layout(cfg, 1, sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;
     return FLCE_OK;
 }
 
+// Where the Hopper path is the default, the workspace serves both paths (each planned within
+// the budget), so that a context switched to cuBLASLt (flce_set_hopper) can use it too.
+flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes) {
+    flce_status st = flce_config_check(cfg, NULL, 0);
+    if (st != FLCE_OK) return st;
+    if (bytes == NULL) return FLCE_ERR_NULL_POINTER;
+    if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
+    const int sms = flce_default_sms();
+    st = flce_workspace_for(cfg, budget_bytes, sms, bytes);
+    size_t lt_bytes = 0;
+    if (st == FLCE_OK && sms > 0 && flce_workspace_for(cfg, budget_bytes, 0, &lt_bytes) == FLCE_OK &&
+        lt_bytes > *bytes)
+        *bytes = lt_bytes;
+    return st;
+}
+
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(), &p);
     return p.chunk;
 }
 
 int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(), &p);
     return p.chunk > 0 ? p.vocab_tile : 0;
 }
 
@@ -438,6 +520,7 @@ flce_status flce_create(flce_context **out) {
     memset(host, 0, sizeof(flce_host_status));
     const char *autotune = getenv("FLCE_AUTOTUNE");
     ctx->gemm.autotune = !(autotune != NULL && strcmp(autotune, "0") == 0);
+    ctx->hopper = flce_hopper_default();
     const char *timing = getenv("FLCE_TIMING");
     if (timing != NULL && strcmp(timing, "1") == 0 &&
         cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
@@ -475,6 +558,15 @@ void flce_destroy(flce_context *ctx) {
 
 void flce_set_autotune(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->gemm.autotune = on != 0;
+}
+
+int flce_hopper_default(void) {
+    const char *env = getenv("FLCE_HOPPER");
+    return !(env != NULL && strcmp(env, "0") == 0) && sm90_available();
+}
+
+void flce_set_hopper(flce_context *ctx, int on) {
+    if (ctx != NULL) ctx->hopper = on != 0 && sm90_available();
 }
 
 // An error of an earlier call recorded by the device: reported once, then cleared.
@@ -787,6 +879,193 @@ static flce_status flce_run_tiles(flce_call_state<T, TL, Tgt> *s) {
     return FLCE_OK;
 }
 
+// ----------------------------------------------------------------------------------------
+// the Hopper path (flce_sm90.cuh): our GEMMs with the loss fused into them
+
+#define FLCE_HOPPER_TRY(what, call)                                                            \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,              \
+                             "%s (Hopper path, chunk at token %lld): %s", what, (long long)c0, \
+                             cudaGetErrorString(e_));                                        \
+    } while (0)
+
+// The logits of vocabulary columns [r->voff, r->voff + w) for the chunk at c0: statistics
+// and / or E from the GEMM's epilogue.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0, int64_t w,
+                                    int store_e, int want_stats) {
+    flce_context *ctx = s->ctx;
+    const int64_t H = s->cfg->hidden;
+    sm90_problem q;
+    q.a = {(const T *)s->t->hidden + c0 * H, r->rows, H, H};
+    q.b = {(const T *)s->t->weight + (int64_t)r->voff * H, w, H, H};
+    // E: (rows x w) of the tile; the statistics-only pass over the whole vocabulary writes none
+    q.d = {s->ws + s->p->off_logits, r->rows, w < s->p->ldl ? w : s->p->ldl, s->p->ldl};
+    q.trans_a = 0; q.trans_b = 0;
+    q.M = r->rows; q.N = w; q.K = H; q.splits = 1;
+    flce_sm90_logits_args<T> a;
+    a.r = *r;
+    a.bias = s->ra.bias;
+    a.store_e = store_e;
+    a.want_stats = want_stats;
+    a.want_sum = s->cfg->label_smoothing > 0.0f;
+    FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
+        FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
+        if (a.bias != NULL || a.r.cap > 0.0f)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+    });
+    return FLCE_OK;
+}
+
+// LSE, loss, coefficients and tile scales of the chunk at c0 from its statistics.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_merge(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0) {
+    flce_context *ctx = s->ctx;
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        const unsigned grid = (unsigned)((r->ld + 31) / 32);
+        flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, (int)s->p->n_stat);
+        FLCE_HOPPER_TRY("merge kernel", cudaGetLastError());
+    });
+    return FLCE_OK;
+}
+
+// The gradients of vocabulary columns [r->voff, r->voff + w) (the tile whose E the buffer
+// holds) for the chunk at c0.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                      int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const flce_tensors *t = s->t;
+    const flce_plan *p = s->p;
+    const int64_t H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded, v0 = r->voff, rows = r->rows;
+    const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
+    const sm90_matrix E = {s->ws + p->off_logits, rows, w, p->ldl};
+    const int last = v0 + w == V;
+    // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
+    const int64_t rows_w = last ? Vp - v0 : w;
+    if (t->d_hidden != NULL) {
+        // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order
+        float *part = (float *)(s->ws + p->off_dh_part);
+        sm90_problem q;
+        q.a = E;
+        q.b = {w_tile, w, H, H};
+        q.d = {part, rows, H, H};
+        q.trans_a = 0; q.trans_b = 1;
+        q.M = rows; q.N = H; q.K = w; q.splits = p->dh_parts;
+        flce_sm90_grad_args a;
+        a.r = *r;
+        void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
+        const int parts = sm90_make_shape(q).splits;
+        const int64_t n = rows * H;
+        const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
+            FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
+            FLCE_HOPPER_TRY("d_hidden GEMM", cfg->softcap > 0.0f
+                                                  ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
+                                                  : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
+            if (p->dh_accumulator) {  // bf16 d_h over several tiles: summed in fp32, rounded once
+                float *dh32 = (float *)(s->ws + p->off_dh32);
+                flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+                if (last) {
+                    flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((__nv_bfloat16 *)dh, dh32, n,
+                                                                   cfg->accumulate_d_hidden);
+                    FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+                }
+            } else if (cfg->d_hidden_dtype == FLCE_FP32) {
+                flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(
+                    part, parts, n, (float *)dh, v0 > 0 || cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+            } else {
+                flce_sm90_sum_parts_kernel<__nv_bfloat16><<<grid, 256, 0, s->stream>>>(
+                    part, parts, n, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+            }
+        });
+    }
+    if (t->d_weight != NULL) {
+        // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32
+        const int acc = p->dw_accumulator;
+        float *dw = (float *)(acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + v0 * H;
+        const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
+        sm90_problem q;
+        q.a = E;
+        q.b = {h_chunk, rows, H, H};
+        q.d = {dw, rows_w, H, H};
+        q.trans_a = 1; q.trans_b = 1;
+        q.M = rows_w; q.N = H; q.K = rows; q.splits = 1;
+        flce_sm90_grad_args a;
+        a.r = *r;
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
+            FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, 4));
+            cudaError_t err;
+            if (cfg->softcap > 0.0f)
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
+            else
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, false>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw<false, false>, float, 1, 1>(q, a, s->stream);
+            FLCE_HOPPER_TRY("d_weight GEMM", err);
+        });
+    }
+    if (t->d_bias != NULL) {
+        // d_b[tile] (+)= the column sums of dlogits, in fp32
+        const int acc = cfg->d_bias_dtype == FLCE_BF16;
+        float *db = (acc ? (float *)(s->ws + p->off_db32) : (float *)t->d_bias) + v0;
+        const int add = c0 > 0 || (!acc && cfg->accumulate_d_bias);
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DBIAS, {
+            const unsigned grid = (unsigned)((rows_w + 511) / 512);
+            flce_sm90_dbias_kernel<<<grid, 256, 0, s->stream>>>((const __nv_bfloat16 *)E.ptr, p->ldl, *r, (int)w,
+                                                                (int)rows_w, db, add);
+            FLCE_HOPPER_TRY("d_bias kernel", cudaGetLastError());
+        });
+    }
+    return FLCE_OK;
+}
+
+// Per chunk: the logits GEMM (statistics and E), the merge, the gradient GEMMs. With
+// vocabulary tiles, a first logits GEMM over the whole vocabulary writes the statistics only,
+// then each tile's E is computed again (bitwise the same accumulators) for its gradients.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
+    const flce_config *cfg = s->cfg;
+    const flce_plan *p = s->p;
+    const int64_t N = cfg->n_tokens, V = cfg->vocab, C = p->chunk, tile = p->vocab_tile;
+    const int tiled = p->n_vtiles > 1;
+    flce_sm90_rows r;
+    memset(&r, 0, sizeof(r));
+    r.stat_m = (float *)(s->ws + p->off_stat);
+    r.stat_s = r.stat_m + p->n_stat * p->ldc;
+    r.stat_sz = r.stat_s + p->n_stat * p->ldc;
+    r.coef = (float *)(s->ws + p->off_rec);
+    r.ld = p->ldc;
+    r.V = (int)V;
+    r.cap = cfg->softcap;
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+        r.rows = (int)(N - c0 < C ? N - c0 : C);
+        s->ra.row0 = c0;
+        if (tiled) {
+            r.voff = 0;
+            FLCE_TRY(flce_hopper_logits(s, &r, c0, V, 0, 1));
+            FLCE_TRY(flce_hopper_merge(s, &r, c0));
+            if (!s->backward) continue;
+        }
+        for (int64_t v0 = 0; v0 < V; v0 += tile) {
+            const int64_t w = V - v0 < tile ? V - v0 : tile;
+            r.voff = (int)v0;
+            FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
+            if (!tiled) FLCE_TRY(flce_hopper_merge(s, &r, c0));
+            if (s->backward) FLCE_TRY(flce_hopper_backward(s, &r, c0, w));
+        }
+    }
+    return FLCE_OK;
+}
+
 // One call: prepare (targets checked and counted, exact target logits), the plan's schedule,
 // finalize (the loss; bf16 d_W / d_b from their fp32 accumulators; the error record).
 template <typename T, typename TL, typename Tgt>
@@ -834,12 +1113,15 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.ignore_index,
             target_logit, scalars);
         FLCE_LAUNCH_CHECK("flce_prepare_kernel");
-        if (backward && t->d_bias != NULL) {
+        if (backward && t->d_bias != NULL && !p->sm90) {
             flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>((T *)(ws + p->off_ones), p->chunk);
             FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
         }
     });
-    FLCE_TRY(p->n_vtiles > 1 ? flce_run_tiles(&s) : flce_run_chunks(&s));
+    if constexpr (sizeof(T) == 2) {  // the Hopper path runs bf16 inputs only
+        if (p->sm90) FLCE_TRY(flce_run_hopper(&s));
+    }
+    if (!p->sm90) FLCE_TRY(p->n_vtiles > 1 ? flce_run_tiles(&s) : flce_run_chunks(&s));
     FLCE_PHASE(ctx, stream, FLCE_T_FINALIZE, {
         flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
                                                            targets, t->loss, ctx->host_status_device);
@@ -873,11 +1155,18 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
         return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_NULL_POINTER, "tensors is NULL");
     FLCE_TRY(flce_check_tensors(ctx, cfg, t, backward));
     FLCE_TRY(flce_check_ptr(ctx, workspace, "workspace", FLCE_ALIGN));
+    // the Hopper path for bf16 inputs where the context takes it (flce_set_hopper)
+    int sms = 0;
+    if (ctx->hopper && cfg->dtype == FLCE_BF16) {
+        int dev = 0;
+        FLCE_CUDA_TRY(cudaGetDevice(&dev));
+        FLCE_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
     flce_plan plan;
-    flce_make_plan(cfg, workspace_bytes, backward && t->d_weight != NULL, backward, &plan);
+    flce_make_plan(cfg, workspace_bytes, backward && t->d_weight != NULL, backward, sms, &plan);
     if (plan.chunk == 0) {
         size_t need = 0;
-        flce_workspace_size(cfg, workspace_bytes, &need);
+        flce_workspace_for(cfg, workspace_bytes, sms, &need);
         return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_WORKSPACE,
                          "workspace_bytes = %zu; this config needs at least %zu "
                          "(see flce_workspace_size)", workspace_bytes, need);
@@ -889,7 +1178,7 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
     if (cfg->dtype == FLCE_FP32)
         return i64 ? flce_run<float, float, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)
                    : flce_run<float, float, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
-    if (plan.logits_size == 2)
+    if (plan.logits_size == 2)  // bf16 logits, and the Hopper path
         return i64 ? flce_run<bf16, bf16, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)
                    : flce_run<bf16, bf16, int32_t>(ctx, cfg, t, &plan, ws, stream, backward);
     return i64 ? flce_run<bf16, float, int64_t>(ctx, cfg, t, &plan, ws, stream, backward)

@@ -101,11 +101,14 @@ typedef struct {
     flce_dtype d_bias_dtype;    int accumulate_d_bias;
     int64_t max_chunk_tokens;   // 0 = as large as the workspace allows; else an upper bound
     // 0 = the planner's choice; else at most this many vocabulary columns per tile (>= 64;
-    // < Vp forces the tile schedule, see below)
+    // < Vp forces the tile schedule, see below; the Hopper path's tiles are multiples of 256
+    // columns, at least 256)
     int64_t max_vocab_tile;
-    // bf16 inputs only: keep the chunk's logits in bf16, as PyTorch and Liger do (faster: the
-    // row pass moves 8 instead of 14 bytes a logit; but the LSE and loss carry an error of
-    // about 2^-9 |z| and the gradients a little more). Default 0: fp32 logits, exact LSE.
+    // bf16 inputs only, cuBLASLt path: keep the chunk's logits in bf16, as PyTorch and Liger
+    // do (faster: the row pass moves 8 instead of 14 bytes a logit; but the LSE and loss carry
+    // an error of about 2^-9 |z| and the gradients a little more). Default 0: fp32 logits,
+    // exact LSE. The Hopper path needs neither: its statistics come from the fp32
+    // accumulators and its buffer holds bf16 exp(z - tile max).
     int bf16_logits;
 } flce_config;
 
@@ -134,9 +137,10 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
 flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len);
 
 // Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB): the
-// planner's schedule (chunks, or chunks x vocabulary tiles) for that budget. *bytes <=
-// budget_bytes unless even one token with one 64-column tile does not fit, in which case
-// *bytes is that minimum and FLCE_ERR_WORKSPACE is returned.
+// planner's schedule (chunks, or chunks x vocabulary tiles) for that budget, on either GEMM
+// path (see flce_set_hopper). *bytes <= budget_bytes unless even one token with one tile of
+// the narrowest width does not fit, in which case *bytes is that minimum and
+// FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 
 // The number of tokens per chunk a call with this workspace will use (0 if too small).
@@ -155,6 +159,18 @@ void flce_destroy(flce_context *ctx);
 // 0: take the heuristic's first pick (reproducible across processes). Shapes already met
 // keep their algorithm.
 void flce_set_autotune(flce_context *ctx, int on);
+
+// 1 (the default where available, unless FLCE_HOPPER=0): bf16 calls on a compute 9.0 GPU, in
+// a build for sm_90a (the Makefile's default), run flce's own Hopper GEMMs with the loss fused
+// into them (flce_sm90.cuh): no logits buffer beyond a bf16 one, no row pass. 0: cuBLASLt's
+// GEMMs and the row kernels, as on every other GPU and for fp32 inputs. Both are exact to the
+// bf16 floor and deterministic. The planner (flce_workspace_size, flce_chunk_tokens,
+// flce_vocab_tile) plans for the path a new context takes on the current device; a call
+// re-plans for its own path within the workspace it is given.
+void flce_set_hopper(flce_context *ctx, int on);
+
+// Whether a new context on the current device takes the Hopper path (see flce_set_hopper).
+int flce_hopper_default(void);
 
 // Loss and every requested gradient in one pass over the token chunks, on stream.
 flce_status flce_forward_backward(flce_context *ctx, const flce_config *cfg,

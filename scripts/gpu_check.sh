@@ -3,17 +3,19 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [bench-check] [bench] [bench-timing] [bench-noat] [gemm-algos]
-#                        [train] [train-b64] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos]
+#                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #   (default: all but train-mpi, which needs 2 GPUs: mpirun -np 2)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
-#   with autotuning off (FLCE_AUTOTUNE=0); train: ./train_gpt as a user
-#   runs it; train-b64: GPT-2 124M at B=64 (llm.c's comparison point); train-bmax: B=256.
+#   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
+#   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
+#   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
+#   cuBLASLt path; train-bmax: B=256; bench-flce: the flce rows of the benchmark only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens bench-check bench bench-timing train train-b64 train-bmax train-vocab train-flags}"
+steps="${*:-build test fixtures tokens gemm-sm90 bench-check bench bench-timing train train-b64 train-bmax train-vocab train-flags}"
 declare -A result
 run_step() {  # name, command...
     local name=$1; shift
@@ -34,11 +36,15 @@ for s in $steps; do
     tokens) run_step tokens python3 scripts/check_tokens_tiktoken.py ;;
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
+    bench-flce) run_step bench timeout 300 build/flce_bench -v flce -o "$OUT/bench.md" ;;
     bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
+    gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;
+    train-lt) FLCE_HOPPER=0 run_step train_lt timeout 400 ./train_gpt ;;
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
     train) run_step train timeout 400 ./train_gpt ;;
     train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
+    train-b64-lt) FLCE_HOPPER=0 run_step train_b64_lt timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
     train-fa) run_step train_b64_fa timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fa 1 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
@@ -55,7 +61,8 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
 [ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
-for f in train train_mpi train_b64 train_b64_fa train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
+[ -f "$OUT/gemm_sm90.log" ] && { echo "== our Hopper GEMM vs cuBLASLt =="; grep -E "^checks|^\|" "$OUT/gemm_sm90.log"; }
+for f in train train_lt train_mpi train_b64 train_b64_lt train_b64_fa train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
 done
 for f in bench_timing; do

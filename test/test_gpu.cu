@@ -11,6 +11,9 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
      loss NaN), NULL and misaligned pointers, bad sizes, a workspace too small;
   6. a CUDA-graph capture of a whole call, replayed;
   7. 64-bit indexing: one chunk of more than 2^31 logits against the same problem in chunks.
+All of it runs once per GEMM path this build and GPU have: flce's own Hopper GEMMs with the loss
+fused (sm_90a builds on a 9.0 GPU; bf16 inputs), then cuBLASLt's; every compare() line names
+its path.
 Tolerances (compare() says why): fp32 rel L2 <= 2e-5; bf16 inputs with fp32 logits: d_h / d_W
 rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-2 and 2e-3.
 */
@@ -50,6 +53,14 @@ static void result_free(Result *r) {
 
 static flce_context *g_ctx;
 static cudaStream_t g_stream;
+static int g_hopper;  // this pass's GEMM path: flce's Hopper GEMMs (1) or cuBLASLt (0)
+
+// A context on this pass's path.
+static flce_status new_context(flce_context **ctx) {
+    flce_status st = flce_create(ctx);
+    if (st == FLCE_OK) flce_set_hopper(*ctx, g_hopper);
+    return st;
+}
 
 static void *dev_upload(const float *x, size_t n, flce_dtype dt) {
     void *d = NULL;
@@ -201,6 +212,9 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
                     int backward, float grad_mult, double grad_tol_bf16) {
     const flce_config *c = &pb->cfg;
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
+    char tagged[600];  // the path in every line: fp32 inputs always take cuBLASLt's
+    snprintf(tagged, sizeof(tagged), "[%s] %s", g_hopper && c->dtype == FLCE_BF16 ? "hopper" : "cublaslt", label);
+    label = tagged;
     // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the issue's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
     // Liger share, held to 1e-2, the bound dev/flce_bench -c holds every version to.
@@ -461,7 +475,7 @@ static void test_random_shapes(void) {
                 // a context with autotuning off (the heuristic's algorithms) on the same problem;
                 // every other test runs with it on, the default
                 flce_context *tuned = g_ctx;
-                if (test_check(flce_create(&g_ctx) == FLCE_OK, "flce_create (autotune off)")) {
+                if (test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (autotune off)")) {
                     flce_set_autotune(g_ctx, 0);
                     char label2[400];
                     snprintf(label2, sizeof(label2), "%s; autotune off", label);
@@ -601,7 +615,7 @@ static void test_bad_inputs(void) {
             case 5: c2.n_tokens = 0; break;
             case 6: c2.hidden = 60; break;
             case 7: c2.label_smoothing = 1.0f; break;
-            case 8: wsb2 = 1 << 20; break;
+            case 8: wsb2 = 4096; break;
             case 9: ws2 = (char *)ws + 16; wsb2 -= 16; break;
             case 10: t2.d_bias = loss; break;
             case 11: c2.dtype = FLCE_FP32; c2.d_hidden_dtype = FLCE_FP32; c2.d_weight_dtype = FLCE_BF16; break;
@@ -665,15 +679,22 @@ int main(int argc, char **argv) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("test_gpu on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     cudaCheck(cudaStreamCreate(&g_stream));
-    if (flce_create(&g_ctx) != FLCE_OK) {
-        fprintf(stderr, "flce_create failed\n");
-        return 2;
+    // every test on each GEMM path this build and GPU have: flce's Hopper GEMMs where they
+    // run, and cuBLASLt's (the only path on other GPUs and for fp32 inputs)
+    const int hopper = flce_hopper_default();
+    printf("GEMM paths: %s\n", hopper ? "hopper, then cublaslt" : "cublaslt (no sm_90a build or not a 9.0 GPU)");
+    for (g_hopper = hopper; g_hopper >= 0; g_hopper--) {
+        printf("== %s path ==\n", g_hopper ? "hopper" : "cublaslt");
+        if (new_context(&g_ctx) != FLCE_OK) {
+            fprintf(stderr, "flce_create failed\n");
+            return 2;
+        }
+        test_fixtures(dir);
+        test_random_shapes();
+        test_bad_inputs();
+        test_large_offsets();
+        flce_destroy(g_ctx);
     }
-    test_fixtures(dir);
-    test_random_shapes();
-    test_bad_inputs();
-    test_large_offsets();
-    flce_destroy(g_ctx);
     cudaCheck(cudaStreamDestroy(g_stream));
     return test_summary();
 }

@@ -1,0 +1,692 @@
+/*
+gemm_sm90.cuh - our own Hopper GEMM (sm_90a): wgmma on operands that TMA bulk tensor copies
+bring into shared memory, for the products cuBLASLt cannot fuse our work into.
+
+    D (M x N) (+)= A (M x K) B (K x N), bf16 operands, fp32 accumulation
+
+Each operand is a row-major matrix in global memory with a row stride, in either orientation
+("K-major": its rows run along K; "MN-major": its rows run along M or N), so the three
+products of a linear layer and its gradients need no transposed copies:
+    y  = x W^T     A = x (K-major),      B = W (K-major: N rows of K)
+    dx = dy W      A = dy (K-major),     B = W (MN-major: K rows of N)
+    dW = dy^T x    A = dy (MN-major),    B = x (MN-major)
+
+The kernel (one CTA per SM, persistent): warpgroup 0 is the producer, one thread of which
+issues the TMA loads of 128 x 64 A tiles and 64 x 256 B tiles into a ring of stages, each
+completing on its "full" mbarrier; warpgroups 1 and 2 are consumers, each computing 64 rows
+of a 128 x 256 output tile with wgmma (m64n256k16) and releasing a stage through its "empty"
+mbarrier once the tensor cores have read it. setmaxnreg moves registers from the producer to
+the consumers (128 fp32 accumulators each). Tiles are visited in groups of 8 row tiles so
+that CTAs running at the same time share their operand tiles in L2. The epilogue stages the
+output through shared memory, each warp its own 16 rows in boxes of 128-byte rows, and writes
+them with TMA stores (or TMA reduce-adds, for D += ...) that run on while the warp goes on.
+
+What a product does besides multiplying is its policy, a struct of static device functions
+that the kernel calls at fixed points (see sm90_plain below):
+  - A_REGS: A is not read by wgmma from shared memory but by the policy, which loads the
+    stage's A tile (ldmatrix) and may transform it in registers before the product
+    (flce turns stored probabilities into dlogits there);
+  - STAGE_EXTRA: bytes the producer brings into each stage beside A and B (per-row data);
+  - epilogue: what happens to the fp32 accumulators of a finished tile.
+Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
+output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
+result is bitwise repeatable.
+
+Requirements (checked by sm90_gemm_check): pointers 16-byte aligned, row strides multiples of
+8 elements (16 bytes), K >= 1. M, N, K need not be multiples of the tile: TMA fills reads past
+the edge with zeros and clips writes.
+
+The device code needs the sm_90a target (`-gencode arch=compute_90a,code=sm_90a`): builds for
+other targets compile it to nothing, define no SM90_GEMM_BUILD, and callers use cuBLASLt.
+*/
+#ifndef GEMM_SM90_CUH
+#define GEMM_SM90_CUH
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SM90_DEVICE_CODE 1
+#endif
+
+#define SM90_BM 128            // output rows per CTA tile: 64 per consumer warpgroup
+#define SM90_BN 256            // output columns per CTA tile
+#define SM90_BK 64             // K per stage: one 128-byte swizzle row of bf16
+#define SM90_THREADS 384       // producer warpgroup + 2 consumer warpgroups
+#define SM90_GROUP_M 8         // row tiles per raster group
+#define SM90_A_BYTES (SM90_BM * SM90_BK * 2)
+#define SM90_B_BYTES (SM90_BN * SM90_BK * 2)
+#define SM90_BOX_BYTES 2048    // an epilogue box: a warp's 16 rows x 128 bytes
+#define SM90_CONSUMER_WARPS 8
+#define SM90_SMEM_LIMIT 232448 // the sm_90 per-block opt-in maximum (227 KiB)
+
+// ---------------------------------------------------------------------------------------
+// PTX wrappers
+
+__device__ __forceinline__ uint32_t sm90_smem(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void sm90_mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sm90_smem(bar)), "r"(count) : "memory");
+}
+
+// the producer's arrival: the stage will be full once `bytes` have landed
+__device__ __forceinline__ void sm90_mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sm90_smem(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void sm90_mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sm90_smem(bar)) : "memory");
+}
+
+__device__ __forceinline__ void sm90_mbar_wait(uint64_t *bar, unsigned parity) {
+    const uint32_t addr = sm90_smem(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// a 2-D box of a tensor map into shared memory, completing on bar
+__device__ __forceinline__ void sm90_tma_load(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(sm90_smem(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(sm90_smem(bar))
+        : "memory");
+}
+
+// a plain copy of `bytes` (a multiple of 16, both addresses 16-byte aligned), completing on bar
+__device__ __forceinline__ void sm90_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(sm90_smem(dst)), "l"((uint64_t)src), "r"(bytes), "r"(sm90_smem(bar))
+                 : "memory");
+}
+
+// a box of shared memory to a 3-D tensor map: stored, or added to what is there
+template <bool ADD>
+__device__ __forceinline__ void sm90_tma_store(const CUtensorMap *map, const void *src, int c0, int c1, int c2) {
+    if (ADD)
+        asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];"
+                     ::"l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(sm90_smem(src))
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];"
+                     ::"l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(sm90_smem(src))
+                     : "memory");
+}
+
+__device__ __forceinline__ void sm90_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// until at most N committed store groups are still reading shared memory
+template <int N>
+__device__ __forceinline__ void sm90_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void sm90_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// shared memory written by ordinary stores, next read by the TMA unit
+__device__ __forceinline__ void sm90_fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void sm90_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void sm90_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void sm90_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void sm90_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void sm90_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the wgmma waits: the
+// asm statements of wgmma name them, but an ordinary read could otherwise be scheduled early.
+__device__ __forceinline__ void sm90_fence_acc(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The same for an A operand in registers, before the wgmma fence: all of it is computed by
+// then. Otherwise the compiler may sink the computation of a later K step's fragment past the
+// first wgmma, and ptxas, finding registers of a wgmma defined inside its pipeline stage,
+// serializes every wgmma (its info C7513).
+__device__ __forceinline__ void sm90_fence_regs(uint32_t (&r)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// A shared-memory matrix descriptor with the 128-byte swizzle. For a K-major tile (rows of 64
+// bf16 along K, 8-row groups 1024 bytes apart) lbo is unused and sbo = 1024. For an MN-major
+// tile (TMA boxes of 64 MN x 64 K, 8 K-rows 1024 bytes apart, the next 64 MN one box = 8 KiB
+// further) lbo = 8192 and sbo = 1024.
+__device__ __forceinline__ uint64_t sm90_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+#define SM90_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define SM90_D16(i) SM90_D4(i), SM90_D4((i) + 4), SM90_D4((i) + 8), SM90_D4((i) + 12)
+#define SM90_D128 SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48), SM90_D16(64), SM90_D16(80), \
+                  SM90_D16(96), SM90_D16(112)
+#define SM90_R128                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
+// d (64 x 256 fp32 per warpgroup) (+)= A (64 x 16, shared memory) B (16 x 256, shared memory)
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void sm90_mma_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " SM90_R128
+                 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
+                 : SM90_D128
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+}
+
+// the same with A (64 x 16) in registers: the m16n8k16 A fragment of each warp's 16 rows
+template <int TRANS_B>
+__device__ __forceinline__ void sm90_mma_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " SM90_R128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+                 : SM90_D128
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+#endif
+}
+
+__device__ __forceinline__ void sm90_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void sm90_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// Byte offset of (row, 16-byte chunk) in a tile of 128-byte rows with the 128-byte swizzle
+// (the chunk index is XORed with the row's position in its 8-row group). Tiles and boxes
+// start 1024-byte aligned, so this is the layout TMA writes and wgmma reads.
+__device__ __forceinline__ uint32_t sm90_swz(int row, int chunk) {
+    return (uint32_t)(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ float sm90_bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float sm90_bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+__device__ __forceinline__ uint32_t sm90_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// ---------------------------------------------------------------------------------------
+// what a tile and a thread are
+
+typedef struct {
+    int M, N, K;
+    int splits;            // K cut into this many parts, each over k_tiles_per_split 64-wide steps
+    int k_tiles_per_split;
+    int tiles_m, tiles_n;  // output tiles per split
+} sm90_shape;
+
+typedef struct {
+    int m0, n0, split;     // the tile's first output row and column, and its K part
+    int kb0, kb1;          // its K steps [kb0, kb1) of SM90_BK
+} sm90_tile;
+
+__device__ __forceinline__ sm90_tile sm90_tile_at(const sm90_shape &s, int t) {
+    sm90_tile r;
+    const int per_split = s.tiles_m * s.tiles_n;
+    r.split = t / per_split;
+    t -= r.split * per_split;
+    // groups of SM90_GROUP_M row tiles; row tiles fastest within a group
+    const int group = t / (SM90_GROUP_M * s.tiles_n);
+    const int first_m = group * SM90_GROUP_M;
+    const int rows = min(SM90_GROUP_M, s.tiles_m - first_m);
+    const int in_group = t - group * SM90_GROUP_M * s.tiles_n;
+    r.m0 = (first_m + in_group % rows) * SM90_BM;
+    r.n0 = (in_group / rows) * SM90_BN;
+    const int k_tiles = (s.K + SM90_BK - 1) / SM90_BK;
+    r.kb0 = r.split * s.k_tiles_per_split;
+    r.kb1 = min(k_tiles, r.kb0 + s.k_tiles_per_split);
+    return r;
+}
+
+// A consumer thread's place: warpgroup wg (0, 1) owns tile rows 64 wg .. 64 wg + 63; warp w
+// (0..3) of it rows 16 w .. 16 w + 15 of those; lane = 4 g + t. Its accumulators d[4j + e]
+// hold row 16 w + g (e = 0, 1) and 16 w + g + 8 (e = 2, 3) at column 8 j + 2 t + (e & 1).
+typedef struct {
+    int wg, w, g, t, lt;   // lt: thread index within the warpgroup
+} sm90_thread;
+
+// The epilogue's staging: each consumer warp stages its 16 rows through its own boxes of
+// 16 rows x 128 bytes (64 bf16 or 32 fp32 columns) in the 128-byte swizzle, and its lane 0
+// sends each out with a TMA store while the warp writes the next: no barrier wider than the
+// warp. `buffers` (1 or 2) boxes per warp: two let a box be written while the last one is
+// still being read by the TMA unit; one saves shared memory for the pipeline's stages.
+typedef struct {
+    uint8_t *box[2];
+    int next;              // which box the next write goes to
+    int buffers;
+} sm90_staging;
+
+// Waits until the next box is free (the store that read it last has read it), then returns it.
+__device__ __forceinline__ uint8_t *sm90_box_begin(sm90_staging &st, const sm90_thread &th) {
+    if (th.lt % 32 == 0) {
+        if (st.buffers == 2) sm90_bulk_wait_read<1>();
+        else sm90_bulk_wait_read<0>();
+    }
+    __syncwarp();
+    return st.box[st.next];
+}
+
+// The box is written: lane 0 sends it to (c0 = column, c1 = row, c2 = split) of map.
+template <bool ADD>
+__device__ __forceinline__ void sm90_box_commit(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
+                                                int c0, int c1, int c2) {
+    sm90_fence_async_smem();
+    __syncwarp();
+    if (th.lt % 32 == 0) {
+        sm90_tma_store<ADD>(map, st.box[st.next], c0, c1, c2);
+        sm90_bulk_commit();
+    }
+    if (st.buffers == 2) st.next ^= 1;
+}
+
+// Writes the warp's accumulators of tile columns [32 q, 32 q + 32) as fp32, or of
+// [64 q, 64 q + 64) as bf16, into a box (its 16 rows are the warp's).
+template <typename OutT>
+__device__ __forceinline__ void sm90_box_write(uint8_t *box, const float (&d)[128], int q, const sm90_thread &th) {
+    const int r0 = th.g, r1 = r0 + 8;
+    if (sizeof(OutT) == 4) {
+#pragma unroll
+        for (int b = 0; b < 4; b++) {  // the box's 4 column groups of 8
+            const int j = 4 * q + b, chunk = 2 * b + (th.t >> 1), off = (th.t & 1) * 8;
+            *reinterpret_cast<float2 *>(box + sm90_swz(r0, chunk) + off) = make_float2(d[4 * j], d[4 * j + 1]);
+            *reinterpret_cast<float2 *>(box + sm90_swz(r1, chunk) + off) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const int j = 8 * q + b;
+            *reinterpret_cast<uint32_t *>(box + sm90_swz(r0, b) + 4 * th.t) = sm90_pack_bf16(d[4 * j], d[4 * j + 1]);
+            *reinterpret_cast<uint32_t *>(box + sm90_swz(r1, b) + 4 * th.t) =
+                sm90_pack_bf16(d[4 * j + 2], d[4 * j + 3]);
+        }
+    }
+}
+
+// A warp's rows of the tile out through its staging boxes: stored, or added (ADD) to D.
+template <typename OutT, bool ADD>
+__device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
+                                                const float (&d)[128], const sm90_tile &tile) {
+    constexpr int COLS = 128 / (int)sizeof(OutT);  // columns per box
+#pragma unroll
+    for (int q = 0; q < SM90_BN / COLS; q++) {
+        uint8_t *box = sm90_box_begin(st, th);
+        sm90_box_write<OutT>(box, d, q, th);
+        sm90_box_commit<ADD>(st, th, map, tile.n0 + q * COLS, tile.m0 + 64 * th.wg + 16 * th.w, tile.split);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// policies
+
+// The plain product: A and B read by wgmma from shared memory, D stored (or added to) as OutT.
+template <typename OutT, bool ADD>
+struct sm90_plain {
+    struct Args {};
+    struct TileState {};
+    static constexpr bool A_REGS = false;
+    static constexpr int STAGE_EXTRA = 0;
+    static constexpr int EPI_BUFFERS = 2;
+    __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
+    __device__ static void tile_begin(const Args &, TileState &, const sm90_tile &, const sm90_thread &) {}
+    __device__ static void load_a(const Args &, TileState &, const uint8_t *, const uint8_t *, const sm90_tile &,
+                                  int, const sm90_thread &, uint32_t (&)[16]) {}
+    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        sm90_store_tile<OutT, ADD>(st, th, map_d, d, tile);
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// the kernel
+
+template <int STAGES, int EXTRA, int EPI_BUFFERS>
+struct sm90_smem_layout {
+    static constexpr int A = 0;
+    static constexpr int B = A + STAGES * SM90_A_BYTES;
+    static constexpr int EPI = B + STAGES * SM90_B_BYTES;
+    static constexpr int EXTRA_OFF = EPI + SM90_CONSUMER_WARPS * EPI_BUFFERS * SM90_BOX_BYTES;
+    static constexpr int BARS = EXTRA_OFF + STAGES * EXTRA;
+    static constexpr int TOTAL = BARS + 2 * STAGES * 8 + 1024;  // + slack to align the base to 1024
+};
+
+template <class P>
+struct sm90_stages {
+    // as many stages as fit beside the epilogue staging, at most 4
+    static constexpr int per_stage = SM90_A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA;
+    static constexpr int fit =
+        (SM90_SMEM_LIMIT - SM90_CONSUMER_WARPS * P::EPI_BUFFERS * SM90_BOX_BYTES - 1024 - 64) / (per_stage + 16);
+    static constexpr int value = fit > 4 ? 4 : fit;
+};
+
+// One K step of a consumer warpgroup on stage s: A from the policy (registers, buffer BUF of
+// two, so that the next step's transform can run while this step's products are in flight)
+// or from shared memory, B from shared memory.
+template <class P, int TRANS_A, int TRANS_B, int BUF>
+__device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args, typename P::TileState &ts,
+                                                   float (&d)[128], uint32_t (&af)[2][16], const uint8_t *sa,
+                                                   const uint8_t *sb, const uint8_t *sx, const sm90_tile &tile,
+                                                   int kb, const sm90_thread &th) {
+    if (P::A_REGS) {
+        P::load_a(args, ts, sa, sx, tile, kb, th, af[BUF]);
+        sm90_fence_regs(af[BUF]);
+    }
+    sm90_wgmma_fence();
+    const uint32_t b_addr = sm90_smem(sb);
+    // this warpgroup's 64 rows of A: one 8 KiB half of a K-major tile, or one of the two
+    // 64-row boxes of an MN-major one: 8 KiB further either way
+    const uint32_t a_addr = sm90_smem(sa) + th.wg * 8192;
+#pragma unroll
+    for (int kk = 0; kk < SM90_BK / 16; kk++) {
+        const int scale_d = (kb > tile.kb0 || kk > 0) ? 1 : 0;
+        // a K step of 16: 32 bytes along a K-major row, 16 rows (2 KiB) down an MN-major box
+        const uint64_t db = TRANS_B ? sm90_desc(b_addr + kk * 2048, 8192, 1024)
+                                    : sm90_desc(b_addr + kk * 32, 16, 1024);
+        if (P::A_REGS) {
+            const uint32_t a4[4] = {af[BUF][4 * kk], af[BUF][4 * kk + 1], af[BUF][4 * kk + 2], af[BUF][4 * kk + 3]};
+            sm90_mma_rs<TRANS_B>(d, a4, db, scale_d);
+        } else {
+            const uint64_t da = TRANS_A ? sm90_desc(a_addr + kk * 2048, 8192, 1024)
+                                        : sm90_desc(a_addr + kk * 32, 16, 1024);
+            sm90_mma_ss<TRANS_A, TRANS_B>(d, da, db, scale_d);
+        }
+    }
+    sm90_wgmma_commit();
+}
+
+template <class P, int TRANS_A, int TRANS_B>
+__global__ void __launch_bounds__(SM90_THREADS, 1)
+sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                 const __grid_constant__ CUtensorMap map_d, const sm90_shape shape, const typename P::Args args) {
+#ifdef SM90_DEVICE_CODE
+    constexpr int STAGES = sm90_stages<P>::value;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS> L;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(smem + L::BARS), *empty = full + STAGES;
+    const int wg = threadIdx.x / 128;
+    const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            sm90_mbar_init(&full[s], 1);      // the producer's expect_tx
+            sm90_mbar_init(&empty[s], 2);     // one arrival per consumer warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        sm90_setmaxnreg_dec<40>();
+        if (threadIdx.x != 0) return;
+        int it = 0;
+        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+            const sm90_tile tile = sm90_tile_at(shape, t);
+            for (int kb = tile.kb0; kb < tile.kb1; kb++, it++) {
+                const int s = it % STAGES;
+                sm90_mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&full[s], SM90_A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA);
+                uint8_t *sa = smem + L::A + s * SM90_A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                const int k0 = kb * SM90_BK;
+                if (TRANS_A) {  // (K, M) rows: two boxes of 64 M x 64 K
+                    sm90_tma_load(sa, &map_a, tile.m0, k0, &full[s]);
+                    sm90_tma_load(sa + 8192, &map_a, tile.m0 + 64, k0, &full[s]);
+                } else {        // (M, K) rows: one box of 64 K x 128 M
+                    sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
+                }
+                if (TRANS_B) {  // (K, N) rows: four boxes of 64 N x 64 K
+                    for (int i = 0; i < 4; i++) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
+                } else {        // (N, K) rows: one box of 64 K x 256 N
+                    sm90_tma_load(sb, &map_b, k0, tile.n0, &full[s]);
+                }
+                if (P::STAGE_EXTRA > 0) P::stage_extra(args, smem + L::EXTRA_OFF + s * P::STAGE_EXTRA, &full[s], tile, k0);
+            }
+        }
+        return;
+    }
+
+    sm90_setmaxnreg_inc<232>();
+    sm90_thread th;
+    th.wg = wg - 1;
+    th.lt = threadIdx.x % 128;
+    th.w = th.lt / 32;
+    th.g = (th.lt % 32) / 4;
+    th.t = th.lt % 4;
+    sm90_staging st;
+    st.buffers = P::EPI_BUFFERS;
+    st.box[0] = smem + L::EPI + (4 * th.wg + th.w) * P::EPI_BUFFERS * SM90_BOX_BYTES;
+    st.box[1] = st.box[0] + (P::EPI_BUFFERS - 1) * SM90_BOX_BYTES;
+    st.next = 0;
+    float d[128];
+    uint32_t af[2][16];
+    int it = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const sm90_tile tile = sm90_tile_at(shape, t);
+        typename P::TileState ts;
+        P::tile_begin(args, ts, tile, th);
+        int prev = -1;
+        // two steps per round, so that the A register buffer of each is a constant
+        for (int kb = tile.kb0; kb < tile.kb1; kb += 2) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int k = kb + half;
+                if (k >= tile.kb1) break;
+                const int s = it % STAGES;
+                sm90_mbar_wait(&full[s], (it / STAGES) & 1);
+                const uint8_t *sa = smem + L::A + s * SM90_A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                const uint8_t *sx = smem + L::EXTRA_OFF + s * P::STAGE_EXTRA;
+                if (half == 0) sm90_consumer_step<P, TRANS_A, TRANS_B, 0>(args, ts, d, af, sa, sb, sx, tile, k, th);
+                else sm90_consumer_step<P, TRANS_A, TRANS_B, 1>(args, ts, d, af, sa, sb, sx, tile, k, th);
+                // the previous step's products are done: its stage (and A registers) are free
+                sm90_wgmma_wait<1>();
+                if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
+                prev = s;
+                it++;
+            }
+        }
+        sm90_wgmma_wait<0>();
+        if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
+        sm90_fence_acc(d);
+        P::epilogue(args, d, tile, th, st, &map_d);
+    }
+    if (th.lt % 32 == 0) sm90_bulk_wait_all();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// host side
+
+// A row-major bf16 (or fp32, for outputs) matrix in global memory.
+typedef struct {
+    const void *ptr;
+    int64_t rows, cols, ld;   // ld: row stride in elements
+} sm90_matrix;
+
+typedef PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn;
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so that programs need not
+// link libcuda themselves; NULL if the driver does not have it.
+static inline sm90_encode_fn sm90_encoder(void) {
+    static sm90_encode_fn fn = NULL;
+    static int tried = 0;
+    if (!tried) {
+        cudaDriverEntryPointQueryResult q;
+        void *p = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess && q == cudaDriverEntryPointSuccess)
+            fn = (sm90_encode_fn)p;
+        else
+            (void)cudaGetLastError();
+        tried = 1;
+    }
+    return fn;
+}
+
+// A tensor map of m (rows x cols, bf16 or fp32 by elem) in boxes of box_cols x box_rows, with
+// the 128-byte swizzle. rank 2, or rank 3 with `depth` slices split_stride elements apart (the
+// outputs: split-K parts); the rank must match the instructions that use it (.2d loads, .3d
+// stores).
+static inline cudaError_t sm90_make_map(CUtensorMap *map, const sm90_matrix &m, int elem, int box_cols, int box_rows,
+                                 int rank, int depth, int64_t split_stride) {
+    sm90_encode_fn enc = sm90_encoder();
+    if (enc == NULL) return cudaErrorNotSupported;
+    const cuuint64_t dims[3] = {(cuuint64_t)m.cols, (cuuint64_t)m.rows, (cuuint64_t)depth};
+    const cuuint64_t strides[2] = {(cuuint64_t)(m.ld * elem), (cuuint64_t)(split_stride * elem)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1};
+    const cuuint32_t estr[3] = {1, 1, 1};
+    CUresult r = enc(map, elem == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                     (cuuint32_t)rank, (void *)m.ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+static inline cudaError_t sm90_make_operand_map(CUtensorMap *map, const sm90_matrix &m, int box_cols, int box_rows) {
+    return sm90_make_map(map, m, 2, box_cols, box_rows, 2, 1, 0);
+}
+
+// Whether this build and device can run the kernels: an sm_90a build on a 9.0 device.
+static inline int sm90_available(void) {
+#ifdef SM90_GEMM_BUILD
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major == 9 && minor == 0 && sm90_encoder() != NULL;
+#else
+    return 0;
+#endif
+}
+
+static inline int sm90_aligned(const void *p, int64_t ld, int elem) {
+    return ((uintptr_t)p % 16) == 0 && (ld * elem) % 16 == 0;
+}
+
+// A problem for the kernel: D (M x N) (+)= op(A) op(B), with
+//   a: (M, K) rows if !trans_a, else (K, M) rows;   b: (N, K) rows if !trans_b, else (K, N)
+//   d: (splits * M) rows of N, slice s (rows s M ..) holding split s's part
+typedef struct {
+    sm90_matrix a, b, d;
+    int trans_a, trans_b;
+    int64_t M, N, K;
+    int splits;
+} sm90_problem;
+
+// cudaSuccess if the kernel can run p (sizes, alignment, 32-bit coordinates), else why not.
+static inline cudaError_t sm90_gemm_check(const sm90_problem &p, int d_elem) {
+    if (p.M <= 0 || p.N <= 0 || p.K <= 0 || p.splits < 1) return cudaErrorInvalidValue;
+    if (p.M > INT32_MAX - 2 * SM90_BM || p.N > INT32_MAX - 2 * SM90_BN || p.K > INT32_MAX - 2 * SM90_BK)
+        return cudaErrorInvalidValue;
+    if (!sm90_aligned(p.a.ptr, p.a.ld, 2) || !sm90_aligned(p.b.ptr, p.b.ld, 2) ||
+        !sm90_aligned(p.d.ptr, p.d.ld, d_elem))
+        return cudaErrorMisalignedAddress;
+    return cudaSuccess;
+}
+
+// Number of output tiles (per split) and the K steps of each split.
+static inline sm90_shape sm90_make_shape(const sm90_problem &p) {
+    sm90_shape s;
+    s.M = (int)p.M;
+    s.N = (int)p.N;
+    s.K = (int)p.K;
+    s.tiles_m = (int)((p.M + SM90_BM - 1) / SM90_BM);
+    s.tiles_n = (int)((p.N + SM90_BN - 1) / SM90_BN);
+    const int k_tiles = (int)((p.K + SM90_BK - 1) / SM90_BK);
+    s.splits = p.splits < k_tiles ? p.splits : k_tiles;
+    s.k_tiles_per_split = (k_tiles + s.splits - 1) / s.splits;
+    s.splits = (k_tiles + s.k_tiles_per_split - 1) / s.k_tiles_per_split;  // no empty split
+    return s;
+}
+
+// Launches policy P on problem p (D of OutT, operands in the layout TRANS_A, TRANS_B, which
+// must be p's), on stream. The caller has checked p.
+template <class P, typename OutT, int TRANS_A, int TRANS_B>
+static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Args &args, cudaStream_t stream) {
+    constexpr int STAGES = sm90_stages<P>::value;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS> L;
+    static_assert(L::TOTAL <= SM90_SMEM_LIMIT, "shared memory");
+    if (p.trans_a != TRANS_A || p.trans_b != TRANS_B) return cudaErrorInvalidValue;
+    CUtensorMap ma, mb, md;
+    const sm90_shape shape = sm90_make_shape(p);
+    cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, 128);
+    if (e == cudaSuccess)
+        e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, 256);
+    if (e == cudaSuccess)
+        e = sm90_make_map(&md, p.d, (int)sizeof(OutT), 128 / (int)sizeof(OutT), 16, 3, shape.splits, p.M * p.d.ld);
+    if (e != cudaSuccess) return e;
+    auto kernel = sm90_gemm_kernel<P, TRANS_A, TRANS_B>;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::TOTAL);
+    if (e != cudaSuccess) return e;
+    int dev = 0, sms = 0;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, shape, args);
+    return cudaGetLastError();
+}
+
+// The plain policy in p's layout.
+template <typename OutT, bool ADD>
+static cudaError_t sm90_gemm_plain(const sm90_problem &p, cudaStream_t stream) {
+    typedef sm90_plain<OutT, ADD> P;
+    if (p.trans_a)
+        return p.trans_b ? sm90_gemm_launch<P, OutT, 1, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 1, 0>(p, {}, stream);
+    return p.trans_b ? sm90_gemm_launch<P, OutT, 0, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 0, 0>(p, {}, stream);
+}
+
+// The plain product D (+)= op(A) op(B) in bf16 or fp32 (d_fp32), added to D when add.
+static inline cudaError_t sm90_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream) {
+    cudaError_t e = sm90_gemm_check(p, d_fp32 ? 4 : 2);
+    if (e != cudaSuccess) return e;
+    if (d_fp32) return add ? sm90_gemm_plain<float, true>(p, stream) : sm90_gemm_plain<float, false>(p, stream);
+    // bf16 additions would round twice: callers add in fp32
+    if (add) return cudaErrorInvalidValue;
+    return sm90_gemm_plain<__nv_bfloat16, false>(p, stream);
+}
+
+#endif // GEMM_SM90_CUH

@@ -1,0 +1,288 @@
+/*
+gemm_sm90.cu - our Hopper GEMM (common/gemm_sm90.cuh) against cuBLASLt, llm.c dev/cuda style:
+first every layout and output mode on odd shapes against cuBLASLt's fp32-accumulated result on
+the same bf16 inputs (outputs poisoned first, every element checked), then the rate of both at
+8192^3 and at the shapes of flce's three GEMMs.
+
+    build/gemm_sm90             check, then time (default shapes)
+    build/gemm_sm90 -c          check only
+    build/gemm_sm90 -r 20       timed repeats (median reported)
+
+The three layouts of a linear layer (see gemm_sm90.cuh): "TN" y = x W^T (both K-major),
+"NN" dx = dy W (B MN-major), "NT" dW = dy^T x (both MN-major), named as in BLAS for the
+row-major operands (N = not transposed in its (rows, K) storage).
+*/
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_sm90.cuh"
+
+#define CHECK_CUDA(x)                                                                            \
+    do {                                                                                         \
+        cudaError_t e_ = (x);                                                                    \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,    \
+                    __LINE__, #x);                                                               \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+#define CHECK_LT(x)                                                                              \
+    do {                                                                                         \
+        cublasStatus_t s_ = (x);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fprintf(stderr, "cuBLASLt status %d at %s:%d: %s\n", (int)s_, __FILE__, __LINE__, #x); \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------
+// inputs: a counter hash, uniform in [-1, 1), never zeros
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ (seed * 0x9E3779B9u) ^ (unsigned)(i >> 32);
+        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12; h *= 0x297a2d39u; h ^= h >> 15;
+        x[i] = __float2bfloat16(scale * ((float)(h >> 8) / 8388608.0f - 1.0f));
+    }
+}
+
+__global__ void fill_f32_kernel(float *x, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2246822519u ^ (seed * 0x85EBCA77u);
+        h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+        x[i] = (float)(h >> 8) / 8388608.0f - 1.0f;
+    }
+}
+
+__global__ void poison_kernel(unsigned *x, size_t words) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = 0x7fc07fc0u;  // NaN as fp32 and as both bf16 halves
+}
+
+// ---------------------------------------------------------------------------------------
+// cuBLASLt: the same row-major problem in its column-major terms (D^T = op(B)^T op(A)^T)
+
+static cublasLtHandle_t lt;
+static void *lt_ws;
+static const size_t LT_WS = (size_t)32 << 20;
+
+static void lt_gemm(const sm90_problem &p, int d_fp32, float beta, cudaStream_t s) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    CHECK_LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // first operand (N x K, column-major): B
+    const cublasOperation_t op1 = p.trans_b ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const cublasOperation_t op2 = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof(op1)));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof(op2)));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.trans_b ? p.N : p.K, p.trans_b ? p.K : p.N, p.b.ld));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.trans_a ? p.M : p.K, p.trans_a ? p.K : p.M, p.a.ld));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&ld, d_fp32 ? CUDA_R_32F : CUDA_R_16BF, p.N, p.M, p.d.ld));
+    cublasLtMatmulPreference_t pref;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &LT_WS, sizeof(LT_WS)));
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &n));
+    if (n == 0) { fprintf(stderr, "cuBLASLt: no algorithm\n"); exit(1); }
+    const float alpha = 1.0f;
+    CHECK_LT(cublasLtMatmul(lt, desc, &alpha, p.b.ptr, la, p.a.ptr, lb, &beta, (void *)p.d.ptr, ld, (void *)p.d.ptr,
+                            ld, &res.algo, lt_ws, LT_WS, s));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+}
+
+// ---------------------------------------------------------------------------------------
+// checks
+
+static double *host_f64(const void *dev, size_t n, int fp32) {
+    double *h = (double *)malloc(n * sizeof(double));
+    if (fp32) {
+        float *t = (float *)malloc(n * 4);
+        CHECK_CUDA(cudaMemcpy(t, dev, n * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] = t[i];
+        free(t);
+    } else {
+        __nv_bfloat16 *t = (__nv_bfloat16 *)malloc(n * 2);
+        CHECK_CUDA(cudaMemcpy(t, dev, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
+        free(t);
+    }
+    return h;
+}
+
+static int failures = 0;
+
+// D = op(A) op(B) (+ D0 when add) through both, split into `splits` K parts for ours (summed
+// here); rel L2 against cuBLASLt, NaN anywhere fails.
+static void check_case(const char *layout, int M, int N, int K, int d_fp32, int add, int splits) {
+    const int ta = layout[0] == 'N' && layout[1] == 'T', tb = !(layout[0] == 'T');
+    // TN: a (M,K) b (N,K); NN: a (M,K) b (K,N); NT: a (K,M) b (K,N)
+    const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? K : N, b_cols = tb ? N : K;
+    const int lda = (a_cols + 7) / 8 * 8 + 8, ldb = (b_cols + 7) / 8 * 8, ldd = (N + 7) / 8 * 8 + 8;
+    __nv_bfloat16 *A, *B;
+    void *D, *R;
+    const int es = d_fp32 ? 4 : 2;
+    CHECK_CUDA(cudaMalloc(&A, (size_t)a_rows * lda * 2));
+    CHECK_CUDA(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
+    CHECK_CUDA(cudaMalloc(&D, (size_t)splits * M * ldd * es));
+    CHECK_CUDA(cudaMalloc(&R, (size_t)M * ldd * es));
+    fill_kernel<<<256, 256>>>(A, (size_t)a_rows * lda, 1 + M, 1.0f);
+    fill_kernel<<<256, 256>>>(B, (size_t)b_rows * ldb, 2 + N, 1.0f);
+    if (add) {
+        fill_f32_kernel<<<256, 256>>>((float *)D, (size_t)M * ldd, 3);
+        CHECK_CUDA(cudaMemcpy(R, D, (size_t)M * ldd * 4, cudaMemcpyDeviceToDevice));
+    } else {
+        poison_kernel<<<256, 256>>>((unsigned *)D, (size_t)splits * M * ldd * es / 4);
+    }
+    CHECK_CUDA(cudaGetLastError());
+    sm90_problem p;
+    p.a = {A, a_rows, a_cols, lda};
+    p.b = {B, b_rows, b_cols, ldb};
+    p.d = {D, M, N, ldd};
+    p.trans_a = ta;
+    p.trans_b = tb;
+    p.M = M; p.N = N; p.K = K;
+    p.splits = splits;
+    CHECK_CUDA(sm90_gemm(p, d_fp32, add, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    sm90_problem pr = p;
+    pr.d.ptr = R;
+    lt_gemm(pr, d_fp32, add ? 1.0f : 0.0f, 0);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const int used_splits = sm90_make_shape(p).splits;
+    double *d = host_f64(D, (size_t)used_splits * M * ldd, d_fp32), *r = host_f64(R, (size_t)M * ldd, d_fp32);
+    double num = 0, den = 0;
+    int nan = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double v = 0;
+            for (int s = 0; s < used_splits; s++) v += d[((size_t)s * M + i) * ldd + j];
+            if (!isfinite(v)) nan++;
+            num += (v - r[(size_t)i * ldd + j]) * (v - r[(size_t)i * ldd + j]);
+            den += r[(size_t)i * ldd + j] * r[(size_t)i * ldd + j];
+        }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    const double tol = d_fp32 ? 1e-5 : 8e-3;
+    const int ok = nan == 0 && rel <= tol;
+    failures += !ok;
+    printf("%s %s M=%d N=%d K=%d out=%s%s splits=%d: rel L2 %.2e, non-finite %d\n", ok ? "PASS" : "FAIL", layout,
+           M, N, K, d_fp32 ? "fp32" : "bf16", add ? " (+=)" : "", used_splits, rel, nan);
+    free(d); free(r);
+    cudaFree(A); cudaFree(B); cudaFree(D); cudaFree(R);
+}
+
+// ---------------------------------------------------------------------------------------
+// timing
+
+static float median(float *x, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) { float t = x[j]; x[j] = x[j - 1]; x[j - 1] = t; }
+    return x[n / 2];
+}
+
+// Median ms of ours and of cuBLASLt on the same problem; the L2 is not flushed (the operands
+// of the large shapes are far larger than it).
+static void time_case(const char *what, const char *layout, int M, int N, int K, int d_fp32, int add, int reps) {
+    const int ta = layout[0] == 'N' && layout[1] == 'T', tb = !(layout[0] == 'T');
+    const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? K : N, b_cols = tb ? N : K;
+    const int lda = (a_cols + 7) / 8 * 8, ldb = (b_cols + 7) / 8 * 8, ldd = (N + 7) / 8 * 8;
+    const int es = d_fp32 ? 4 : 2;
+    __nv_bfloat16 *A, *B;
+    void *D;
+    CHECK_CUDA(cudaMalloc(&A, (size_t)a_rows * lda * 2));
+    CHECK_CUDA(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
+    CHECK_CUDA(cudaMalloc(&D, (size_t)M * ldd * es));
+    fill_kernel<<<1024, 256>>>(A, (size_t)a_rows * lda, 11, 1.0f);
+    fill_kernel<<<1024, 256>>>(B, (size_t)b_rows * ldb, 12, 1.0f);
+    CHECK_CUDA(cudaMemset(D, 0, (size_t)M * ldd * es));
+    sm90_problem p;
+    p.a = {A, a_rows, a_cols, lda};
+    p.b = {B, b_rows, b_cols, ldb};
+    p.d = {D, M, N, ldd};
+    p.trans_a = ta; p.trans_b = tb;
+    p.M = M; p.N = N; p.K = K; p.splits = 1;
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    float t_ours[64], t_lt[64];
+    if (reps > 64) reps = 64;
+    for (int r = -2; r < reps; r++) {  // two warm-ups each, interleaved
+        float ms;
+        CHECK_CUDA(cudaEventRecord(e0));
+        CHECK_CUDA(sm90_gemm(p, d_fp32, add, 0));
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) t_ours[r] = ms;
+        CHECK_CUDA(cudaEventRecord(e0));
+        lt_gemm(p, d_fp32, add ? 1.0f : 0.0f, 0);
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) t_lt[r] = ms;
+    }
+    const double flop = 2.0 * M * N * (double)K;
+    const float mo = median(t_ours, reps), ml = median(t_lt, reps);
+    printf("| %-34s | %s | %6d x %6d x %6d | %s%s | %8.3f | %6.1f | %8.3f | %6.1f | %5.2f |\n", what, layout, M, N, K,
+           d_fp32 ? "fp32" : "bf16", add ? "+=" : "  ", mo, flop / mo / 1e9, ml, flop / ml / 1e9, ml / mo);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(A); cudaFree(B); cudaFree(D);
+}
+
+int main(int argc, char **argv) {
+    int check_only = 0, reps = 15;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-c")) check_only = 1;
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: %s [-c] [-r repeats]\n", argv[0]); return 2; }
+    }
+    if (!sm90_available()) {
+        fprintf(stderr, "gemm_sm90: needs an sm_90a build (make, GPU_COMPUTE_CAPABILITY=90) on a compute 9.0 GPU\n");
+        return 1;
+    }
+    CHECK_LT(cublasLtCreate(&lt));
+    CHECK_CUDA(cudaMalloc(&lt_ws, LT_WS));
+
+    // odd shapes: partial tiles on every edge, K not a multiple of 64
+    const char *layouts[3] = {"TN", "NN", "NT"};
+    for (int l = 0; l < 3; l++) {
+        check_case(layouts[l], 300, 520, 200, 0, 0, 1);
+        check_case(layouts[l], 300, 520, 200, 1, 0, 1);
+        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
+        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
+        check_case(layouts[l], 2048, 2048, 512, 0, 0, 1);
+    }
+    printf("checks: %d failure(s)\n", failures);
+    if (check_only || failures) return failures ? 1 : 0;
+
+    printf("\n| problem | layout | M x N x K | out | ours ms | TFLOP/s | cuBLASLt ms | TFLOP/s | ours / Lt speed |\n");
+    printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+    time_case("square", "TN", 8192, 8192, 8192, 0, 0, reps);
+    time_case("square", "NN", 8192, 8192, 8192, 0, 0, reps);
+    time_case("square", "NT", 8192, 8192, 8192, 1, 1, reps);
+    // flce's GEMMs at a chunk of 4096 tokens: logits (C x V, k = H), d_h (C x H, k = V),
+    // d_W (V x H += over C tokens)
+    const int shapes[4][2] = {{768, 50304}, {4096, 128256}, {4096, 151936}, {1024, 176256}};
+    for (int s = 0; s < 4; s++) {
+        const int H = shapes[s][0], V = shapes[s][1], C = 4096;
+        char what[64];
+        snprintf(what, sizeof(what), "logits H=%d V=%d", H, V);
+        time_case(what, "TN", C, V, H, 0, 0, reps);
+        snprintf(what, sizeof(what), "d_h H=%d V=%d", H, V);
+        time_case(what, "NN", C, H, V, 1, 0, reps);
+        snprintf(what, sizeof(what), "d_W H=%d V=%d", H, V);
+        time_case(what, "NT", V, H, C, 1, 1, reps);
+    }
+    cudaFree(lt_ws);
+    cublasLtDestroy(lt);
+    return 0;
+}

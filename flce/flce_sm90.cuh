@@ -1,0 +1,515 @@
+/*
+flce_sm90.cuh - the cross-entropy fused into our Hopper GEMMs (common/gemm_sm90.cuh): the
+policies of flce's three products and the small kernels between them.
+
+Per chunk of C tokens and vocabulary range [v0, v0 + W) (the whole vocabulary unless the
+workspace forces tiles):
+  logits GEMM  z = h W^T on 128 x 256 tiles; its epilogue works on the fp32 accumulators:
+               bias and softcap applied, then per row and 256-column tile the max m_t, the
+               sum of exp(z - m_t) and the sum of z (label smoothing) go to the statistics,
+               and e = exp(z - m_t) (in [0, 1]: bf16 keeps it to 2^-9 relative) is stored
+               as the chunk's bf16 buffer E. No fp32 logits, no row pass.
+  merge        one thread per row: the tiles' statistics give the LSE, the loss (from fp32
+               accumulators, exact) and the row's coefficients (grad scale, mean divisor,
+               upstream gradient, z-loss, smoothing), and each tile's scale
+               s_t = g (1 + 2 zl lse) exp(m_t - lse), over its sum of exp.
+  d_h GEMM     d_h = dlogits W with dlogits formed from E in registers as the A operand is
+               loaded: dz = s_t e - g eps / V - [j == y] g (1 - eps), times 1 - tanh^2 under
+               a softcap, 0 past V. Split over K (the vocabulary) into a few parts when the
+               chunk has too few output tiles to fill the GPU; the parts are summed in order.
+  d_W GEMM     d_W (+)= dlogits^T h with the same transform of E read column-wise (ldmatrix
+               .trans); fp32 d_W accumulates with TMA reduce-adds, one per element per chunk.
+  d_b          a column-sum kernel over E with the same transform.
+With tiles, a first logits GEMM over the whole vocabulary writes only the statistics; the
+second, per tile, recomputes the same accumulators bit for bit and stores E.
+*/
+#ifndef FLCE_SM90_CUH
+#define FLCE_SM90_CUH
+
+#include "flce_kernels.cuh"
+#include "gemm_sm90.cuh"
+
+#define FLCE_SM90_TILE SM90_BN  // columns per statistics tile: the logits GEMM's tile
+
+// 1 / x to ~1 ulp in one instruction (the IEEE-rounded reciprocal is a subroutine call, whose
+// calling convention costs the epilogue's registers)
+__device__ __forceinline__ float flce_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// What the three products share: the chunk's per-row data.
+typedef struct {
+    float *stat_m;        // (tiles, ld): base-2 max of the tile's logits per row (z log2 e)
+    float *stat_s;        // (tiles, ld): sum of 2^(z2 - m); after the merge, the tile's scale
+    float *stat_sz;       // (tiles, ld): sum of z2 over the real classes (label smoothing)
+    // per row, in blocks of 64 rows (one copy per d_W stage): cs[64] = g eps / V (every
+    // column's term), y[64] (int bits: the target column, -1 for none), ct[64] = g (1 - eps)
+    // (the target's term); see flce_sm90_coef
+    float *coef;
+    int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
+    int rows;             // rows of the chunk
+    int V;                // real classes
+    int voff;             // vocabulary column of the E buffer's column 0 (a multiple of 256)
+    float cap;            // softcap, 0 = off
+} flce_sm90_rows;
+
+enum { FLCE_COEF_CS = 0, FLCE_COEF_Y = 1, FLCE_COEF_CT = 2 };
+
+// Where a row's coefficient `field` lives in flce_sm90_rows.coef.
+__host__ __device__ __forceinline__ int64_t flce_sm90_coef(int64_t row, int field) {
+    return (row >> 6) * 192 + field * 64 + (row & 63);
+}
+
+// ---------------------------------------------------------------------------------------
+// the logits GEMM: statistics and E from the accumulators
+
+// The logits GEMM's arguments.
+template <typename T>
+struct flce_sm90_logits_args {
+    flce_sm90_rows r;
+    const T *bias;    // (Vp) or NULL
+    int store_e;      // write E (else statistics only: the tile schedule's first pass)
+    int want_stats;   // write the statistics (else E only: its second pass)
+    int want_sum;     // label smoothing: the sum of the logits too
+};
+
+// LOGIT: bias and / or softcap on the accumulators (a kernel of its own: the register budget
+// of the plain one has no room for them).
+template <typename T, bool LOGIT>
+struct flce_sm90_logits {
+    typedef flce_sm90_logits_args<T> Args;
+    struct TileState {};
+    static constexpr bool A_REGS = false;
+    static constexpr int STAGE_EXTRA = 0;
+    static constexpr int EPI_BUFFERS = 2;
+    __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
+    __device__ static void tile_begin(const Args &, TileState &, const sm90_tile &, const sm90_thread &) {}
+    __device__ static void load_a(const Args &, TileState &, const uint8_t *, const uint8_t *, const sm90_tile &,
+                                  int, const sm90_thread &, uint32_t (&)[16]) {}
+
+    // base-2 logit of accumulator x at vocabulary column j (< V) with a bias or a softcap;
+    // inv_cap = 1 / softcap. tanh through one exponential and one reciprocal (absolute error
+    // ~1e-7, far below the bf16 of E) keeps the 128 of a thread within its registers.
+    __device__ static __forceinline__ float logit2(const Args &a, float x, int j, float inv_cap) {
+        if (a.bias != NULL) x += to_float(a.bias[j]);
+        if (a.r.cap > 0.0f) {
+            const float e = flce_exp2(fminf(2.0f * FLCE_LOG2E * inv_cap * x, 126.0f));
+            x = a.r.cap * (1.0f - 2.0f * flce_rcp(e + 1.0f));
+        }
+        return x * FLCE_LOG2E;
+    }
+
+    __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        const int col0 = a.r.voff + tile.n0 + 2 * th.t;  // vocabulary column of d[0]
+        const bool plain = !LOGIT;
+        const bool simple = plain && a.r.voff + tile.n0 + SM90_BN <= a.r.V;
+        float m0 = -INFINITY, m1 = -INFINITY;
+        if (simple) {
+#pragma unroll
+            for (int i = 0; i < 128; i++) d[i] *= FLCE_LOG2E;
+        } else if (plain) {  // the last tile: columns past V drop out
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] * FLCE_LOG2E : -INFINITY;
+        } else {
+            const float inv_cap = a.r.cap > 0.0f ? flce_rcp(a.r.cap) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int col = col0 + 8 * j + (e & 1);
+                    d[4 * j + e] = col < a.r.V ? logit2(a, d[4 * j + e], col, inv_cap) : -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            m0 = fmaxf(m0, fmaxf(d[4 * j], d[4 * j + 1]));
+            m1 = fmaxf(m1, fmaxf(d[4 * j + 2], d[4 * j + 3]));
+        }
+        // the row's 256 columns sit in the 4 threads of a quad
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f;
+        if (a.want_sum) {
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const bool ok = simple || col0 + 8 * j + e < a.r.V;
+                    z0 += ok ? d[4 * j + e] : 0.0f;
+                    z1 += ok ? d[4 * j + 2 + e] : 0.0f;
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
+                d[4 * j + e] = flce_exp2(d[4 * j + e] - m0);
+                d[4 * j + 2 + e] = flce_exp2(d[4 * j + 2 + e] - m1);
+                s0 += d[4 * j + e];
+                s1 += d[4 * j + 2 + e];
+            }
+#pragma unroll
+        for (int off = 1; off <= 2; off *= 2) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+            z0 += __shfl_xor_sync(0xffffffffu, z0, off);
+            z1 += __shfl_xor_sync(0xffffffffu, z1, off);
+        }
+        if (a.want_stats && th.t == 0) {
+            const int64_t base = (int64_t)((a.r.voff + tile.n0) / FLCE_SM90_TILE) * a.r.ld;
+            const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g, r1 = r0 + 8;
+            if (r0 < a.r.rows) {
+                a.r.stat_m[base + r0] = m0;
+                a.r.stat_s[base + r0] = s0;
+                a.r.stat_sz[base + r0] = z0;
+            }
+            if (r1 < a.r.rows) {
+                a.r.stat_m[base + r1] = m1;
+                a.r.stat_s[base + r1] = s1;
+                a.r.stat_sz[base + r1] = z1;
+            }
+        }
+        if (a.store_e) sm90_store_tile<__nv_bfloat16, false>(st, th, map_d, d, tile);
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// dlogits from E, element by element
+
+// dz of one element of E (e) at vocabulary column j of a row with scale s, target y and
+// coefficients ct = g (1 - eps), cs = g eps / V. CAP: under a softcap, m2 is the tile's base-2
+// max and inv_cap = 1 / softcap; the capped logit comes back from e = 2^(z2 - m2) (e == 0, below
+// 2^-133 of the max, happens only with a cap over ~44 and is taken as tanh = -1).
+template <bool CAP>
+__device__ __forceinline__ float flce_sm90_dz(float e, float s, int j, int y, float ct, float cs, float inv_cap,
+                                              float m2, int V) {
+    float dz = s * e - cs;
+    dz -= j == y ? ct : 0.0f;
+    if (CAP) {
+        const float th = e > 0.0f ? (m2 + __log2f(e)) * FLCE_LN2 * inv_cap : -1.0f;
+        dz *= 1.0f - th * th;
+    }
+    return j < V ? dz : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------
+// the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded
+
+// The gradient products' arguments: the chunk's rows.
+struct flce_sm90_grad_args {
+    flce_sm90_rows r;
+};
+
+template <bool CAP>
+struct flce_sm90_dh {
+    typedef flce_sm90_grad_args Args;
+    struct TileState {
+        int row[2];                // the thread's two chunk rows
+        int y[2];                  // their targets (vocabulary column, -1 none)
+        float ct[2], cs[2];
+        float s[2], m2[2];         // the current statistics tile's scale and max
+        int t;                     // that tile
+    };
+    static constexpr bool A_REGS = true;
+    static constexpr int STAGE_EXTRA = 0;
+    static constexpr int EPI_BUFFERS = 2;
+    __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
+
+    __device__ static void tile_begin(const Args &a, TileState &ts, const sm90_tile &tile, const sm90_thread &th) {
+        ts.row[0] = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
+        ts.row[1] = ts.row[0] + 8;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const bool in = ts.row[h] < a.r.rows;
+            ts.y[h] = in ? __float_as_int(a.r.coef[flce_sm90_coef(ts.row[h], FLCE_COEF_Y)]) : -1;
+            ts.ct[h] = in ? a.r.coef[flce_sm90_coef(ts.row[h], FLCE_COEF_CT)] : 0.0f;
+            ts.cs[h] = in ? a.r.coef[flce_sm90_coef(ts.row[h], FLCE_COEF_CS)] : 0.0f;
+            ts.s[h] = 0.0f;
+            ts.m2[h] = 0.0f;
+        }
+        ts.t = -1;
+    }
+
+    __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *, const sm90_tile &,
+                                  int kb, const sm90_thread &th, uint32_t (&af)[16]) {
+        const int j0 = a.r.voff + kb * SM90_BK;  // vocabulary column of the step's first K
+        const int t = j0 / FLCE_SM90_TILE;
+        if (t != ts.t) {
+            ts.t = t;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (ts.row[h] < a.r.rows) {
+                    ts.s[h] = a.r.stat_s[(int64_t)t * a.r.ld + ts.row[h]];
+                    if (CAP) ts.m2[h] = a.r.stat_m[(int64_t)t * a.r.ld + ts.row[h]];
+                }
+        }
+        const int lane = th.lt % 32, mi = lane / 8;
+        const int arow = 64 * th.wg + 16 * th.w + (lane % 8) + 8 * (mi & 1);
+        const uint32_t base = sm90_smem(sa);
+        // the common case, decided for the whole warp: no target of its rows in these 64
+        // columns, all of them real classes: dz = s e - cs, one FFMA
+        const bool plain = !CAP && __all_sync(0xffffffffu, j0 + SM90_BK <= a.r.V &&
+                                                               (unsigned)(ts.y[0] - j0) >= (unsigned)SM90_BK &&
+                                                               (unsigned)(ts.y[1] - j0) >= (unsigned)SM90_BK);
+        const float inv_cap = CAP ? flce_rcp(a.r.cap) : 0.0f;
+        // one straight line of code per case: ptxas serializes the wgmmas (info C7513) when
+        // their register operands come out of branches inside the K loop
+        if (plain) {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) {
+                uint32_t r[4];
+                sm90_ldmatrix_x4(r, base + sm90_swz(arow, 2 * kk + (mi >> 1)));
+                // r[q]: row q & 1, columns 16 kk + 8 (q >> 1) + 2 t + {0, 1}
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    af[4 * kk + q] = sm90_pack_bf16(ts.s[q & 1] * sm90_bf16_lo(r[q]) - ts.cs[q & 1],
+                                                    ts.s[q & 1] * sm90_bf16_hi(r[q]) - ts.cs[q & 1]);
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) {
+                uint32_t r[4];
+                sm90_ldmatrix_x4(r, base + sm90_swz(arow, 2 * kk + (mi >> 1)));
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int h = q & 1, j = j0 + 16 * kk + 8 * (q >> 1) + 2 * th.t;
+                    const float d0 = flce_sm90_dz<CAP>(sm90_bf16_lo(r[q]), ts.s[h], j, ts.y[h], ts.ct[h], ts.cs[h],
+                                                       inv_cap, ts.m2[h], a.r.V);
+                    const float d1 = flce_sm90_dz<CAP>(sm90_bf16_hi(r[q]), ts.s[h], j + 1, ts.y[h], ts.ct[h],
+                                                       ts.cs[h], inv_cap, ts.m2[h], a.r.V);
+                    af[4 * kk + q] = sm90_pack_bf16(d0, d1);
+                }
+            }
+        }
+    }
+
+    // the fp32 partial of this K part
+    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        sm90_store_tile<float, false>(st, th, map_d, d, tile);
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
+// stage brings the 64 rows' scales (for this tile's statistics tile), records and maxima
+
+// scale, cs, y, ct (and under a softcap m2) of 64 rows
+#define FLCE_SM90_DW_EXTRA(CAP) ((CAP ? 5 : 4) * 64 * 4)
+
+template <bool ADD, bool CAP>
+struct flce_sm90_dw {
+    typedef flce_sm90_grad_args Args;
+    struct TileState {
+        int v[2];                  // the thread's two vocabulary rows: 16 w + g, + 8
+    };
+    static constexpr bool A_REGS = true;
+    static constexpr int STAGE_EXTRA = FLCE_SM90_DW_EXTRA(CAP);
+    // one staging box per warp leaves room for four stages beside the per-row data
+    static constexpr int EPI_BUFFERS = 1;
+
+    __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
+        // rows past V (the padding of W) read the last tile's data; their dz is 0 anyway
+        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_TILE;
+        uint8_t *x = (uint8_t *)dst;
+        sm90_bulk_load(x, a.r.stat_s + t * a.r.ld + k0, 256, bar);
+        sm90_bulk_load(x + 256, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
+        if (CAP) sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
+    }
+
+    __device__ static void tile_begin(const Args &a, TileState &ts, const sm90_tile &tile, const sm90_thread &th) {
+        ts.v[0] = a.r.voff + tile.m0 + 64 * th.wg + 16 * th.w + th.g;
+        ts.v[1] = ts.v[0] + 8;
+    }
+
+    __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
+                                  int, const sm90_thread &th, uint32_t (&af)[16]) {
+        const float *sc = (const float *)sx, *cs = (const float *)(sx + 256);
+        const int *ys = (const int *)(sx + 512);
+        const float *ct = (const float *)(sx + 768), *mx = (const float *)(sx + 1024);
+        const int lane = th.lt % 32, mi = lane / 8;
+        const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
+        // the common case, decided for the warp: none of the 64 rows' targets among its 16
+        // vocabulary rows, all of them real classes: dz = s e - cs, one FFMA
+        const int vw = ts.v[0] - th.g;
+        const bool plain = !CAP && vw + 16 <= a.r.V &&
+                           !__any_sync(0xffffffffu, (unsigned)(ys[lane] - vw) < 16u || (unsigned)(ys[lane + 32] - vw) < 16u);
+        const float inv_cap = CAP ? flce_rcp(a.r.cap) : 0.0f;
+        // one straight line of code per case (see flce_sm90_dh)
+        if (plain) {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) {
+                uint32_t r[4];
+                // stored rows are chunk rows (K), 16-byte chunks 8 vocabulary rows (M)
+                sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+                // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows 16 kk + 8 kh + 2 t + {0, 1}
+#pragma unroll
+                for (int kh = 0; kh < 2; kh++) {
+                    const int k = 16 * kk + 8 * kh + 2 * th.t;
+                    const float2 s2 = *reinterpret_cast<const float2 *>(sc + k);
+                    const float2 c2 = *reinterpret_cast<const float2 *>(cs + k);
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        af[4 * kk + 2 * kh + h] = sm90_pack_bf16(s2.x * sm90_bf16_lo(r[2 * kh + h]) - c2.x,
+                                                                 s2.y * sm90_bf16_hi(r[2 * kh + h]) - c2.y);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) {
+                uint32_t r[4];
+                sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+#pragma unroll
+                for (int kh = 0; kh < 2; kh++) {
+                    const int k = 16 * kk + 8 * kh + 2 * th.t;
+                    const float2 s2 = *reinterpret_cast<const float2 *>(sc + k);
+                    const float2 c2 = *reinterpret_cast<const float2 *>(cs + k);
+                    const int2 y2 = *reinterpret_cast<const int2 *>(ys + k);
+                    const float2 t2 = *reinterpret_cast<const float2 *>(ct + k);
+                    const float m0 = CAP ? mx[k] : 0.0f, m1 = CAP ? mx[k + 1] : 0.0f;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t x = r[2 * kh + h];
+                        const float d0 = flce_sm90_dz<CAP>(sm90_bf16_lo(x), s2.x, ts.v[h], y2.x, t2.x, c2.x, inv_cap,
+                                                           m0, a.r.V);
+                        const float d1 = flce_sm90_dz<CAP>(sm90_bf16_hi(x), s2.y, ts.v[h], y2.y, t2.y, c2.y, inv_cap,
+                                                           m1, a.r.V);
+                        af[4 * kk + 2 * kh + h] = sm90_pack_bf16(d0, d1);
+                    }
+                }
+            }
+        }
+    }
+
+    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// between the products
+
+// LSE, loss and coefficients of the chunk's rows from the statistics of the tiles
+// [0, n_tiles); each tile's sum of exp becomes its scale. A block holds 32 rows (its lanes)
+// and spreads the tiles over its FLCE_MERGE_WARPS warps, so that a row's thousand tiles are
+// read by many loads in flight (they are 8 KiB a row at V = 176K); the warps' partials merge
+// in a fixed order. Padding rows (rows .. ld) get zeros, so that the d_W stages that read them
+// add nothing.
+#define FLCE_MERGE_WARPS 8
+
+template <typename T, typename Tgt>
+__global__ void __launch_bounds__(32 * FLCE_MERGE_WARPS)
+flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles) {
+    __shared__ float part_m[FLCE_MERGE_WARPS][32], part_s[FLCE_MERGE_WARPS][32], part_z[FLCE_MERGE_WARPS][32];
+    __shared__ float row_lse2[32], row_coef[32];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int64_t row = (int64_t)blockIdx.x * 32 + lane;
+    const bool real = row < r.rows;
+    float m = -INFINITY, s = 0.0f, z = 0.0f;
+    if (real) {
+        for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
+            const int64_t k = (int64_t)t * r.ld + row;
+            const float mt = r.stat_m[k], st = r.stat_s[k];
+            const float mx = fmaxf(m, mt);
+            s = s * flce_exp2(m - mx) + st * flce_exp2(mt - mx);
+            m = mx;
+            z += r.stat_sz[k];
+        }
+    }
+    part_m[w][lane] = m;
+    part_s[w][lane] = s;
+    part_z[w][lane] = z;
+    __syncthreads();
+    if (w == 0 && real) {
+        flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
+        for (int k = 0; k < FLCE_MERGE_WARPS; k++)
+            if (part_s[k][lane] > 0.0f)  // a warp with no tiles (n_tiles < warps) has s = 0
+                st = flce_stats_merge(st, flce_row_stats{part_m[k][lane], part_s[k][lane], part_z[k][lane]});
+        const int64_t i = a.row0 + row;
+        int y;
+        float zt;
+        const int valid = flce_row_target(a, i, &y, &zt);
+        const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, (int)a.V, a.grad_token_loss, a.scalars, a.p,
+                                                1, a.token_loss, a.token_lse);
+        r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
+        r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
+        r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
+        row_lse2[lane] = g.lse2;
+        row_coef[lane] = g.coef_p;
+    } else if (w == 0 && row < r.ld) {
+        r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(-1);
+        r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = 0.0f;
+        r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = 0.0f;
+    }
+    __syncthreads();
+    if (row >= r.ld) return;
+    for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
+        const int64_t k = (int64_t)t * r.ld + row;
+        if (real) {
+            r.stat_s[k] = row_coef[lane] * flce_exp2(r.stat_m[k] - row_lse2[lane]);
+        } else {
+            r.stat_s[k] = 0.0f;
+            r.stat_m[k] = 0.0f;
+        }
+    }
+}
+
+// d_b[j] (+)= sum over the chunk's rows of dz at column j, for the columns [0, w) of a tile
+// (vocabulary voff ..) whose E holds the first w_e; the rest (padding rows of W past V) get 0.
+// Two columns per thread, rows in order (deterministic).
+__global__ void flce_sm90_dbias_kernel(const __nv_bfloat16 *E, int64_t lde, flce_sm90_rows r, int w_e, int w,
+                                       float *db, int accumulate) {
+    const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= w) return;
+    const int j = r.voff + c;
+    const int64_t t = j / FLCE_SM90_TILE;
+    float acc0 = 0.0f, acc1 = 0.0f;
+    if (c < w_e) {  // (c + 1 may be past w_e: the buffer's stride is padded, and dz masks j >= V)
+        for (int i = 0; i < r.rows; i++) {
+            const uint32_t e2 = *reinterpret_cast<const uint32_t *>(E + (int64_t)i * lde + c);
+            const float s = r.stat_s[t * r.ld + i];
+            const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+            const float ct = r.coef[flce_sm90_coef(i, FLCE_COEF_CT)], cs = r.coef[flce_sm90_coef(i, FLCE_COEF_CS)];
+            if (r.cap > 0.0f) {
+                const float m2 = r.stat_m[t * r.ld + i], inv_cap = flce_rcp(r.cap);
+                acc0 += flce_sm90_dz<true>(sm90_bf16_lo(e2), s, j, y, ct, cs, inv_cap, m2, r.V);
+                acc1 += flce_sm90_dz<true>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, inv_cap, m2, r.V);
+            } else {
+                acc0 += flce_sm90_dz<false>(sm90_bf16_lo(e2), s, j, y, ct, cs, 0.0f, 0.0f, r.V);
+                acc1 += flce_sm90_dz<false>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, 0.0f, 0.0f, r.V);
+            }
+        }
+    }
+    db[c] = (accumulate ? db[c] : 0.0f) + acc0;
+    if (c + 1 < w) db[c + 1] = (accumulate ? db[c + 1] : 0.0f) + acc1;
+}
+
+// out (rows x H, bf16 or fp32) (+)= the sum of `parts` fp32 partials (rows x H each, part
+// stride rows * H), in order; 4 elements per thread (H is a multiple of 4 for these).
+template <typename TO>
+__global__ void flce_sm90_sum_parts_kernel(const float *part, int parts, int64_t n, TO *out, int accumulate) {
+    for (int64_t k = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); k < n;
+         k += 4 * (int64_t)gridDim.x * blockDim.x) {
+        float4 acc = *reinterpret_cast<const float4 *>(part + k);
+        for (int p = 1; p < parts; p++) {
+            const float4 x = *reinterpret_cast<const float4 *>(part + (int64_t)p * n + k);
+            acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+        }
+        float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (accumulate) v[e] += to_float(out[k + e]);
+            out[k + e] = from_float<TO>(v[e]);
+        }
+    }
+}
+
+#endif // FLCE_SM90_CUH
