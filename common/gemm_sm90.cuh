@@ -359,18 +359,27 @@ __device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thr
 // ---------------------------------------------------------------------------------------
 // policies
 
-// The plain product: A and B read by wgmma from shared memory, D stored (or added to) as OutT.
-template <typename OutT, bool ADD>
-struct sm90_plain {
-    struct Args {};
+// What a policy does not change: A read by wgmma from shared memory, no per-stage data, two
+// staging boxes per warp, no per-tile state. A policy derives from it, defines Args and its
+// epilogue, and hides whichever of these it does differently.
+struct sm90_policy_base {
     struct TileState {};
     static constexpr bool A_REGS = false;
     static constexpr int STAGE_EXTRA = 0;
     static constexpr int EPI_BUFFERS = 2;
+    template <class Args>
     __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
-    __device__ static void tile_begin(const Args &, TileState &, const sm90_tile &, const sm90_thread &) {}
-    __device__ static void load_a(const Args &, TileState &, const uint8_t *, const uint8_t *, const sm90_tile &,
-                                  int, const sm90_thread &, uint32_t (&)[16]) {}
+    template <class Args, class TS>
+    __device__ static void tile_begin(const Args &, TS &, const sm90_tile &, const sm90_thread &) {}
+    template <class Args, class TS>
+    __device__ static void load_a(const Args &, TS &, const uint8_t *, const uint8_t *, const sm90_tile &, int,
+                                  const sm90_thread &, uint32_t (&)[16]) {}
+};
+
+// The plain product: D stored (or added to) as OutT.
+template <typename OutT, bool ADD>
+struct sm90_plain : sm90_policy_base {
+    struct Args {};
     __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         sm90_store_tile<OutT, ADD>(st, th, map_d, d, tile);

@@ -78,16 +78,8 @@ struct flce_sm90_logits_args {
 // LOGIT: bias and / or softcap on the accumulators (a kernel of its own: the register budget
 // of the plain one has no room for them).
 template <typename T, bool LOGIT>
-struct flce_sm90_logits {
+struct flce_sm90_logits : sm90_policy_base {
     typedef flce_sm90_logits_args<T> Args;
-    struct TileState {};
-    static constexpr bool A_REGS = false;
-    static constexpr int STAGE_EXTRA = 0;
-    static constexpr int EPI_BUFFERS = 2;
-    __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
-    __device__ static void tile_begin(const Args &, TileState &, const sm90_tile &, const sm90_thread &) {}
-    __device__ static void load_a(const Args &, TileState &, const uint8_t *, const uint8_t *, const sm90_tile &,
-                                  int, const sm90_thread &, uint32_t (&)[16]) {}
 
     // base-2 logit of accumulator x at vocabulary column j (< V) with a bias or a softcap;
     // inv_cap = 1 / softcap. tanh through one exponential and one reciprocal (absolute error
@@ -208,7 +200,7 @@ struct flce_sm90_grad_args {
 };
 
 template <bool CAP>
-struct flce_sm90_dh {
+struct flce_sm90_dh : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
         int row[2];                // the thread's two chunk rows
@@ -218,9 +210,6 @@ struct flce_sm90_dh {
         int t;                     // that tile
     };
     static constexpr bool A_REGS = true;
-    static constexpr int STAGE_EXTRA = 0;
-    static constexpr int EPI_BUFFERS = 2;
-    __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
 
     __device__ static void tile_begin(const Args &a, TileState &ts, const sm90_tile &tile, const sm90_thread &th) {
         ts.row[0] = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
@@ -305,7 +294,7 @@ struct flce_sm90_dh {
 #define FLCE_SM90_DW_EXTRA(CAP) ((CAP ? 5 : 4) * 64 * 4)
 
 template <bool ADD, bool CAP>
-struct flce_sm90_dw {
+struct flce_sm90_dw : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
         int v[2];                  // the thread's two vocabulary rows: 16 w + g, + 8
