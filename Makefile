@@ -15,8 +15,9 @@ SHELL := /bin/bash
 CFLAGS := -O2 -std=c11 -Wall -Wextra -Werror -Iflce -Itest
 ifeq ($(GPU_COMPUTE_CAPABILITY),90)
 # Hopper: the sm_90a target, whose wgmma and setmaxnreg flce's own GEMMs use
-# (common/gemm_sm90.cuh); other targets build the cuBLASLt path alone
-NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a -DSM90_GEMM_BUILD
+# (common/gemm_sm90.cuh), plus compute_90 PTX for newer GPUs, which it leaves on the cuBLASLt
+# path; other targets build the cuBLASLt path alone
+NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 -DSM90_GEMM_BUILD
 else
 NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMPUTE_CAPABILITY),compute_$(GPU_COMPUTE_CAPABILITY)]
 endif
