@@ -94,6 +94,11 @@ static flce_status flce_fail(char *msg, size_t len, flce_status st, const char *
 
 const char *flce_last_error(const flce_context *ctx) { return ctx != NULL ? ctx->message : ""; }
 
+// ABI check for bindings (flce.h)
+int flce_version(void) { return FLCE_VERSION; }
+size_t flce_config_size(void) { return sizeof(flce_config); }
+size_t flce_tensors_size(void) { return sizeof(flce_tensors); }
+
 // ----------------------------------------------------------------------------------------
 // configuration
 

@@ -188,6 +188,24 @@ flce_status flce_check_errors(flce_context *ctx, void *cuda_stream);
 const char *flce_last_error(const flce_context *ctx);
 const char *flce_status_string(flce_status status);
 
+/*
+ABI check, for bindings that load the library at run time (flce/python, through ctypes) and
+mirror the structs and enums above by hand: they compare the library's flce_version() and
+struct sizes with the ones they were written for, and refuse a library that differs.
+FLCE_VERSION_MAJOR changes whenever a struct's fields, an enum's values or a function's
+signature change (a binding must be updated); FLCE_VERSION_MINOR when something is only added
+(a function, a trailing enum value). A field added to flce_config or flce_tensors changes
+its size too, so an old binding refuses the new library even if the version was not bumped;
+flce/python's CPU test also compares every field's offset and every enum value with this header.
+*/
+#define FLCE_VERSION_MAJOR 1
+#define FLCE_VERSION_MINOR 0
+#define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
+
+int flce_version(void);             // FLCE_VERSION of the library's build
+size_t flce_config_size(void);      // sizeof(flce_config) in the library
+size_t flce_tensors_size(void);     // sizeof(flce_tensors) in the library
+
 #ifdef __cplusplus
 }
 #endif
