@@ -30,14 +30,15 @@ FLCE_HEADERS := flce/flce.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HE
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
-                     llmc/global_norm.cuh llmc/attention.cuh llmc/matmul.cuh $(COMMON_HEADERS)
+                     llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/step_profile.h \
+                     $(COMMON_HEADERS)
 TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
 
 all: lib tests dev train_gpt
 
-lib: $(BUILD)/libflce.a
+lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
 tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/bpe_encode
 
@@ -51,18 +52,32 @@ $(BUILD)/flce.o: flce/flce.cu $(FLCE_HEADERS) | $(BUILD)
 $(BUILD)/libflce.a: $(BUILD)/flce.o
 	ar rcs $@ $^
 
+# the shared library, for bindings that load it at run time (flce/python, through ctypes): the
+# same source compiled position-independent. It carries the static CUDA runtime, whose symbols
+# --exclude-libs keeps out of its exports, so that in a process that has loaded another CUDA
+# runtime (PyTorch's) flce's calls cannot bind to that one.
+$(BUILD)/flce_pic.o: flce/flce.cu $(FLCE_HEADERS) | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
+
+$(BUILD)/libflce.so: $(BUILD)/flce_pic.o
+	$(NVCC) $(NVCC_ARCH) -shared -o $@ $^ $(NVCC_LIBS) -Xlinker --exclude-libs,ALL
+
 $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 # --- the trainer ------------------------------------------------------------------------
-# Several GPUs (mpirun -np N ./train_gpt) when OpenMPI and NCCL are installed; NO_MULTI_GPU=1
-# builds a single-GPU trainer anyway.
+# Several GPUs when NCCL is installed (-DMULTI_GPU: -pi fs and -pi tcp, llmc/multi_gpu.h), and
+# with OpenMPI too also under mpirun (-DUSE_MPI: -pi mpi). NO_USE_MPI=1 leaves MPI out,
+# NO_MULTI_GPU=1 builds a single-GPU trainer anyway.
 OPENMPI_DIR ?= /usr/lib/x86_64-linux-gnu/openmpi
 NCCL_H := $(firstword $(wildcard /usr/include/nccl.h /usr/local/include/nccl.h $(dir $(shell which $(NVCC)))../include/nccl.h))
 ifeq ($(NO_MULTI_GPU),)
-ifneq ($(wildcard $(OPENMPI_DIR)/include/mpi.h),)
 ifneq ($(NCCL_H),)
-TRAIN_MULTI_GPU := -DMULTI_GPU -DOMPI_SKIP_MPICXX -I$(OPENMPI_DIR)/include -L$(OPENMPI_DIR)/lib -lmpi -lnccl
+TRAIN_MULTI_GPU := -DMULTI_GPU -lnccl
+ifeq ($(NO_USE_MPI),)
+ifneq ($(wildcard $(OPENMPI_DIR)/include/mpi.h),)
+TRAIN_MULTI_GPU += -DUSE_MPI -DOMPI_SKIP_MPICXX -I$(OPENMPI_DIR)/include -L$(OPENMPI_DIR)/lib -lmpi
+endif
 endif
 endif
 endif
@@ -79,7 +94,7 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench
 
 $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
@@ -89,6 +104,9 @@ $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(B
 
 $(BUILD)/gemm_sm90: dev/gemm_sm90.cu $(COMMON_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_sm90.cu $(NVCC_LIBS)
+
+$(BUILD)/attention_bench: dev/attention_bench.cu $(LLMC_CUDA_HEADERS) llmc/bf16.h llmc/rand.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/attention_bench.cu $(NVCC_LIBS)
 
 # --- tests ------------------------------------------------------------------------------
 $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
@@ -120,9 +138,10 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 
 # every CPU suite
 CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc; \
-              $(BUILD)/test_train_host ./train_gpt
-N_CPU_SUITES := 5
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt
+              $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py
+N_CPU_SUITES := 6
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt \
+      $(BUILD)/libflce.so
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu

@@ -23,6 +23,7 @@ order), gradients averaged with one NCCL all-reduce per step.
 #include "llmc/multi_gpu.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
+#include "llmc/step_profile.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
 
@@ -52,7 +53,9 @@ typedef struct {
     unsigned char *att_saved;             // per layer: attention_saved_bytes
     floatX *lnf;                          // (B,T,C)
     float *lnf_mean, *lnf_rstd;
-    floatX *fch_gelu;                     // (B,T,4C): one buffer, recomputed in the backward
+    floatX *fch_gelu;                     // -r 1: (B,T,4C), one buffer, recomputed in the backward;
+                                          // -r 0: (L,B,T,4C), each layer's kept from the forward
+    int recompute;                        // -r: 1 recomputes fch_gelu in the backward, 0 keeps it
     // backward scratch
     floatX *dresidual, *dln, *datty, *dqkv, *dfch;   // (B,T,C) x3, (B,T,3C), (B,T,4C)
     float *ln_scratch;
@@ -169,8 +172,11 @@ static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_st
 }
 
 // Activations for batches of up to B x T tokens, and flce's workspace within flce_budget.
+// recompute (-r): 1 keeps one GELU output buffer and recomputes it per layer in the backward;
+// 0 keeps every layer's (L x B x T x 4C bf16 more, counted in act_bytes), so the backward
+// reads it instead of recomputing it.
 static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps,
-                                   int bf16_logits) {
+                                   int bf16_logits, int recompute = 1) {
     const GPT2Config *c = &m->config;
     const size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers;
     const int NH = c->num_heads;
@@ -195,7 +201,8 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     a->lnf = alloc_act(m, BT * C);
     a->lnf_mean = alloc_actf(m, BT);
     a->lnf_rstd = alloc_actf(m, BT);
-    a->fch_gelu = alloc_act(m, BT * 4 * C);
+    a->recompute = recompute != 0;
+    a->fch_gelu = alloc_act(m, (a->recompute ? 1 : L) * BT * 4 * C);
     a->dresidual = alloc_act(m, BT * C);
     a->dln = alloc_act(m, BT * C);
     a->datty = alloc_act(m, BT * C);
@@ -251,17 +258,18 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
         floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
         floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
         floatX *fch_pre = a->fch_pre + l * 4 * stride, *res3 = a->residual3 + l * stride;
+        floatX *fch_gelu = a->fch_gelu + (a->recompute ? 0 : l * 4 * stride);
         const size_t ml = (size_t)l * m->B * m->T;
         const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
         layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
         matmul_forward(&m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
         attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, B, T, C, NH, s);
-        matmul_forward(&m->mm, res2, NULL, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
-        add_inplace(res2, residual, BT * C, s);
+        // the projections add the residual stream in their GEMM (res2 = residual + ..., res3 = res2 + ...)
+        matmul_forward_residual(&m->mm, res2, residual, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
         layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
-        matmul_forward(&m->mm, a->fch_gelu, fch_pre, ln2, p->fcw + 4 * lcc, p->fcb + 4 * lc, (int)BT, C, 4 * C, s);
-        matmul_forward(&m->mm, res3, NULL, a->fch_gelu, p->fcprojw + 4 * lcc, p->fcprojb + lc, (int)BT, 4 * C, C, s);
-        add_inplace(res3, res2, BT * C, s);
+        matmul_forward(&m->mm, fch_gelu, fch_pre, ln2, p->fcw + 4 * lcc, p->fcb + 4 * lc, (int)BT, C, 4 * C, s);
+        matmul_forward_residual(&m->mm, res3, res2, fch_gelu, p->fcprojw + 4 * lcc, p->fcprojb + lc, (int)BT, 4 * C,
+                                C, s);
     }
     const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, (int)BT, C, s);
@@ -283,6 +291,7 @@ static void gpt2_set_batch(GPT2 *m, const int *inputs, const int *targets, int B
 // d(wte) (accumulated) in one call. Writes the micro-step's mean loss to acts.losses[micro].
 static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s) {
     gpt2_forward_body(m, B, T, s);
+    step_profile_mark("transformer forward", s);
     flce_config cfg = m->flce_cfg;
     cfg.n_tokens = (int64_t)B * T;
     flce_tensors t;
@@ -294,6 +303,7 @@ static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s)
     t.d_hidden = m->acts.dln;
     t.d_weight = m->grads.wte;
     flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
+    step_profile_mark("flce head: loss, d(lnf), d(wte)", s);
 }
 
 // Evaluation: mean loss over the non-ignored targets into *loss_dev (and the count via flce).
@@ -313,7 +323,11 @@ static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *tok
 }
 
 // Training micro-step, backward half: from d(lnf) (in dln) down to the embeddings. Every
-// parameter gradient is accumulated (+=).
+// parameter gradient is accumulated (+=). The biases of the two projections that write the
+// residual stream (attprojb, fcprojb) get their gradient, the column sums of dresidual, from
+// the layernorm backward that leaves dresidual at its final value (the lnf one for the last
+// layer's fcprojb, ln1 of layer l + 1 for layer l's, ln2 of layer l for attprojb), so their
+// matmul_backward skips it.
 static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s) {
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
@@ -323,32 +337,35 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s) {
     Activations *a = &m->acts;
     cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
     const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
-    layernorm_backward(a->dresidual, g->lnfw, g->lnfb, a->ln_scratch, a->dln, last, p->lnfw, a->lnf_mean, a->lnf_rstd,
-                       (int)BT, C, s);
+    layernorm_backward_colsum(a->dresidual, g->lnfw, g->lnfb, g->fcprojb + (size_t)(L - 1) * C, a->ln_scratch, a->dln,
+                              last, p->lnfw, a->lnf_mean, a->lnf_rstd, (int)BT, C, s);
     for (int l = L - 1; l >= 0; l--) {
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride;
         floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
         floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
         floatX *fch_pre = a->fch_pre + l * 4 * stride;
+        floatX *fch_gelu = a->fch_gelu + (a->recompute ? 0 : l * 4 * stride);
         const size_t ml = (size_t)l * m->B * m->T;
         const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;
-        // MLP: recompute gelu(fch_pre) instead of keeping it per layer
-        gelu_forward(a->fch_gelu, fch_pre, BT * 4 * C, s);
-        matmul_backward(&m->mm, a->dfch, g->fcprojw + 4 * lcc, g->fcprojb + lc, a->dresidual, a->fch_gelu,
-                        p->fcprojw + 4 * lcc, NULL, (int)BT, 4 * C, C, s);
-        matmul_backward(&m->mm, a->dln, g->fcw + 4 * lcc, g->fcb + 4 * lc, a->dfch, ln2, p->fcw + 4 * lcc, fch_pre,
+        // MLP: -r 1 recomputes gelu(fch_pre) into the one buffer; -r 0 kept it per layer
+        if (a->recompute) gelu_forward(fch_gelu, fch_pre, BT * 4 * C, s);
+        // dfch = d(fch_pre): the GELU backward is in the epilogue of fcproj's dinp GEMM
+        matmul_backward_dgelu(&m->mm, a->dfch, g->fcprojw + 4 * lcc, NULL, a->dresidual, fch_gelu, p->fcprojw + 4 * lcc,
+                              fch_pre, (int)BT, 4 * C, C, s);
+        matmul_backward(&m->mm, a->dln, g->fcw + 4 * lcc, g->fcb + 4 * lc, a->dfch, ln2, p->fcw + 4 * lcc, NULL,
                         (int)BT, C, 4 * C, s);
-        layernorm_backward(a->dresidual, g->ln2w + lc, g->ln2b + lc, a->ln_scratch, a->dln, res2, p->ln2w + lc,
-                           a->ln2_mean + ml, a->ln2_rstd + ml, (int)BT, C, s);
+        layernorm_backward_colsum(a->dresidual, g->ln2w + lc, g->ln2b + lc, g->attprojb + lc, a->ln_scratch, a->dln,
+                                  res2, p->ln2w + lc, a->ln2_mean + ml, a->ln2_rstd + ml, (int)BT, C, s);
         // attention
-        matmul_backward(&m->mm, a->datty, g->attprojw + lcc, g->attprojb + lc, a->dresidual, atty, p->attprojw + lcc,
-                        NULL, (int)BT, C, C, s);
+        matmul_backward(&m->mm, a->datty, g->attprojw + lcc, NULL, a->dresidual, atty, p->attprojw + lcc, NULL,
+                        (int)BT, C, C, s);
         attention_backward(a->dqkv, a->att_scratch, a->datty, qkv, atty, a->att_saved + (size_t)l * a->att_saved_bytes,
                            B, T, C, NH, s);
         matmul_backward(&m->mm, a->dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL,
                         (int)BT, C, 3 * C, s);
-        layernorm_backward(a->dresidual, g->ln1w + lc, g->ln1b + lc, a->ln_scratch, a->dln, residual, p->ln1w + lc,
-                           a->ln1_mean + ml, a->ln1_rstd + ml, (int)BT, C, s);
+        layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,
+                                  a->ln_scratch, a->dln, residual, p->ln1w + lc, a->ln1_mean + ml, a->ln1_rstd + ml,
+                                  (int)BT, C, s);
     }
     encoder_backward(g->wte, g->wpe, a->dresidual, &m->buckets, B, T, C, s);
 }
@@ -368,15 +385,19 @@ static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
 
 // AdamW on every tensor (weight decay on the 2-D ones only), gradients scaled to clip the
 // global norm at grad_clip; step t counts from 1. Stochastic rounding is seeded by (t, tensor).
+// One launch for all the tensors (adamw_update_multi): bitwise one adamw_update per tensor.
 static void gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int t, cudaStream_t s) {
+    AdamWTensor tensors[NUM_PARAMETER_TENSORS];
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const ParameterTensor *pt = &m->tensors[i];
-        const unsigned int seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
-        adamw_update(m->params_memory + pt->offset, m->master + pt->offset, m->grads_memory + pt->offset,
-                     m->m + pt->offset, m->v + pt->offset, pt->numel, lr, beta1, beta2, t, eps,
-                     pt->weight_decay ? weight_decay : 0.0f, grad_scale, seed, s);
+        tensors[i].offset = pt->offset;
+        tensors[i].numel = pt->numel;
+        tensors[i].weight_decay = pt->weight_decay ? weight_decay : 0.0f;
+        tensors[i].seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
     }
+    adamw_update_multi(m->params_memory, m->master, m->grads_memory, m->m, m->v, tensors, NUM_PARAMETER_TENSORS, lr,
+                       beta1, beta2, t, eps, grad_scale, NULL, s);
 }
 
 static void gpt2_free(GPT2 *m) {
@@ -489,21 +510,39 @@ static void require_ok(int ok, const char *err) {
     }
 }
 
+// DONE_ markers after the run's start belong to an older run: resume must never find them
+// (rank 0, once every rank has read its checkpoint).
+static void clear_stale_markers(const char *out_dir, int start_step) {
+    char err[1024];
+    const int removed = checkpoint_clear_stale(out_dir, start_step, err, sizeof(err));
+    require_ok(removed >= 0, err);
+    if (removed > 0) printf("removed %d DONE_ markers of an older run from %s\n", removed, out_dir);
+}
+
 int main(int argc, char **argv) {
     char err[4096];
-    MultiGpu mg;
-    multi_gpu_init_processes(&mg, &argc, &argv);
-    const int main_rank = mg.rank == 0;
 
-    // 1. flags, model, data, tokenizer, output directory and checkpoint, all on the host
+    // 1. flags, processes, model, data, tokenizer, output directory and checkpoint, all on the host
     TrainConfig cfg;
     const int parsed = train_config_parse(&cfg, argc, argv, err, sizeof(err));
     if (parsed == 1) {
-        if (main_rank) train_usage(stdout);
-        multi_gpu_finish(&mg, 0);
+        if (multi_gpu_env_rank() == 0) {
+            train_usage(stdout);
+            multi_gpu_usage(stdout);
+        }
         return 0;
     }
-    require_ok(parsed == 0 && train_config_check(&cfg, mg.nproc, err, sizeof(err)) == 0, err);
+    require_ok(parsed == 0, err);
+    // the processes (llmc/multi_gpu.h): the -p flags and the launcher's environment; MPI_Init
+    // under mpi; under fs and tcp every process joins now, so that a later failure stops them all
+    MultiGpuPlan plan;
+    MultiGpu mg;
+    require_ok(multi_gpu_plan(&plan, cfg.proc_num, cfg.proc_rank, cfg.proc_gpus, cfg.proc_init, cfg.proc_server,
+                              cfg.proc_fs, NULL, err, sizeof(err)) == 0 &&
+               multi_gpu_init_processes(&mg, &plan, err, sizeof(err)) == 0 &&
+               train_config_check(&cfg, mg.nproc, err, sizeof(err)) == 0 &&
+               multi_gpu_join(&mg, &plan, err, sizeof(err)) == 0, err);
+    const int main_rank = mg.rank == 0;
     const int B = cfg.B, T = cfg.T, grad_accum = cfg.grad_accum;
     GPT2Config config;
     require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, NULL, err, sizeof(err)) == 0 &&
@@ -544,28 +583,25 @@ int main(int argc, char **argv) {
     const int max_steps = cfg.max_steps;
     const int val_batches = cfg.val_max < 0 || (size_t)cfg.val_max > val_loader.num_batches
                                 ? (int)val_loader.num_batches : cfg.val_max;
-    if (out_dir != NULL) {
-        // DONE_ markers after the start belong to an older run: resume must never find them
-        multi_gpu_barrier(&mg);  // every rank has read its checkpoint
-        if (main_rank) {
-            const int removed = checkpoint_clear_stale(out_dir, resumed ? start_step : -1, err, sizeof(err));
-            require_ok(removed >= 0, err);
-            if (removed > 0) printf("removed %d DONE_ markers of an older run from %s\n", removed, out_dir);
-        }
-        multi_gpu_barrier(&mg);
-    }
+    if (out_dir != NULL && mg.nproc == 1) clear_stale_markers(out_dir, resumed ? start_step : -1);  // (one process: now)
     // the parameters to start from, unless a checkpoint has them (a descriptor's: initialised now)
     float *init_params = NULL;
     if (!resumed) require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, &init_params, err, sizeof(err)) == 0, err);
 
     // 2. the GPU
-    int devices = 0;
+    int devices = 0, gpu = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         fprintf(stderr, "Error: no CUDA device\n");
         return 1;
     }
-    cudaCheck(cudaSetDevice(multi_gpu_device(&mg, devices)));
+    require_ok(multi_gpu_device_checked(&mg, devices, &gpu, err, sizeof(err)) == 0, err);
+    cudaCheck(cudaSetDevice(gpu));
     multi_gpu_init_comm(&mg);
+    if (out_dir != NULL && mg.nproc > 1) {  // several processes: through NCCL's barrier
+        multi_gpu_barrier(&mg);  // every rank has read its checkpoint
+        if (main_rank) clear_stale_markers(out_dir, resumed ? start_step : -1);
+        multi_gpu_barrier(&mg);
+    }
     int device = 0;
     cudaCheck(cudaGetDevice(&device));
     cudaDeviceProp prop;
@@ -573,13 +609,14 @@ int main(int argc, char **argv) {
     const GpuPeak *peak = mfu_gpu_peak(prop.name);
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
+    step_profile_init();
     GPT2 model;
     gpt2_build(&model, &config);
     if (resumed) gpt2_upload_checkpoint(&model, &ck);
     else gpt2_upload_params(&model, init_params);
     free(init_params);
     checkpoint_free(&ck);
-    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits);
+    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute);
     flce_set_autotune(model.flce, cfg.flce_autotune);
 
     const GPT2Config *c = &model.config;
@@ -670,27 +707,35 @@ int main(int argc, char **argv) {
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
             write_checkpoint(&model, &train_loader, out_dir, step, &mg);
         if (last) break;
+        if (multi_gpu_fault(&mg, step + 1) == MG_FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 
         cudaEvent_t e0, e1;
         cudaCheck(cudaEventCreate(&e0));
         cudaCheck(cudaEventCreate(&e1));
         cudaCheck(cudaEventRecord(e0, s));
+        step_profile_mark("start", s);
         gpt2_zero_grad(&model, s);
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train_loader);
             gpt2_set_batch(&model, train_loader.inputs, train_loader.targets, B, T, 1, s);
+            step_profile_mark("batch: load, upload (host)", s);
             gpt2_forward_train(&model, B, T, micro, s);
             gpt2_backward(&model, B, T, s);
+            step_profile_mark("transformer backward", s);
         }
         multi_gpu_average(&mg, model.grads_memory, model.num_parameters, s);
+        step_profile_mark("gradient all-reduce", s);
         const float norm = gpt2_grad_norm(&model, s);
+        step_profile_mark("gradient norm (host waits)", s);
         const float clip = 1.0f;
         const float grad_scale = norm > clip ? clip / norm : 1.0f;
         const float step_lr = learning_rate(cfg.schedule, step, max_steps, cfg.warmup, cfg.lr, cfg.final_frac);
         gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
         cudaCheck(cudaMemcpyAsync(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(e1, s));
+        step_profile_mark("AdamW, losses to the host", s);
         cudaCheck(cudaEventSynchronize(e1));
+        step_profile_end_step(step == start_step);
         float ms = 0.0f;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
         cudaCheck(cudaEventDestroy(e0));
@@ -728,12 +773,14 @@ int main(int argc, char **argv) {
     free(losses);
     cudaCheck(cudaFree(val_token_loss));
     cudaCheck(cudaFree(val_sum));
+    if (main_rank) step_profile_print();
+    step_profile_free();
     tokenizer_free(&tok);
     dataloader_free(&train_loader);
     dataloader_free(&val_loader);
     gpt2_free(&model);
     cudaCheck(cudaStreamDestroy(s));
-    multi_gpu_finish(&mg, 1);
+    multi_gpu_finish(&mg);
     return 0;
 }
 #endif

@@ -9,6 +9,7 @@ A row-major (rows, cols) matrix with row stride ld is, to cuBLASLt, a column-maj
 gemm_problem of three gemm_operands.
 
   gemm_lt      one GEMM, optionally with a bias / GELU epilogue (gemm_epilogue)
+  gemm_lt_c    the same with a separate input C: D = alpha op(A) op(B) + beta C (+ epilogue)
   gemm_split   one GEMM cut in two along one dimension (an aligned bulk and a remainder)
   gemm_cache   the cuBLASLt handle, the cache, and optional autotuning of new shapes
 */
@@ -50,6 +51,8 @@ terms (D is m x n):
   BIAS           D[i,j] += bias[i]; bias has m elements of D's type
   GELU_AUX       D = gelu(acc); aux (m x n, aux_ld, D's type) receives the GELU input acc
   GELU_AUX_BIAS  D = gelu(acc + bias[i]); aux receives acc + bias[i] (the pre-activation)
+  DGELU          D = acc * gelu'(aux): aux (m x n, aux_ld, D's type) is read, the pre-activation
+                 of a GELU whose output gradient acc is (the GELU backward in a GEMM's epilogue)
 Requirements checked here (CUBLAS_STATUS_NOT_SUPPORTED when unmet, so that a caller can fall
 back on separate kernels): aux_ld a multiple of 8 and >= m (cublasLt.h,
 CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); aux and bias 16-byte aligned (our conservative rule,
@@ -63,7 +66,7 @@ apart) are not distinguishable anyway.
 typedef struct {
     cublasLtEpilogue_t epilogue;
     const void *bias;  // BIAS, GELU_AUX_BIAS: read
-    void *aux;         // GELU_AUX, GELU_AUX_BIAS: written
+    void *aux;         // GELU_AUX, GELU_AUX_BIAS: written; DGELU: read
     int64_t aux_ld;    // in elements
 } gemm_epilogue;
 
@@ -78,6 +81,7 @@ typedef struct {
     int epilogue, uses_bias, uses_aux;
     int64_t aux_ld;
     int align_bias, align_aux;
+    int align_c;  // C's alignment: align_d unless gemm_lt_c reads a separate C
 } gemm_key;
 
 typedef struct {
@@ -126,7 +130,7 @@ static cublasStatus_t gemm_preference(const gemm_key *key, size_t ws_bytes,
     cublasStatus_t st = cublasLtMatmulPreferenceCreate(pref);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     uint64_t ws = ws_bytes;
-    uint32_t aa = key->align_a, ab = key->align_b, ad = key->align_d;
+    uint32_t aa = key->align_a, ab = key->align_b, ac = key->align_c, ad = key->align_d;
     // split-K partial sums in fp32 only: reducing them in a bf16 output would round each
     // partial, adding error on top of the one rounding of the result
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
@@ -136,7 +140,7 @@ static cublasStatus_t gemm_preference(const gemm_key *key, size_t ws_bytes,
         {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad)},
     };
     for (int i = 0; i < 6 && st == CUBLAS_STATUS_SUCCESS; i++)
@@ -322,21 +326,25 @@ static inline gemm_key gemm_make_key(const gemm_problem *p) {
     key.align_a = gemm_alignment(p->a.ptr);
     key.align_b = gemm_alignment(p->b.ptr);
     key.align_d = gemm_alignment(p->d.ptr);
+    key.align_c = key.align_d;  // C is D
     return key;
 }
 
-// The GEMM p on stream, followed by the epilogue ep (NULL: none; see gemm_epilogue), with
-// cuBLASLt workspace ws of ws_bytes. On failure returns the cuBLAS status:
-// CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape or the epilogue's
-// requirements (aux_ld, pointer alignment) are not met, CUBLAS_STATUS_INVALID_VALUE for an
-// unknown epilogue or a missing bias/aux pointer, or whatever cuBLASLt returned.
-static inline cublasStatus_t gemm_lt(gemm_cache *c, cudaStream_t stream, const gemm_problem *p,
-                                     const gemm_epilogue *ep, void *ws, size_t ws_bytes) {
+// gemm_lt with the addend C read from its own buffer: D = alpha op(A) op(B) + beta C, then the
+// epilogue (cuBLASLt applies it to that sum: BIAS gives alpha op(A) op(B) + beta C + bias,
+// rounded once into D). C has D's type, shape and leading dimension; C == D is gemm_lt (in
+// place), otherwise C must not overlap D (cuBLASLt's out-of-place form, which it supports
+// when C and D have the same type and layout). C is read only when beta != 0. Its alignment
+// is part of the cache key, as D's is.
+static inline cublasStatus_t gemm_lt_c(gemm_cache *c, cudaStream_t stream, const gemm_problem *p,
+                                       const void *C, const gemm_epilogue *ep, void *ws, size_t ws_bytes) {
     gemm_key key = gemm_make_key(p);
+    key.align_c = gemm_alignment(C);
     if (ep != NULL && ep->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         const cublasLtEpilogue_t epi = ep->epilogue;
         const int uses_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        const int uses_aux = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        const int uses_aux = epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                             epi == CUBLASLT_EPILOGUE_DGELU;
         if (!uses_bias && !uses_aux) return CUBLAS_STATUS_INVALID_VALUE;
         if ((uses_bias && ep->bias == NULL) || (uses_aux && ep->aux == NULL))
             return CUBLAS_STATUS_INVALID_VALUE;
@@ -384,7 +392,17 @@ static inline cublasStatus_t gemm_lt(gemm_cache *c, cudaStream_t stream, const g
     e->last_use = ++c->clock;
     void *D = (void *)p->d.ptr;
     return cublasLtMatmul(c->handle, e->desc, &p->alpha, p->a.ptr, e->la, p->b.ptr, e->lb, &p->beta,
-                          D, e->ld, D, e->ld, &e->algo, ws, ws_bytes, stream);
+                          C, e->ld, D, e->ld, &e->algo, ws, ws_bytes, stream);
+}
+
+// The GEMM p on stream, followed by the epilogue ep (NULL: none; see gemm_epilogue), with
+// cuBLASLt workspace ws of ws_bytes. On failure returns the cuBLAS status:
+// CUBLAS_STATUS_NOT_SUPPORTED when no algorithm exists for the shape or the epilogue's
+// requirements (aux_ld, pointer alignment) are not met, CUBLAS_STATUS_INVALID_VALUE for an
+// unknown epilogue or a missing bias/aux pointer, or whatever cuBLASLt returned.
+static inline cublasStatus_t gemm_lt(gemm_cache *c, cudaStream_t stream, const gemm_problem *p,
+                                     const gemm_epilogue *ep, void *ws, size_t ws_bytes) {
+    return gemm_lt_c(c, stream, p, p->d.ptr, ep, ws, ws_bytes);
 }
 
 typedef enum { GEMM_SPLIT_M, GEMM_SPLIT_N, GEMM_SPLIT_K } gemm_split_dim;

@@ -104,6 +104,15 @@ __device__ __forceinline__ void sm90_tma_load(void *dst, const CUtensorMap *map,
         : "memory");
 }
 
+// a 3-D box of a tensor map into shared memory, completing on bar
+__device__ __forceinline__ void sm90_tma_load_3d(void *dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                 uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];" ::"r"(sm90_smem(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(sm90_smem(bar))
+        : "memory");
+}
+
 // a plain copy of `bytes` (a multiple of 16, both addresses 16-byte aligned), completing on bar
 __device__ __forceinline__ void sm90_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -157,18 +166,20 @@ __device__ __forceinline__ void sm90_wgmma_wait() {
 
 // Keeps the compiler from moving accesses of the accumulators across the wgmma waits: the
 // asm statements of wgmma name them, but an ordinary read could otherwise be scheduled early.
-__device__ __forceinline__ void sm90_fence_acc(float (&d)[128]) {
+template <int N>
+__device__ __forceinline__ void sm90_fence_acc(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // The same for an A operand in registers, before the wgmma fence: all of it is computed by
 // then. Otherwise the compiler may sink the computation of a later K step's fragment past the
 // first wgmma, and ptxas, finding registers of a wgmma defined inside its pipeline stage,
 // serializes every wgmma (its info C7513).
-__device__ __forceinline__ void sm90_fence_regs(uint32_t (&r)[16]) {
+template <int N>
+__device__ __forceinline__ void sm90_fence_regs(uint32_t (&r)[N]) {
 #pragma unroll
-    for (int i = 0; i < 16; i++) asm volatile("" : "+r"(r[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 // A shared-memory matrix descriptor with the 128-byte swizzle. For a K-major tile (rows of 64

@@ -20,6 +20,11 @@ tensor and step (e.g. hash of step and tensor number).
 Every fp32 operation uses an explicitly rounded intrinsic (__fmul_rn, __fadd_rn, ...): nvcc
 would otherwise fuse some multiply-adds, and then a CPU loop could not reproduce the result
 bit for bit (the test does exactly that). The cost is nil: the kernel is memory bound.
+
+adamw_update_multi steps many tensors of the same flat buffers in one launch (a table of
+offset, size, decay and seed per tensor, passed by value), with the same per-element code and
+hence bitwise the same results as one adamw_update per tensor: the trainer's 16 tensors
+otherwise cost 16 launches, most of them too small to fill the GPU.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -78,29 +83,40 @@ __host__ __device__ static inline uint16_t adamw_sr_bf16_bits(float x, uint32_t 
     return (uint16_t)(u >> 16);
 }
 
+// The step of one element from its loaded values g (the unscaled gradient), m, v and p (the
+// weight: master or widened bf16): the new m, v and weight. The single-tensor and the
+// multi-tensor kernels share it, so that both give the same bits.
+static __device__ __forceinline__ void adamw_math(float grad, float &m, float &v, float p, float &pn,
+                                                  const AdamWConsts &k, float weight_decay, float scale) {
+    const float g = __fmul_rn(grad, scale);
+    m = __fadd_rn(__fmul_rn(k.beta1, m), __fmul_rn(k.one_minus_beta1, g));
+    v = __fadd_rn(__fmul_rn(k.beta2, v), __fmul_rn(k.one_minus_beta2, __fmul_rn(g, g)));
+    const float mhat = __fdiv_rn(m, k.bias_correction1);
+    const float vhat = __fdiv_rn(v, k.bias_correction2);
+    float step = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps));
+    if (weight_decay != 0.0f) step = __fadd_rn(step, __fmul_rn(weight_decay, p));
+    pn = __fsub_rn(p, __fmul_rn(k.lr, step));
+}
+
+// the bf16 parameter of the new weight pn: stochastically rounded from the master weight
+// (hashed by seed and the element's index i within its tensor), or to nearest without one
+static __device__ __forceinline__ floatX adamw_param(float pn, int has_master, unsigned int seed, size_t i) {
+    return has_master ? __ushort_as_bfloat16(adamw_sr_bf16_bits(pn, adamw_sr_hash(seed, i))) : __float2bfloat16_rn(pn);
+}
+
 static __global__ void adamw_kernel(floatX *params, float *master, const float *grads, float *m, float *v,
                                     size_t n, AdamWConsts k, float grad_scale, const float *grad_scale_dev,
                                     unsigned int seed) {
     const float scale = grad_scale_dev != NULL ? __fmul_rn(grad_scale, *grad_scale_dev) : grad_scale;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = __fmul_rn(grads[i], scale);
-        const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
-        const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(k.one_minus_beta2, __fmul_rn(g, g)));
+        float mi = m[i], vi = v[i], pn;
+        adamw_math(grads[i], mi, vi, master != NULL ? master[i] : __bfloat162float(params[i]), pn, k,
+                   k.weight_decay, scale);
         m[i] = mi;
         v[i] = vi;
-        const float p = master != NULL ? master[i] : __bfloat162float(params[i]);
-        const float mhat = __fdiv_rn(mi, k.bias_correction1);
-        const float vhat = __fdiv_rn(vi, k.bias_correction2);
-        float step = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps));
-        if (k.weight_decay != 0.0f) step = __fadd_rn(step, __fmul_rn(k.weight_decay, p));
-        const float pn = __fsub_rn(p, __fmul_rn(k.lr, step));
-        if (master != NULL) {
-            master[i] = pn;
-            params[i] = __ushort_as_bfloat16(adamw_sr_bf16_bits(pn, adamw_sr_hash(seed, i)));
-        } else {
-            params[i] = __float2bfloat16_rn(pn);
-        }
+        if (master != NULL) master[i] = pn;
+        params[i] = adamw_param(pn, master != NULL, seed, i);
     }
 }
 
@@ -132,6 +148,104 @@ static inline void adamw_update(floatX *params, float *master, const float *grad
                                 float grad_scale, unsigned int seed, cudaStream_t s) {
     adamw_update_scaled(params, master, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale,
                         NULL, seed, s);
+}
+
+// --- all tensors in one launch -----------------------------------------------------------------
+
+#define ADAMW_MAX_TENSORS 32
+#define ADAMW_MULTI_BLOCK 256
+#define ADAMW_MULTI_ITEMS 8  // elements per thread: a block covers 2048 consecutive elements
+
+// One tensor of a multi-tensor step: its elements [offset, offset + numel) of the flat buffers,
+// its weight decay (0: none) and its stochastic-rounding seed.
+typedef struct {
+    size_t offset, numel;
+    float weight_decay;
+    unsigned int seed;
+} AdamWTensor;
+
+// The kernel's table, passed by value (under 1.5 KiB of the 4 KiB of parameters): tensor t
+// owns blocks [first_block[t], first_block[t + 1]).
+typedef struct {
+    int n;
+    unsigned int first_block[ADAMW_MAX_TENSORS + 1];
+    AdamWTensor t[ADAMW_MAX_TENSORS];
+} AdamWTable;
+
+// Block b finds its tensor, then covers that tensor's elements [j * 2048, (j + 1) * 2048) for
+// its block number j within the tensor, thread by thread at a stride of the block (coalesced).
+// A thread loads all its elements before it computes and stores any, so that its loads are in
+// flight together (the stores could alias the loads of a later element for all the compiler
+// knows). Each element gets adamw_math with the tensor's decay and seed and its index within
+// the tensor: the same bits as adamw_update on that tensor alone, in any launch shape.
+static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
+    adamw_multi_kernel(floatX *params, float *master, const float *grads, float *m, float *v, AdamWTable tab,
+                       AdamWConsts k, float grad_scale, const float *grad_scale_dev) {
+    const float scale = grad_scale_dev != NULL ? __fmul_rn(grad_scale, *grad_scale_dev) : grad_scale;
+    int t = 0;
+    while (t + 1 < tab.n && blockIdx.x >= tab.first_block[t + 1]) t++;
+    const size_t o = tab.t[t].offset, n = tab.t[t].numel;
+    const float wd = tab.t[t].weight_decay;
+    const unsigned int seed = tab.t[t].seed;
+    const size_t base = (size_t)(blockIdx.x - tab.first_block[t]) * (ADAMW_MULTI_BLOCK * ADAMW_MULTI_ITEMS);
+    float g[ADAMW_MULTI_ITEMS], mi[ADAMW_MULTI_ITEMS], vi[ADAMW_MULTI_ITEMS], p[ADAMW_MULTI_ITEMS];
+#pragma unroll
+    for (int it = 0; it < ADAMW_MULTI_ITEMS; it++) {
+        const size_t i = base + (size_t)it * ADAMW_MULTI_BLOCK + threadIdx.x;
+        if (i < n) {
+            g[it] = grads[o + i];
+            mi[it] = m[o + i];
+            vi[it] = v[o + i];
+            p[it] = master != NULL ? master[o + i] : __bfloat162float(params[o + i]);
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < ADAMW_MULTI_ITEMS; it++) {
+        const size_t i = base + (size_t)it * ADAMW_MULTI_BLOCK + threadIdx.x;
+        if (i < n) {
+            float pn;
+            adamw_math(g[it], mi[it], vi[it], p[it], pn, k, wd, scale);
+            m[o + i] = mi[it];
+            v[o + i] = vi[it];
+            if (master != NULL) master[o + i] = pn;
+            params[o + i] = adamw_param(pn, master != NULL, seed, i);
+        }
+    }
+}
+
+// One AdamW step (t >= 1) over n_tensors tensors of the flat buffers params (bf16), master (fp32
+// or NULL), grads, m, v, in one launch: tensors[i] gives each one's range, weight decay and seed.
+// The per-tensor constants are those of adamw_update_scaled; the result is bitwise that of one
+// adamw_update_scaled call per tensor (with tensor i's pointers at offset, its decay and seed).
+// grad_scale_dev as adamw_update_scaled (NULL: none). Ranges must not overlap.
+static inline void adamw_update_multi(floatX *params, float *master, const float *grads, float *m, float *v,
+                                      const AdamWTensor *tensors, int n_tensors, float lr, float beta1, float beta2,
+                                      int t, float eps, float grad_scale, const float *grad_scale_dev,
+                                      cudaStream_t s) {
+    if (t < 1) {
+        fprintf(stderr, "[adamw] step t = %d, must be >= 1\n", t);
+        exit(EXIT_FAILURE);
+    }
+    require(n_tensors >= 0 && n_tensors <= ADAMW_MAX_TENSORS, "adamw_update_multi: at most ADAMW_MAX_TENSORS tensors");
+    AdamWTable tab;
+    memset(&tab, 0, sizeof(tab));
+    const size_t per_block = (size_t)ADAMW_MULTI_BLOCK * ADAMW_MULTI_ITEMS;
+    size_t blocks = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        tab.t[tab.n] = tensors[i];
+        tab.first_block[tab.n] = (unsigned int)blocks;
+        if (tensors[i].numel == 0) continue;  // no blocks: the search never stops at it
+        blocks += llmc_ceil_div(tensors[i].numel, per_block);
+        require(blocks <= 0x7fffffffu, "adamw_update_multi: too many elements for one launch");
+        tab.n++;
+    }
+    tab.first_block[tab.n] = (unsigned int)blocks;
+    if (blocks == 0) return;
+    // weight_decay here is a placeholder: each tensor's own is passed to adamw_math
+    const AdamWConsts k = adamw_consts(lr, beta1, beta2, t, eps, 0.0f);
+    adamw_multi_kernel<<<(unsigned)blocks, ADAMW_MULTI_BLOCK, 0, s>>>(params, master, grads, m, v, tab, k, grad_scale,
+                                                                      grad_scale_dev);
+    cudaLaunchCheck("adamw_multi_kernel");
 }
 
 #endif // LLMC_ADAMW_CUH

@@ -1,6 +1,9 @@
 /*
 attention.cuh - causal multi-head self-attention, bf16 in and out, fp32 softmax: a
-FlashAttention-2 style forward and a deterministic backward, on mma.sync tensor cores.
+FlashAttention-2 style forward and a deterministic backward, on mma.sync tensor cores. On an
+sm_90a build and a 9.0 GPU, head size 64 (GPT-2's) runs on the Hopper kernels of
+attention_sm90.cuh instead (wgmma and TMA; the same algorithm, inputs, outputs and saved
+state); attention_set_sm90(0) keeps every call here (the tests run both).
 
   qkv  (B, T, 3C): per token [q | k | v], each C wide, head h in columns h*hs .. h*hs+hs-1
   out  (B, T, C) : the heads side by side;  out_h = softmax(q_h k_h^T / sqrt(hs), causal) v_h
@@ -40,6 +43,7 @@ that will not be followed by a backward (inference).
 #ifndef LLMC_ATTENTION_CUH
 #define LLMC_ATTENTION_CUH
 
+#include "attention_sm90.cuh"
 #include "cuda_common.cuh"
 
 #define ATTN_THREADS 128  // 4 warps
@@ -652,6 +656,10 @@ static inline void attention_forward(floatX *out, void *saved, void *scratch, co
     const int hs = attn_head_size(C, NH);
     require(aligned16(out) && aligned16(qkv), "attention_forward: out and qkv must be 16-byte aligned");
     float *lse = (float *)saved;
+    if (attention_sm90_usable(qkv, C, NH)) {
+        attention_forward_sm90(out, lse, qkv, B, T, C, NH, s);
+        return;
+    }
     switch (hs) {
     case 16: attn_forward_hs<16>(out, lse, qkv, B, T, C, NH, s); break;
     case 32: attn_forward_hs<32>(out, lse, qkv, B, T, C, NH, s); break;
@@ -671,6 +679,10 @@ static inline void attn_backward_hs(floatX *dqkv, float *Dvec, const floatX *dou
     const size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
     attn_bwd_dot_kernel<HS><<<(unsigned)llmc_ceil_div(threads, 256), 256, 0, s>>>(Dvec, dout, out, rows, T, NH);
     cudaLaunchCheck("attn_bwd_dot_kernel");
+    if (HS == ATT90_HS && attention_sm90_usable(qkv, C, NH)) {
+        attention_backward_sm90(dqkv, Dvec, dout, qkv, lse, B, T, C, NH, s);
+        return;
+    }
 
     const size_t smem_dkv = attn_dkv_smem(HS);
     attn_smem_optin(attn_bwd_dkv_kernel<HS, BQ>, smem_dkv, &optin_dkv);

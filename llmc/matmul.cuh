@@ -4,10 +4,12 @@ cuBLASLt's epilogue, and the backward (input, weight and bias gradients).
 
   matmul_forward   out (BT,OC) = inp (BT,C) @ weight (OC,C)^T + bias (OC)          (out =)
                    with pre_gelu: pre_gelu = that, out = gelu(that)     (both written, =)
+  matmul_forward_residual  out = residual + inp @ weight^T + bias                  (out =)
   matmul_backward  with pre_gelu: dout = dout * gelu'(pre_gelu)            (dout in place)
                    dbias   (OC)    += column sums of dout       (fp32, +=, deterministic)
                    dweight (OC,C)  += dout^T @ inp              (fp32, +=: beta 1)
                    dinp    (BT,C)   = dout @ weight             (bf16, =: overwritten)
+  matmul_backward_dgelu  the same, dinp = (dout @ weight) * gelu'(inp_pre_gelu)  (=)
 
 Row-major as llm.c (weight (OC, C): out = inp @ W^T + b); the GELU is the tanh form of
 test/gpt2_ref.c. All GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
@@ -16,17 +18,23 @@ host. The forward's epilogue: CUBLASLT_EPILOGUE_BIAS, _GELU_AUX or _GELU_AUX_BIA
 matrix is pre_gelu, leading dimension OC). cuBLASLt needs OC % 8 == 0 and pre_gelu and bias
 16-byte aligned for them; otherwise (or if cuBLASLt has no algorithm with the epilogue) the
 same result comes from a plain GEMM and separate kernels (bias add, gelu_forward of
-llmc/gelu.cuh), and ctx->n_fallback counts it.
+llmc/gelu.cuh), and ctx->n_fallback counts it. The residual forward passes the residual to
+cuBLASLt as C (beta 1) with out as D (gemm_lt_c: C != D, same type and layout), so the
+bias epilogue adds to the sum and the residual stream is written once; its fallback adds
+the residual with add_inplace after the unfused path. matmul_backward_dgelu puts the GELU
+backward of the layer below into the dinp GEMM (CUBLASLT_EPILOGUE_DGELU, aux = that layer's
+pre-activation), falling back on gelu_backward_inplace after a plain GEMM.
 The bias gradient is our own deterministic two-pass column sum, not cuBLASLt's BGRADB
 epilogue: BGRADB writes (=) its vector in D's type, while our gradients accumulate (+=) in
-fp32, and its reduction order is cuBLASLt's to choose.
+fp32, and its reduction order is cuBLASLt's to choose. With pre_gelu, the GELU backward is
+done by the column sum's pass over dout (it reads dout anyway), not by a separate kernel.
 
 Memory: the caller allocates every tensor argument; MatmulContext holds the cuBLASLt handle,
 its 32 MiB workspace and a 512 KiB scratch for the bias reduction (matmul_init allocates them,
 matmul_free releases them). One context per stream: calls sharing a context must be ordered
 (the workspace and scratch are reused by every call).
-Aliasing: out must not alias inp, weight or pre_gelu. dinp may alias inp (it is written last)
-but not dout or weight. dout is modified only when pre_gelu != NULL.
+Aliasing: out must not alias inp, weight, pre_gelu or residual. dinp may alias inp (it is
+written last) but not dout or weight. dout is modified only when pre_gelu != NULL.
 Indices: every product that can pass 2^31 (BT*OC, BT*C) is 64-bit.
 */
 #ifndef LLMC_MATMUL_CUH
@@ -126,10 +134,13 @@ static __global__ void matmul_add_bias_kernel(floatX *x, const floatX *bias, siz
 // blockIdx.y = split, for the MATMUL_DBIAS_COLS columns of blockIdx.x. Thread (lane, ry) adds
 // 8 consecutive columns over the rows ry, ry + 8, ...; the 8 row lanes are then summed in
 // order. accumulate: dst[col] += sum (a single split); else dst[split * OC + col] = sum.
-// VEC: OC % 8 == 0 and dout 16-byte aligned, so 8 columns are one 16-byte load.
-template <bool VEC>
-static __global__ void matmul_dbias_partial_kernel(float *dst, int accumulate, const floatX *dout, int BT,
-                                            int OC, int rows_per_split) {
+// VEC: OC % 8 == 0 and dout (and pre_gelu) 16-byte aligned, so 8 columns are one 16-byte load.
+// GELU: first dout = dout * gelu'(pre_gelu) in place (gelu_backward_inplace's operation and
+// rounding), and the sums are of those bf16 values: the GELU backward and the bias gradient
+// of the layer before it in one pass over dout.
+template <bool VEC, bool GELU>
+static __global__ void matmul_dbias_partial_kernel(float *dst, int accumulate, floatX *dout,
+                                                   const floatX *pre_gelu, int BT, int OC, int rows_per_split) {
     __shared__ float sums[MATMUL_DBIAS_ROWS][MATMUL_DBIAS_COLS];
     const int lane = threadIdx.x, ry = threadIdx.y;
     const int col0 = blockIdx.x * MATMUL_DBIAS_COLS + lane * 8;
@@ -140,16 +151,59 @@ static __global__ void matmul_dbias_partial_kernel(float *dst, int accumulate, c
 #pragma unroll
     for (int k = 0; k < 8; k++) acc[k] = 0.0f;
     if (col0 < OC) {
-        for (int r = r_begin + ry; r < r_end; r += MATMUL_DBIAS_ROWS) {
-            const floatX *row = dout + (size_t)r * OC + col0;
-            if (VEC) {
-                const Packed128<floatX> v = load128cs(row);
+        if (VEC && GELU) {
+            // two rows per step: both rows' loads are issued before either store
+            int r = r_begin + ry;
+            for (; r + MATMUL_DBIAS_ROWS < r_end; r += 2 * MATMUL_DBIAS_ROWS) {
+                floatX *row0 = dout + (size_t)r * OC + col0, *row1 = row0 + (size_t)MATMUL_DBIAS_ROWS * OC;
+                const floatX *pre0 = pre_gelu + (size_t)r * OC + col0, *pre1 = pre0 + (size_t)MATMUL_DBIAS_ROWS * OC;
+                const Packed128<floatX> v0 = load128(row0), p0 = load128cs(pre0);
+                const Packed128<floatX> v1 = load128(row1), p1 = load128cs(pre1);
+                Packed128<floatX> g0, g1;
 #pragma unroll
-                for (int k = 0; k < 8; k++) acc[k] += to_float(v[k]);
-            } else {
+                for (int k = 0; k < 8; k++) {
+                    g0[k] = __float2bfloat16(llmc_ew_op<LLMC_EW_GELU_BWD>(to_float(v0[k]), to_float(p0[k])));
+                    g1[k] = __float2bfloat16(llmc_ew_op<LLMC_EW_GELU_BWD>(to_float(v1[k]), to_float(p1[k])));
+                }
+                store128(row0, g0);
+                store128(row1, g1);
 #pragma unroll
-                for (int k = 0; k < 8; k++)
-                    if (col0 + k < OC) acc[k] += to_float(row[k]);
+                for (int k = 0; k < 8; k++) acc[k] += to_float(g0[k]);
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] += to_float(g1[k]);
+            }
+            if (r < r_end) {
+                floatX *row = dout + (size_t)r * OC + col0;
+                const Packed128<floatX> v = load128(row), p = load128cs(pre_gelu + (size_t)r * OC + col0);
+                Packed128<floatX> g;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    g[k] = __float2bfloat16(llmc_ew_op<LLMC_EW_GELU_BWD>(to_float(v[k]), to_float(p[k])));
+                    acc[k] += to_float(g[k]);
+                }
+                store128(row, g);
+            }
+        } else {
+            for (int r = r_begin + ry; r < r_end; r += MATMUL_DBIAS_ROWS) {
+                floatX *row = dout + (size_t)r * OC + col0;
+                if (VEC) {
+                    const Packed128<floatX> v = load128cs(row);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[k] += to_float(v[k]);
+                } else {
+                    const floatX *pre = GELU ? pre_gelu + (size_t)r * OC + col0 : NULL;
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (col0 + k < OC) {
+                            float v = to_float(row[k]);
+                            if (GELU) {
+                                const floatX gk = __float2bfloat16(llmc_ew_op<LLMC_EW_GELU_BWD>(v, to_float(pre[k])));
+                                row[k] = gk;
+                                v = to_float(gk);
+                            }
+                            acc[k] += v;
+                        }
+                }
             }
         }
     }
@@ -236,26 +290,29 @@ static inline void matmul_check_args(const char *what, int BT, int C, int OC, in
     if (null_pointer) matmul_fail(what, "a required pointer is NULL (BT %lld, C %lld, OC %lld)", BT, C, OC);
 }
 
-// out (BT,OC) = inp (BT,C) @ weight (OC,C)^T + bias (OC); bias may be NULL (none). With
-// pre_gelu != NULL: pre_gelu (BT,OC) = that, out = gelu(that) (cuBLASLt GELU_AUX_BIAS: gelu of
-// the fp32 value, both rounded once to bf16). out and pre_gelu are overwritten.
-static inline void matmul_forward(MatmulContext *ctx, floatX *out, floatX *pre_gelu,
-                                  const floatX *inp, const floatX *weight, const floatX *bias,
-                                  int BT, int C, int OC, cudaStream_t s) {
-    matmul_check_args("matmul_forward", BT, C, OC, out == NULL || inp == NULL || weight == NULL);
+// The forwards below: out (BT,OC) = inp @ weight^T (+ bias) (+ residual), or with pre_gelu the
+// GELU pair (never together with a residual). Fused: one cuBLASLt call, the residual as its
+// C (beta 1, D = out) and the bias or GELU in its epilogue, rounded once. Unfused (no
+// algorithm, or ctx flags): the GEMM, then the bias, the GELU and the residual add as
+// separate kernels, each rounding to bf16 (the trainer's results before the fusion).
+static inline void matmul_forward_impl(MatmulContext *ctx, floatX *out, floatX *pre_gelu, const floatX *residual,
+                                       const floatX *inp, const floatX *weight, const floatX *bias, int BT, int C,
+                                       int OC, cudaStream_t s) {
     const int gelu = pre_gelu != NULL;
-    if (ctx->use_cublaslt && ctx->fuse_epilogues && (bias != NULL || gelu)) {
+    if (ctx->use_cublaslt && ctx->fuse_epilogues && (bias != NULL || gelu || residual != NULL)) {
         const gemm_epilogue ep = {gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                       : CUBLASLT_EPILOGUE_BIAS,
+                                       : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
                                   bias, pre_gelu, OC};
         const gemm_problem p = {1, 0, OC, BT, C, {weight, CUDA_R_16BF, C}, {inp, CUDA_R_16BF, C},
-                                {out, CUDA_R_16BF, OC}, 1.0f, 0.0f};
-        cublasStatus_t st = gemm_lt(&ctx->gemm, s, &p, &ep, ctx->workspace, MATMUL_LT_WORKSPACE);
-        matmul_gemm_status(st, "forward (epilogue)", OC, BT, C);
+                                {out, CUDA_R_16BF, OC}, 1.0f, residual != NULL ? 1.0f : 0.0f};
+        const char *what = residual != NULL ? "forward (residual)" : "forward (epilogue)";
+        cublasStatus_t st = gemm_lt_c(&ctx->gemm, s, &p, residual != NULL ? (const void *)residual : (const void *)out,
+                                      &ep, ctx->workspace, MATMUL_LT_WORKSPACE);
+        matmul_gemm_status(st, what, OC, BT, C);
         if (st == CUBLAS_STATUS_SUCCESS) return;
-        matmul_note_fallback(ctx, "forward (epilogue)", OC, BT, C);
+        matmul_note_fallback(ctx, what, OC, BT, C);
     }
-    // unfused: the GEMM into pre_gelu (or out), then the bias, then the GELU
+    // unfused: the GEMM into pre_gelu (or out), then the bias, the GELU, the residual
     floatX *pre = gelu ? pre_gelu : out;
     matmul_gemm(ctx, s, "forward", 1, 0, OC, BT, C, weight, C, inp, C, pre, CUDA_R_16BF, OC, 0.0f);
     const size_t n = (size_t)BT * (size_t)OC;
@@ -267,11 +324,38 @@ static inline void matmul_forward(MatmulContext *ctx, floatX *out, floatX *pre_g
         cudaLaunchCheck("matmul_add_bias_kernel");
     }
     if (gelu) gelu_forward(out, pre, n, s);
+    if (residual != NULL) add_inplace(out, residual, n, s);
 }
 
-// dbias (OC) += column sums of dout (BT, OC), deterministic (fixed splits and orders)
-static inline void matmul_dbias(MatmulContext *ctx, float *dbias, const floatX *dout, int BT, int OC,
-                                cudaStream_t s) {
+// out (BT,OC) = inp (BT,C) @ weight (OC,C)^T + bias (OC); bias may be NULL (none). With
+// pre_gelu != NULL: pre_gelu (BT,OC) = that, out = gelu(that) (cuBLASLt GELU_AUX_BIAS: gelu of
+// the fp32 value, both rounded once to bf16). out and pre_gelu are overwritten.
+static inline void matmul_forward(MatmulContext *ctx, floatX *out, floatX *pre_gelu,
+                                  const floatX *inp, const floatX *weight, const floatX *bias,
+                                  int BT, int C, int OC, cudaStream_t s) {
+    matmul_check_args("matmul_forward", BT, C, OC, out == NULL || inp == NULL || weight == NULL);
+    matmul_forward_impl(ctx, out, pre_gelu, NULL, inp, weight, bias, BT, C, OC, s);
+}
+
+// out (BT,OC) = residual (BT,OC) + inp (BT,C) @ weight (OC,C)^T + bias (OC): a projection that
+// ends a transformer block adds the residual stream itself, so that the stream is not read
+// and written once more by a separate add. bias may be NULL. Fused, the sum is fp32 and
+// rounded once; unfused (see matmul_forward_impl) it is bf16(bf16(bf16(gemm) + bias) + residual).
+// out must not alias residual (the unfused GEMM would overwrite it before the add).
+static inline void matmul_forward_residual(MatmulContext *ctx, floatX *out, const floatX *residual,
+                                           const floatX *inp, const floatX *weight, const floatX *bias,
+                                           int BT, int C, int OC, cudaStream_t s) {
+    matmul_check_args("matmul_forward_residual", BT, C, OC,
+                      out == NULL || residual == NULL || inp == NULL || weight == NULL);
+    if ((const floatX *)out == residual)
+        matmul_fail("matmul_forward_residual", "out aliases residual (BT %lld, C %lld, OC %lld)", BT, C, OC);
+    matmul_forward_impl(ctx, out, NULL, residual, inp, weight, bias, BT, C, OC, s);
+}
+
+// dbias (OC) += column sums of dout (BT, OC), deterministic (fixed splits and orders). With
+// pre_gelu != NULL, first dout = dout * gelu'(pre_gelu) in place, in the same pass.
+static inline void matmul_dbias_gelu(MatmulContext *ctx, float *dbias, floatX *dout, const floatX *pre_gelu, int BT,
+                                     int OC, cudaStream_t s) {
     const int col_tiles = (int)llmc_ceil_div((size_t)OC, MATMUL_DBIAS_COLS);
     int nsplit = col_tiles >= MATMUL_DBIAS_MAX_BLOCKS ? 1 : MATMUL_DBIAS_MAX_BLOCKS / col_tiles;
     const int row_chunks = (int)llmc_ceil_div((size_t)BT, 64);  // about 64 rows a split or more
@@ -281,12 +365,25 @@ static inline void matmul_dbias(MatmulContext *ctx, float *dbias, const floatX *
     if (nsplit > 1 && (size_t)nsplit * OC > MATMUL_DBIAS_SCRATCH)
         matmul_fail("matmul_backward dbias", "scratch too small: %lld splits x %lld columns (%lld)",
                     nsplit, OC, (long long)MATMUL_DBIAS_SCRATCH);
-    const int vec = OC % 8 == 0 && aligned16(dout);
+    const int vec = OC % 8 == 0 && aligned16(dout) && (pre_gelu == NULL || aligned16(pre_gelu));
     dim3 block(MATMUL_DBIAS_LANES, MATMUL_DBIAS_ROWS), grid((unsigned)col_tiles, (unsigned)nsplit);
     float *dst = nsplit == 1 ? dbias : ctx->dbias_partials;
     const int accumulate = nsplit == 1;
-    if (vec) matmul_dbias_partial_kernel<true><<<grid, block, 0, s>>>(dst, accumulate, dout, BT, OC, rows_per_split);
-    else matmul_dbias_partial_kernel<false><<<grid, block, 0, s>>>(dst, accumulate, dout, BT, OC, rows_per_split);
+    if (pre_gelu != NULL) {
+        if (vec)
+            matmul_dbias_partial_kernel<true, true><<<grid, block, 0, s>>>(dst, accumulate, dout, pre_gelu, BT, OC,
+                                                                           rows_per_split);
+        else
+            matmul_dbias_partial_kernel<false, true><<<grid, block, 0, s>>>(dst, accumulate, dout, pre_gelu, BT, OC,
+                                                                            rows_per_split);
+    } else {
+        if (vec)
+            matmul_dbias_partial_kernel<true, false><<<grid, block, 0, s>>>(dst, accumulate, dout, NULL, BT, OC,
+                                                                            rows_per_split);
+        else
+            matmul_dbias_partial_kernel<false, false><<<grid, block, 0, s>>>(dst, accumulate, dout, NULL, BT, OC,
+                                                                             rows_per_split);
+    }
     cudaLaunchCheck("matmul_dbias_partial_kernel");
     if (nsplit > 1) {
         matmul_dbias_sum_kernel<<<(unsigned)llmc_ceil_div((size_t)OC, 256), 256, 0, s>>>(
@@ -295,8 +392,16 @@ static inline void matmul_dbias(MatmulContext *ctx, float *dbias, const floatX *
     }
 }
 
+// dbias (OC) += column sums of dout (BT, OC), deterministic (fixed splits and orders)
+static inline void matmul_dbias(MatmulContext *ctx, float *dbias, const floatX *dout, int BT, int OC,
+                                cudaStream_t s) {
+    // without pre_gelu the kernel only reads dout: the cast drops a const it does not need
+    matmul_dbias_gelu(ctx, dbias, (floatX *)dout, NULL, BT, OC, s);
+}
+
 // The backward of matmul_forward. With pre_gelu != NULL (the forward's pre_gelu), first
-// dout = dout * gelu'(pre_gelu) in place (gelu_backward_inplace of llmc/gelu.cuh). Then:
+// dout = dout * gelu'(pre_gelu) in place (in the bias gradient's pass when dbias != NULL, else
+// by gelu_backward_inplace of llmc/gelu.cuh). Then:
 //   dbias   (OC)   += column sums of dout     fp32, +=   (skipped when NULL)
 //   dweight (OC,C) += dout^T @ inp            fp32, +=   (skipped when NULL)
 //   dinp    (BT,C)  = dout @ weight           bf16, =    (skipped when NULL)
@@ -305,14 +410,41 @@ static inline void matmul_backward(MatmulContext *ctx, floatX *dinp, float *dwei
                                    const floatX *pre_gelu, int BT, int C, int OC, cudaStream_t s) {
     matmul_check_args("matmul_backward", BT, C, OC,
                       dout == NULL || (dweight != NULL && inp == NULL) || (dinp != NULL && weight == NULL));
-    if (pre_gelu != NULL) gelu_backward_inplace(dout, pre_gelu, (size_t)BT * (size_t)OC, s);
-    if (dbias != NULL) matmul_dbias(ctx, dbias, dout, BT, OC, s);
+    if (dbias != NULL) matmul_dbias_gelu(ctx, dbias, dout, pre_gelu, BT, OC, s);  // GELU backward in the same pass
+    else if (pre_gelu != NULL) gelu_backward_inplace(dout, pre_gelu, (size_t)BT * (size_t)OC, s);
     // dweight^T (C, OC) += inp^T (C, BT) @ dout (BT, OC), column-major
     if (dweight != NULL)
         matmul_gemm(ctx, s, "backward dweight", 0, 1, C, OC, BT, inp, C, dout, OC, dweight, CUDA_R_32F, C, 1.0f);
     // dinp^T (C, BT) = weight^T (C, OC) @ dout^T (OC, BT), column-major; last, so dinp may alias inp
     if (dinp != NULL)
         matmul_gemm(ctx, s, "backward dinp", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, CUDA_R_16BF, C, 0.0f);
+}
+
+// matmul_backward (without pre_gelu) of a layer whose input was inp = gelu(inp_pre_gelu), with
+// that GELU's backward folded in: dinp (BT,C) = (dout @ weight) * gelu'(inp_pre_gelu), the
+// gradient of the pre-activation, as matmul_backward with pre_gelu would make of dinp in the
+// layer before. Fused: cuBLASLt's DGELU epilogue on the dinp GEMM (the product is rounded once,
+// and the GELU pass over dinp is saved). Unfused (no algorithm, OC or pointers unfit, or ctx
+// flags): the GEMM, then gelu_backward_inplace. dinp must not alias inp_pre_gelu.
+static inline void matmul_backward_dgelu(MatmulContext *ctx, floatX *dinp, float *dweight, float *dbias,
+                                         floatX *dout, const floatX *inp, const floatX *weight,
+                                         const floatX *inp_pre_gelu, int BT, int C, int OC, cudaStream_t s) {
+    matmul_check_args("matmul_backward_dgelu", BT, C, OC,
+                      dinp == NULL || inp_pre_gelu == NULL || weight == NULL || dout == NULL ||
+                          (dweight != NULL && inp == NULL));
+    matmul_backward(ctx, NULL, dweight, dbias, dout, inp, weight, NULL, BT, C, OC, s);
+    if (ctx->use_cublaslt && ctx->fuse_epilogues) {
+        // aux is only read by DGELU: the cast drops a const the epilogue struct does not carry
+        const gemm_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)inp_pre_gelu, C};
+        const gemm_problem p = {0, 0, C, BT, OC, {weight, CUDA_R_16BF, C}, {dout, CUDA_R_16BF, OC},
+                                {dinp, CUDA_R_16BF, C}, 1.0f, 0.0f};
+        cublasStatus_t st = gemm_lt(&ctx->gemm, s, &p, &ep, ctx->workspace, MATMUL_LT_WORKSPACE);
+        matmul_gemm_status(st, "backward dinp (dgelu)", C, BT, OC);
+        if (st == CUBLAS_STATUS_SUCCESS) return;
+        matmul_note_fallback(ctx, "backward dinp (dgelu)", C, BT, OC);
+    }
+    matmul_gemm(ctx, s, "backward dinp", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, CUDA_R_16BF, C, 0.0f);
+    gelu_backward_inplace(dinp, inp_pre_gelu, (size_t)BT * (size_t)C, s);
 }
 
 #endif // LLMC_MATMUL_CUH

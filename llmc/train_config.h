@@ -8,6 +8,8 @@ the usage text. Every error names the flag and its value.
   train_config_check(&cfg, nproc, err, len)        flags against each other and nproc
   train_config_check_model(&cfg, &model, err, len) flags against the model (-t, kernel sizes)
   train_config_steps(&cfg, tokens, start, err, len) -x resolved (-1: one epoch), > start
+The processes' flags (-pn -pr -pg -pi -ps -pf) are parsed here and checked, with the launcher's
+environment, by llmc/multi_gpu.h's multi_gpu_plan.
 */
 #ifndef LLMC_TRAIN_CONFIG_H
 #define LLMC_TRAIN_CONFIG_H
@@ -34,6 +36,9 @@ typedef struct {
     int vocab, flce_mib, flce_fp32_logits, flce_autotune;
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
+    // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
+    int proc_num, proc_rank, proc_gpus;
+    const char *proc_init, *proc_server, *proc_fs;
 } TrainConfig;
 
 typedef struct {
@@ -67,13 +72,23 @@ static const TrainFlag train_flags[] = {
     {"-g", 'i', TRAIN_FIELD_(gen_tokens), 0, INT_MAX, "tokens to generate (default 64)"},
     {"-n", 'i', TRAIN_FIELD_(ckpt_every), 0, INT_MAX, "checkpoint every N steps, 0 never (default 0)"},
     {"-y", 'i', TRAIN_FIELD_(resume), 0, 1, "resume from the latest complete checkpoint in -o (default 0)"},
-    {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1; 0 is the same here)"},
+    {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1); 0 keeps each\n"
+     "              layer's GELU output (faster; L x B x T x 4C bf16 more memory)"},
     {"-w", 'i', TRAIN_FIELD_(master_weights), 0, 1, "fp32 master weights (default 1; required)"},
     {"-f", 'i', TRAIN_FIELD_(flce_mib), 1, 1 << 20, "flce workspace budget in MiB (default 1024)"},
     {"-fl", 'i', TRAIN_FIELD_(flce_fp32_logits), 0, 1, "flce's logits buffer: 0 bf16 (as llm.c; faster), 1 fp32 (exact loss)\n"
      "              (default 0)"},
     {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
      "              (faster; a run's bits can then differ from another's); default 0"},
+    {"-pn", 'i', TRAIN_FIELD_(proc_num), 1, 65536, "processes (one per GPU) without mpirun (default: srun's SLURM_NTASKS\n"
+     "              with -pi fs|tcp, else 1)"},
+    {"-pr", 'i', TRAIN_FIELD_(proc_rank), 0, 65535, "this process's rank, 0..pn-1 (default: srun's SLURM_PROCID with -pi fs|tcp)"},
+    {"-pg", 'i', TRAIN_FIELD_(proc_gpus), 1, 1024, "GPUs per host: the GPU is rank % pg (default: srun's SLURM_LOCALID, else\n"
+     "              the rank)"},
+    {"-pi", 's', TRAIN_FIELD_(proc_init), 0, 0, "how the processes meet: mpi (the default under mpirun), fs (rank 0 writes\n"
+     "              NCCL's id into -pf) or tcp (rank 0 sends it from -ps)"},
+    {"-ps", 's', TRAIN_FIELD_(proc_server), 0, 0, "-pi tcp: rank 0's address, host or host:port (port 12345 by default)"},
+    {"-pf", 's', TRAIN_FIELD_(proc_fs), 0, 0, "-pi fs: a directory every process shares"},
 };
 #undef TRAIN_FIELD_
 #define TRAIN_NUM_FLAGS ((int)(sizeof(train_flags) / sizeof(train_flags[0])))
@@ -98,13 +113,15 @@ static inline void train_config_defaults(TrainConfig *c) {
     c->flce_mib = 1024;
     c->lr = 3e-4f;
     c->final_frac = 1.0f;
+    c->proc_num = -1;
+    c->proc_rank = -1;
 }
 
 static inline void train_usage(FILE *out) {
     fprintf(out, "Usage:   ./train_gpt [options]\nOptions (llm.c's flags):\n");
     for (int i = 0; i < TRAIN_NUM_FLAGS; i++) {
         const TrainFlag *f = &train_flags[i];
-        const char *type = f->kind == 'i' ? "<int>" : f->kind == 'f' ? "<float>" : "<string>";
+        const char *type = f->kind == 'i' ? "<int>" : f->kind == 'f' ? "<float>" : "<str>";
         fprintf(out, "  %s %-*s%s\n", f->flag, (int)(11 - strlen(f->flag)), type, f->help);
     }
     fprintf(out, "  -h          this help\n");

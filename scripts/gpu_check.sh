@@ -3,11 +3,20 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
-#   (default: all but train-mpi, which needs 2 GPUs: mpirun -np 2)
+#                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
+#   (default: all but the multi-GPU steps, which need 2 GPUs: train-mpi (mpirun -np 2); train-fs, train-tcp:
+#   ranks 0 and 1 started with & (-pn 2 -pr 0|1, -pi fs -pf DIR | -pi tcp -ps 127.0.0.1), both must exit 0
+#   and print train-mpi's losses (run train-mpi first, or they run their own mpirun reference);
+#   train-nompi: the same tcp pair with a build without MPI (make NO_USE_MPI=1, into build/train_gpt_nompi);
+#   train-fault: mpirun -np 2 with TRAIN_FAULT=1:3 (rank 1 exits at step 3): mpirun must exit non-zero
+#   within 30 s (timeout 60); train-fault-tcp, train-fault-fs: the pair with a fault on rank 1 (tcp: a
+#   CUDA error, then a SIGKILL; fs: an exit), both ranks non-zero within 30 s, rank 0 with rank 1's message)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
+#   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
+#   pytest: the Python binding's GPU tests; train-profile: a B=64 run with TRAIN_PROFILE=1;
 #   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
 #   cuBLASLt path; train-bmax: B=256; bench-flce: the flce rows of the benchmark only.
@@ -15,8 +24,110 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens gemm-sm90 bench-check bench bench-timing train train-b64 train-bmax train-vocab train-flags}"
+steps="${*:-build test fixtures tokens gemm-sm90 attention pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-flags}"
 declare -A result
+# the multi-GPU runs: one configuration, so that their losses compare
+MG_ARGS="-b 16 -x 20 -v 10 -s 0"
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mg_losses() {  # a log: its step and val loss lines, without times
+    grep -oE "^step +[0-9]+/[0-9]+ \| loss [-0-9.naif]+|^val loss [-0-9.naif]+" "$1"
+}
+# mpirun's losses for the pair runs: train-mpi's log, else a run of its own
+mg_reference() {
+    [ -s "$OUT/train_mpi.log" ] && mg_losses "$OUT/train_mpi.log" | grep -q "^step" && { echo "$OUT/train_mpi.log"; return; }
+    timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt $MG_ARGS > "$OUT/train_mpi_ref.log" 2>&1
+    echo "$OUT/train_mpi_ref.log"
+}
+# Ranks 0 and 1 of a 2-process run on this host, started as a launcher would (rank 1 in the
+# background): NAME BIN -pi-flags... Their outputs in $OUT/NAME_r0.log and NAME_r1.log; both must
+# exit 0 and rank 0 must print mpirun's losses, bitwise.
+mg_pair() {
+    local name=$1 bin=$2; shift 2
+    local ref log0="$OUT/${name}_r0.log" log1="$OUT/${name}_r1.log"
+    ref=$(mg_reference)
+    timeout 300 "$bin" $MG_ARGS -pn 2 -pr 1 "$@" > "$log1" 2>&1 &
+    local p1=$!
+    timeout 300 "$bin" $MG_ARGS -pn 2 -pr 0 "$@" > "$log0" 2>&1
+    local rc0=$?
+    wait $p1
+    local rc1=$?
+    echo "== $name: exit codes: rank 0 $rc0, rank 1 $rc1 ($log0, $log1); reference $ref"
+    tail -4 "$log0"
+    if [ $rc0 -ne 0 ] || [ $rc1 -ne 0 ]; then echo "FAIL: $name: exit codes $rc0 $rc1"; tail -5 "$log1"; return 1; fi
+    if [ "$(mg_losses "$ref" | grep -c "^step")" -lt 20 ]; then echo "FAIL: no reference losses in $ref"; return 1; fi
+    if diff <(mg_losses "$ref") <(mg_losses "$log0") > "$OUT/$name.diff"; then
+        echo "OK: $name printed mpirun's losses, bitwise ($(mg_losses "$log0" | wc -l) lines)"
+    else
+        echo "MISMATCH: $name's losses differ from mpirun's ($OUT/$name.diff)"; return 1
+    fi
+}
+# The trainer built without MPI (make NO_USE_MPI=1's own command, into build/train_gpt_nompi)
+mg_build_nompi() {
+    make -s BUILD=build build/libflce.a || return 1
+    local cmd; cmd=$(make -n -B NO_USE_MPI=1 train_gpt | tail -1 | sed 's| -o train_gpt | -o build/train_gpt_nompi |')
+    echo "$cmd"
+    case "$cmd" in *USE_MPI*|*-lmpi*) echo "FAIL: the NO_USE_MPI=1 command still has MPI"; return 1 ;; esac
+    eval "$cmd" || return 1
+    if ldd build/train_gpt_nompi | grep -q libmpi; then echo "FAIL: build/train_gpt_nompi links MPI"; return 1; fi
+    build/train_gpt_nompi -h | grep "This build"
+    echo "OK: build/train_gpt_nompi (NCCL, no MPI)"
+}
+# Seconds from the first time FILE shows PATTERN (polled every 0.1 s) until now; "?" if never.
+mg_since() {
+    local t; t=$(cat "$1.t" 2>/dev/null) || { echo "?"; return; }
+    echo "$(date +%s.%N) $t" | awk '{printf "%.1f", $1 - $2}'
+}
+mg_mark() {  # FILE PATTERN: in the background, writes FILE.t when PATTERN appears in FILE
+    rm -f "$1.t"
+    ( while ! grep -q "$2" "$1" 2>/dev/null; do sleep 0.1; done; date +%s.%N > "$1.t" ) &
+    MG_MARKER=$!
+}
+# mpirun -np 2 with TRAIN_FAULT on rank 1: non-zero within 30 s (timeout 60), rank 1's message shown
+mg_fault_mpi() {
+    local log="$OUT/train_fault_run.log" t0 rc secs after
+    t0=$(date +%s.%N)
+    mg_mark "$log" "TRAIN_FAULT: rank 1 stops"
+    TRAIN_FAULT=1:3 timeout 60 mpirun --allow-run-as-root -x TRAIN_FAULT -x NCCL_NVLS_ENABLE -np 2 ./train_gpt $MG_ARGS \
+        > "$log" 2>&1
+    rc=$?
+    secs=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+    sleep 0.3; kill $MG_MARKER 2>/dev/null
+    after=$(mg_since "$log")
+    cat "$log"
+    echo "== mpirun exit code $rc after $secs s in all, $after s after rank 1's fault message"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && awk "BEGIN {exit !($secs < 30)}" &&
+       grep -q "TRAIN_FAULT: rank 1 stops at step 3" "$log"; then
+        echo "OK: the run stopped (exit $rc) in $secs s, $after s after the fault"
+    else
+        echo "FAIL: exit $rc after $secs s (want non-zero, not 124/137, under 30 s, with rank 1's message)"; return 1
+    fi
+}
+# The pair with TRAIN_FAULT (the 3rd argument) on rank 1 only: both non-zero within 30 s, rank 0
+# with rank 1's message (the 4th argument; "stopped the run" for a kill)
+mg_fault_pair() {  # name, -pi flags (one word each, quoted together), fault, rank 0 must show
+    local name=$1 flags=$2 fault=$3 want=$4 log0="$OUT/$1_r0.log" log1="$OUT/$1_r1.log" t0 rc0 rc1 secs after
+    t0=$(date +%s.%N)
+    mg_mark "$log1" "stops at step 3\|CUDA ERROR"
+    TRAIN_FAULT=$fault timeout 60 ./train_gpt $MG_ARGS -pn 2 -pr 1 $flags > "$log1" 2>&1 &
+    local p1=$!
+    timeout 60 ./train_gpt $MG_ARGS -pn 2 -pr 0 $flags > "$log0" 2>&1
+    rc0=$?
+    wait $p1
+    rc1=$?
+    secs=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+    sleep 0.3; kill $MG_MARKER 2>/dev/null
+    after=$(mg_since "$log1")
+    echo "== $name: TRAIN_FAULT=$fault on rank 1; exit codes: rank 0 $rc0, rank 1 $rc1, $secs s in all," \
+         "$after s after rank 1's message (a kill prints none)"
+    echo "-- rank 0:"; tail -8 "$log0"; echo "-- rank 1:"; tail -4 "$log1"
+    if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && awk "BEGIN {exit !($secs < 30)}" &&
+       grep -q "rank 1 of 2 stopped the run" "$log0" && grep -q -- "$want" "$log0"; then
+        echo "OK: $name: both stopped (exits $rc0 $rc1) in $secs s; rank 0 shows rank 1's message"
+    else
+        echo "FAIL: $name: exits $rc0 $rc1 after $secs s (want both non-zero, not 124, under 30 s, rank 0 showing '$want')"
+        return 1
+    fi
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -40,6 +151,9 @@ for s in $steps; do
     bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
     gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;
+    attention) run_step attention timeout 240 build/attention_bench ;;
+    pytest) run_step pytest env FLCE_LIBRARY=build/libflce.so timeout 300 python3 -m pytest -q flce/python/tests/test_gpu.py ;;
+    train-profile) TRAIN_PROFILE=1 run_step train_profile timeout 300 ./train_gpt -b 64 -x 25 -v 0 -s 0 ;;
     train-lt) FLCE_HOPPER=0 run_step train_lt timeout 400 ./train_gpt ;;
     bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
     train) run_step train timeout 400 ./train_gpt ;;
@@ -50,6 +164,18 @@ for s in $steps; do
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
     train-mpi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
                    run_step train_mpi timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt -b 16 -x 20 -v 10 -s 0 -o /tmp/mpi_run -n 10 ;;
+    train-fs) rm -rf /tmp/train_fs_dir && mkdir -p /tmp/train_fs_dir
+              run_step train_fs mg_pair train_fs ./train_gpt -pi fs -pf /tmp/train_fs_dir ;;
+    train-tcp) run_step train_tcp mg_pair train_tcp ./train_gpt -pi tcp -ps 127.0.0.1 ;;
+    train-nompi) run_step build_nompi mg_build_nompi &&
+                 run_step train_nompi mg_pair train_nompi build/train_gpt_nompi -pi tcp -ps 127.0.0.1:12346 ;;
+    train-fault) run_step train_fault mg_fault_mpi ;;
+    train-fault-tcp) run_step train_fault_tcp mg_fault_pair fault_tcp_cuda "-pi tcp -ps 127.0.0.1" 1:3:cuda "CUDA ERROR"
+                     run_step train_fault_tcp_kill mg_fault_pair fault_tcp_kill "-pi tcp -ps 127.0.0.1" 1:3:kill \
+                         "without a message" ;;
+    train-fault-fs) rm -rf /tmp/train_fs_dir && mkdir -p /tmp/train_fs_dir
+                    run_step train_fault_fs mg_fault_pair fault_fs "-pi fs -pf /tmp/train_fs_dir" 1:3 \
+                        "TRAIN_FAULT: rank 1 stops at step 3" ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
@@ -62,6 +188,16 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
 [ -f "$OUT/gemm_sm90.log" ] && { echo "== our Hopper GEMM vs cuBLASLt =="; grep -E "^checks|^\|" "$OUT/gemm_sm90.log"; }
+[ -f "$OUT/attention.log" ] && { echo "== attention: Hopper kernels vs mma.sync =="; grep -E "^\||vs mma" "$OUT/attention.log"; }
+[ -f "$OUT/train_profile.log" ] && { echo "== a B=64 step, TRAIN_PROFILE=1 =="; sed -n '/^step profile/,$p' "$OUT/train_profile.log"; }
+[ -f "$OUT/pytest.log" ] && { echo "== Python binding (pytest) =="; tail -1 "$OUT/pytest.log"; }
+for f in train_fs train_tcp train_nompi; do
+    [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^step +[0-9]+/|val loss" "$OUT/${f}_r0.log" | tail -3;
+                              grep -E "^== |^OK|^MISMATCH|^FAIL" "$OUT/$f.log"; }
+done
+for f in train_fault train_fault_tcp train_fault_tcp_kill train_fault_fs; do
+    [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^== |^OK|^FAIL|stopped the run" "$OUT/$f.log" | tail -4; }
+done
 for f in train train_lt train_mpi train_b64 train_b64_lt train_b64_fa train_bmax train_vocab train_b64_fl0_f1024 train_b64_fl0_f4096 train_b64_fl1_f1024 train_b64_fl1_f4096; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^memory|^step +[0-9]+/|val loss|Error|rror" "$OUT/$f.log" | tail -6; }
 done

@@ -384,16 +384,28 @@ static void gka_large(int B, int T, int C, int NH) {
 }
 
 static void test_attention(void) {
-    printf("attention (llmc/attention.cuh)\n");
-    gka_case(2, 64, 128, 2, 1);     // hs 64, one tile
-    gka_case(3, 37, 64, 1, 2);      // T below one tile
-    gka_case(1, 256, 768, 12, 3);   // GPT-2 small heads, four tiles
-    gka_case(2, 200, 128, 2, 4);    // hs 64, a partial fourth tile
-    gka_case(2, 50, 64, 4, 5);      // hs 16 (the debug model)
-    gka_case(2, 130, 64, 2, 6);     // hs 32, three tiles, the last of two rows
-    gka_case(2, 100, 256, 2, 7);    // hs 128 (dK/dV query tile of 32)
+    // hs = 64 runs the Hopper forward (llmc/attention_sm90.cuh) where the build and GPU have
+    // it, so those cases run twice: with it and with attention.cuh's own forward
+    attention_set_sm90(1);
+    const int sm90 = attention_sm90_usable(NULL, 768, 12);
+    for (int pass = sm90 ? 0 : 1; pass < 2; pass++) {
+        attention_set_sm90(pass == 0);
+        printf("attention (llmc/attention.cuh), forward on %s\n",
+               pass == 0 ? "the Hopper kernel (attention_sm90.cuh) where hs = 64" : "mma.sync everywhere");
+        gka_case(2, 64, 128, 2, 1);     // hs 64, one tile
+        gka_case(3, 37, 64, 1, 2);      // T below one tile
+        gka_case(1, 256, 768, 12, 3);   // GPT-2 small heads, four tiles
+        gka_case(2, 200, 128, 2, 4);    // hs 64, a partial fourth tile
+        gka_case(2, 1000, 768, 12, 8);  // hs 64: 192 work tiles of 128 rows, more than the SMs
+        if (pass == 1) {
+            gka_case(2, 50, 64, 4, 5);      // hs 16 (the debug model)
+            gka_case(2, 130, 64, 2, 6);     // hs 32, three tiles, the last of two rows
+            gka_case(2, 100, 256, 2, 7);    // hs 128 (dK/dV query tile of 32)
+        }
+        gka_large(GKA_LARGE_B, GKA_LARGE_T, GKA_LARGE_C, GKA_LARGE_NH);
+    }
+    attention_set_sm90(1);
     gka_index_math();
-    gka_large(GKA_LARGE_B, GKA_LARGE_T, GKA_LARGE_C, GKA_LARGE_NH);
 }
 
 #endif // GPU_KERNELS_ATTENTION_CUH

@@ -16,7 +16,10 @@ What is checked, per kernel:
     pointers for the elementwise kernels, grid-stride loops for AdamW.
 AdamW is also compared with a CPU loop that performs the same fp32 operations in the same
 order (each rounded once, as the kernel's __f*_rn intrinsics) and the same stochastic-rounding
-hash, so master weights and bf16 params are expected to match bit for bit.
+hash, so master weights and bf16 params are expected to match bit for bit; the multi-tensor
+launch is compared bitwise with one launch per tensor. layernorm_backward_colsum is checked
+against the plain backward (bitwise) and a double sum of its dinp, on the one-pass kernel
+(C up to 2048, every lane count) and the two-kernel path (C = 2056).
 */
 #ifndef GPU_KERNELS_BASIC_CUH
 #define GPU_KERNELS_BASIC_CUH
@@ -367,6 +370,41 @@ static void gkb_test_layernorm(int N, int C, uint64_t *st) {
                "layernorm_backward N=%d C=%d: a rerun is bitwise identical (%d row chunks)", N, C,
                layernorm_backward_num_chunks(N));
 
+    // with the column sums of dinp: dinp, dweight, dbias bitwise as without; dinp_colsum +=
+    // the column sums of the new dinp (as stored, bf16), against a double sum of it
+    float *cs0 = gkb_random((size_t)C, 0.5f, 0, st), *cs = (float *)gkb_xmalloc((size_t)C * 4);
+    float *d_cs = (float *)gkb_dmalloc((size_t)C * 4);
+    double *ref_cs = (double *)calloc((size_t)C, sizeof(double));
+    if (!ref_cs) exit(EXIT_FAILURE);
+    gkb_put_bf16(d_dinp, dinp0, n);
+    gkb_put_f32(d_dw, dw0, (size_t)C);
+    gkb_put_f32(d_db, db0, (size_t)C);
+    gkb_put_f32(d_cs, cs0, (size_t)C);
+    gkb_poison(d_scratch, scratch_floats * 4);
+    layernorm_backward_colsum(d_dinp, d_dw, d_db, d_cs, d_scratch, d_dout, d_x, d_w, d_mean, d_rstd, N, C, gkb_stream);
+    gkb_get_bf16(dinp[2], d_dinp, n);
+    gkb_get_f32(dw[2], d_dw, (size_t)C);
+    gkb_get_f32(db[2], d_db, (size_t)C);
+    gkb_get_f32(cs, d_cs, (size_t)C);
+    for (size_t i = 0; i < n; i++) ref_cs[i % (size_t)C] += dinp[2][i];
+    const double e_cs = gkb_rel_delta(cs, cs0, ref_cs, (size_t)C);
+    test_check(gkb_same_bytes(dinp[0], dinp[2], n * 4) && gkb_same_bytes(dw[0], dw[2], (size_t)C * 4) &&
+                   gkb_same_bytes(db[0], db[2], (size_t)C * 4) && e_cs <= 1e-5,
+               "layernorm_backward_colsum N=%d C=%d (%s): dinp, dweight, dbias bitwise as without column sums; "
+               "dinp_colsum += rel L2 of the increment %.2e (tol 1e-5)", N, C,
+               C <= 256 * LN_BWD_MAX_VPL ? "one pass" : "two kernels", e_cs);
+    layernorm_backward_colsum(d_dinp, d_dw, d_db, d_cs, d_scratch, d_dout, d_x, d_w, d_mean, d_rstd, N, C, gkb_stream);
+    float *cs2 = (float *)gkb_xmalloc((size_t)C * 4);
+    gkb_get_f32(cs2, d_cs, (size_t)C);
+    gkb_get_bf16(dinp[1], d_dinp, n);
+    for (int c = 0; c < C; c++) ref_cs[c] = 0.0;
+    for (size_t i = 0; i < n; i++) ref_cs[i % (size_t)C] += dinp[1][i];
+    const double e_cs2 = gkb_rel_delta(cs2, cs, ref_cs, (size_t)C);
+    test_check(e_cs2 <= 1e-5, "layernorm_backward_colsum N=%d C=%d: a second call adds the new column sums, rel L2 %.2e",
+               N, C, e_cs2);
+    cudaCheck(cudaFree(d_cs));
+    free(cs0); free(cs); free(cs2); free(ref_cs);
+
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_out2)); cudaCheck(cudaFree(d_w));
     cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_mean));
     cudaCheck(cudaFree(d_rstd)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db)); cudaCheck(cudaFree(d_scratch));
@@ -575,6 +613,72 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
     free(master0); free(p0); free(grads); free(m0); free(v0); free(ref_p); free(ref_m); free(ref_v); free(p_now);
 }
 
+// adamw_update_multi over a set of tensors of one flat buffer (sizes below and above a block's
+// 2048 elements, odd, one empty) against one adamw_update_scaled per tensor: every buffer
+// bitwise the same, every element of each tensor updated (the fp32 master of each changed).
+static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st) {
+    const size_t sizes[] = {50304 * 77 + 5, 768, 1, 0, 2047, 2048, 2049, 3 * 768 * 768 + 11, 4097, 100003};
+    const int nt = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    AdamWTensor tens[sizeof(sizes) / sizeof(sizes[0])];
+    size_t n = 0;
+    for (int i = 0; i < nt; i++) {
+        tens[i].offset = n;
+        tens[i].numel = sizes[i];
+        tens[i].weight_decay = i % 2 == 0 ? 0.1f : 0.0f;
+        tens[i].seed = 7u * 1000003u + (unsigned int)i * 7919u + 42u;
+        n += sizes[i];
+    }
+    const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 0.7f, dev_scale = 0.5f;
+    const int t = 7;
+    float *master0 = gkb_random(n, 1.0f, 0, st), *grads = gkb_random(n, 1.0f, 0, st);
+    float *m0 = gkb_random(n, 0.1f, 0, st), *v0 = gkb_random(n, 0.01f, 0, st);
+    for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]) + 1e-6f;
+    floatX *d_p = (floatX *)gkb_dmalloc(n * 2);
+    float *d_master = (float *)gkb_dmalloc(n * 4), *d_g = (float *)gkb_dmalloc(n * 4);
+    float *d_m = (float *)gkb_dmalloc(n * 4), *d_v = (float *)gkb_dmalloc(n * 4), *d_scale = (float *)gkb_dmalloc(4);
+    gkb_put_f32(d_g, grads, n);
+    gkb_put_f32(d_scale, &dev_scale, 1);
+    uint16_t *pbits[2];
+    float *master[2], *m[2], *v[2];
+    for (int run = 0; run < 2; run++) {  // run 0: per tensor; run 1: one launch
+        gkb_put_bf16(d_p, master0, n);
+        gkb_put_f32(d_master, master0, n);
+        gkb_put_f32(d_m, m0, n);
+        gkb_put_f32(d_v, v0, n);
+        float *dm = use_master ? d_master : NULL;
+        const float *ds = use_dev_scale ? d_scale : NULL;
+        if (run == 0) {
+            for (int i = 0; i < nt; i++) {
+                const size_t o = tens[i].offset;
+                adamw_update_scaled(d_p + o, dm != NULL ? dm + o : NULL, d_g + o, d_m + o, d_v + o, tens[i].numel, lr,
+                                    beta1, beta2, t, eps, tens[i].weight_decay, grad_scale, ds, tens[i].seed,
+                                    gkb_stream);
+            }
+        } else {
+            adamw_update_multi(d_p, dm, d_g, d_m, d_v, tens, nt, lr, beta1, beta2, t, eps, grad_scale, ds, gkb_stream);
+        }
+        pbits[run] = (uint16_t *)gkb_xmalloc(n * 2);
+        master[run] = (float *)gkb_xmalloc(n * 4);
+        m[run] = (float *)gkb_xmalloc(n * 4);
+        v[run] = (float *)gkb_xmalloc(n * 4);
+        gkb_get_bf16_bits(pbits[run], d_p, n);
+        gkb_get_f32(master[run], d_master, n);
+        gkb_get_f32(m[run], d_m, n);
+        gkb_get_f32(v[run], d_v, n);
+    }
+    size_t unchanged = 0;  // elements whose m and v were both left as they were: not updated
+    for (size_t i = 0; i < n; i++) unchanged += m[1][i] == m0[i] && v[1][i] == v0[i];
+    test_check(gkb_same_bytes(pbits[0], pbits[1], n * 2) && gkb_same_bytes(master[0], master[1], n * 4) &&
+                   gkb_same_bytes(m[0], m[1], n * 4) && gkb_same_bytes(v[0], v[1], n * 4) && unchanged == 0,
+               "adamw_update_multi master=%s dev_scale=%s: %d tensors (%zu elements) in one launch bitwise as one "
+               "adamw_update per tensor, every element updated (%zu not)", use_master ? "fp32" : "NULL",
+               use_dev_scale ? "yes" : "no", nt, n, unchanged);
+    cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_master)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m));
+    cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_scale));
+    for (int run = 0; run < 2; run++) { free(pbits[run]); free(master[run]); free(m[run]); free(v[run]); }
+    free(master0); free(grads); free(m0); free(v0);
+}
+
 // --- global norm and the clipping factor ------------------------------------------------------
 
 static void gkb_test_global_norm(uint64_t *st) {
@@ -639,6 +743,10 @@ static void test_basic_kernels(void) {
     gkb_test_layernorm(299, 64, &st);    // 299 rows: 37 blocks of 8 rows and 3 more
     gkb_test_layernorm(299, 768, &st);
     gkb_test_layernorm(20000, 64, &st);  // 40-row chunks, 500 of them
+    gkb_test_layernorm(4133, 768, &st);  // the trainer's C: 3 vectors a lane, 130 chunks, the last one short
+    gkb_test_layernorm(77, 1600, &st);   // 7 vectors a lane, the last lanes with 6 (1600 = 6.25 * 256)
+    gkb_test_layernorm(333, 1032, &st);  // 5 vectors a lane, most lanes with 4
+    gkb_test_layernorm(45, 2056, &st);   // wider than 2048: the two-kernel path
 
     gkb_test_elementwise(8 * 4099, 0, &st);  // vector kernel
     gkb_test_elementwise(12345, 0, &st);     // odd n: scalar kernel
@@ -647,6 +755,9 @@ static void test_basic_kernels(void) {
     gkb_test_adamw(1500007, 1, 0.1f, 0, &st);  // more elements than the grid: grid-stride loop
     gkb_test_adamw(100003, 1, 0.0f, 1, &st);
     gkb_test_adamw(100003, 0, 0.1f, 0, &st);
+    gkb_test_adamw_multi(1, 0, &st);
+    gkb_test_adamw_multi(1, 1, &st);
+    gkb_test_adamw_multi(0, 0, &st);
 
     gkb_test_global_norm(&st);
 

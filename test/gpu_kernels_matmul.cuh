@@ -11,7 +11,11 @@ odd C 40 / OC 100 (no 16-byte vectors, no GELU epilogue: the unfused paths). Eac
 and without bias and GELU, in three modes: cuBLASLt epilogues (what the trainer runs),
 cuBLASLt GEMMs with separate kernels, and the fallback GEMM kernel alone. The backward runs
 twice on the same inputs: dinp must be the same (=, bitwise), dweight and dbias must hold
-their initial (non-zero) values plus twice the gradient (+=).
+their initial (non-zero) values plus twice the gradient (+=). matmul_forward_residual runs at
+the trainer's projection shapes (where the epilogue mode must not fall back), a small and an
+odd shape, and with residual and out off 16-byte alignment; matmul_backward_dgelu (the GELU
+backward in the dinp GEMM's epilogue) at the trainer's MLP projection shape and two others.
+The backward with GELU and bias runs the GELU backward inside the bias gradient's pass.
 */
 #ifndef TEST_GPU_KERNELS_MATMUL_CUH
 #define TEST_GPU_KERNELS_MATMUL_CUH
@@ -254,6 +258,155 @@ static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
     }
 }
 
+// matmul_forward_residual in the three modes: out = residual + inp @ w^T (+ bias) against a
+// double reference, every element written (out poisoned), residual, inputs and the guards
+// untouched, a second call bitwise the same. res_offset elements shift residual and out off
+// 16-byte alignment. expect_fused: in the epilogue mode cuBLASLt must take the fused call (C =
+// residual != D = out, beta 1, BIAS epilogue) without falling back: the trainer's shapes.
+static void mmt_run_residual(MatmulContext *ctx, cudaStream_t s, int BT, int C, int OC, int res_offset,
+                             int expect_fused, uint64_t *rng) {
+    const size_t nin = (size_t)BT * C, nw = (size_t)OC * C, nout = (size_t)BT * OC;
+    float *inp = (float *)mmt_malloc(nin * sizeof(float)), *w = (float *)mmt_malloc(nw * sizeof(float));
+    float *bias = (float *)mmt_malloc((size_t)OC * sizeof(float)), *res = (float *)mmt_malloc(nout * sizeof(float));
+    mmt_fill_bf16(inp, nin, 1.0f, rng);
+    mmt_fill_bf16(w, nw, 3.0f / sqrtf((float)C), rng);
+    mmt_fill_bf16(bias, (size_t)OC, 0.5f, rng);
+    mmt_fill_bf16(res, nout, 2.0f, rng);
+    double *pre0 = (double *)mmt_malloc(nout * sizeof(double)), *expect = (double *)mmt_malloc(nout * sizeof(double));
+    for (size_t r = 0; r < (size_t)BT; r++)
+        for (size_t o = 0; o < (size_t)OC; o++) {
+            double acc = 0.0;
+            for (size_t c = 0; c < (size_t)C; c++) acc += (double)inp[r * C + c] * (double)w[o * C + c];
+            pre0[r * OC + o] = acc + (double)res[r * OC + o];
+        }
+    floatX *d_inp = (floatX *)mmt_dev_alloc(nin, 2), *d_w = (floatX *)mmt_dev_alloc(nw, 2);
+    floatX *d_bias = (floatX *)mmt_dev_alloc((size_t)OC, 2);
+    floatX *d_res_buf = (floatX *)mmt_dev_alloc(nout + res_offset, 2);
+    floatX *d_out_buf = (floatX *)mmt_dev_alloc(nout + res_offset, 2);
+    floatX *d_res = d_res_buf + res_offset, *d_out = d_out_buf + res_offset;
+    mmt_upload_bf16(d_inp, inp, nin);
+    mmt_upload_bf16(d_w, w, nw);
+    mmt_upload_bf16(d_bias, bias, (size_t)OC);
+    mmt_upload_bf16(d_res, res, nout);
+    float *h_out = (float *)mmt_malloc(nout * sizeof(float)), *h_out1 = (float *)mmt_malloc(nout * sizeof(float));
+    float *h_res = (float *)mmt_malloc(nout * sizeof(float));
+    for (int mode = 0; mode < 3; mode++)
+        for (int has_bias = 0; has_bias < 2; has_bias++) {
+            mmt_set_mode(ctx, mode);
+            const long long fallbacks = ctx->n_fallback;
+            int same = 1;
+            for (int call = 0; call < 2; call++) {
+                cudaCheck(cudaMemsetAsync(d_out_buf, 0xFF, (nout + res_offset + MMT_GUARD) * 2, s));
+                matmul_forward_residual(ctx, d_out, d_res, d_inp, d_w, has_bias ? d_bias : NULL, BT, C, OC, s);
+                cudaCheck(cudaStreamSynchronize(s));
+                cudaCheck(cudaGetLastError());
+                mmt_download_bf16(call == 0 ? h_out1 : h_out, d_out, nout);
+            }
+            same = memcmp(h_out1, h_out, nout * sizeof(float)) == 0;
+            const int fused = ctx->n_fallback == fallbacks;
+            for (size_t r = 0; r < (size_t)BT; r++)
+                for (size_t o = 0; o < (size_t)OC; o++)
+                    expect[r * OC + o] = pre0[r * OC + o] + (has_bias ? (double)bias[o] : 0.0);
+            const double e_out = rel_l2_f64(h_out, expect, nout);
+            // fused at the trainer's shapes, the sum is rounded once: within one bf16 spacing
+            // (plus fp32 accumulation). Odd shapes and unaligned pointers get other cuBLASLt
+            // kernels, measured farther from the exact sum than one rounding (within MMT_TOL).
+            size_t far = 0;
+            if (mode == 0 && fused && expect_fused)
+                for (size_t i = 0; i < nout; i++) {
+                    int ex = 0;
+                    frexp(fabs(expect[i]), &ex);
+                    const double spacing = expect[i] == 0.0 ? 0.0 : ldexp(1.0, ex - 8);
+                    if (!(fabs((double)h_out[i] - expect[i]) <= spacing + 1e-3)) far++;
+                }
+            mmt_download_bf16(h_res, d_res, nout);
+            const int res_same = memcmp(h_res, res, nout * sizeof(float)) == 0;
+            const int guards = mmt_guard_ok(d_out, nout, 2) && mmt_guard_ok(d_res, nout, 2) &&
+                               mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
+                               mmt_guard_ok(d_bias, (size_t)OC, 2);
+            const int path_ok = !(mode == 0 && expect_fused) || fused;
+            test_check(e_out <= MMT_TOL && far == 0 && same && res_same && guards && path_ok,
+                       "matmul_forward_residual BT=%d C=%d OC=%d bias=%d offset=%d %-11s (%s): out rel L2 %.2e, "
+                       "%zu beyond 1 bf16 spacing, rerun %s, residual %s, guards %s", BT, C, OC, has_bias,
+                       res_offset, mmt_mode_name(mode), mode != 0 ? "unfused" : fused ? "fused" : "FELL BACK",
+                       e_out, far, same ? "bitwise equal" : "DIFFERS", res_same ? "untouched" : "WRITTEN",
+                       guards ? "intact" : "WRITTEN");
+        }
+    mmt_set_mode(ctx, 0);
+    void *dev[] = {d_inp, d_w, d_bias, d_res_buf, d_out_buf};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaCheck(cudaFree(dev[i]));
+    void *host[] = {inp, w, bias, res, pre0, expect, h_out, h_out1, h_res};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+}
+
+// matmul_backward_dgelu in the three modes: dinp = (dout @ w) * gelu'(pre) against a double
+// reference, every element written, dweight/dbias as matmul_backward's (+=), inputs and guards
+// untouched. expect_fused: the epilogue mode must use cuBLASLt's DGELU (the trainer's shape).
+static void mmt_run_dgelu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int OC, int expect_fused, uint64_t *rng) {
+    const size_t nin = (size_t)BT * C, nw = (size_t)OC * C, nout = (size_t)BT * OC;
+    float *inp = (float *)mmt_malloc(nin * sizeof(float)), *w = (float *)mmt_malloc(nw * sizeof(float));
+    float *dout = (float *)mmt_malloc(nout * sizeof(float)), *pre = (float *)mmt_malloc(nin * sizeof(float));
+    mmt_fill_bf16(inp, nin, 1.0f, rng);
+    mmt_fill_bf16(w, nw, 3.0f / sqrtf((float)OC), rng);
+    mmt_fill_bf16(dout, nout, 1.0f, rng);
+    mmt_fill_bf16(pre, nin, 3.0f, rng);
+    double *ref = (double *)calloc(nin, sizeof(double)), *ref_dw = (double *)calloc(nw, sizeof(double));
+    double *ref_db = (double *)calloc((size_t)OC, sizeof(double));
+    if (ref == NULL || ref_dw == NULL || ref_db == NULL) exit(EXIT_FAILURE);
+    for (size_t r = 0; r < (size_t)BT; r++)
+        for (size_t o = 0; o < (size_t)OC; o++) {
+            const double gv = dout[r * OC + o];
+            ref_db[o] += gv;
+            for (size_t c = 0; c < (size_t)C; c++) {
+                ref[r * C + c] += gv * (double)w[o * C + c];
+                ref_dw[o * C + c] += gv * (double)inp[r * C + c];
+            }
+        }
+    for (size_t i = 0; i < nin; i++) ref[i] *= mmt_gelu_grad((double)pre[i]);
+    floatX *d_inp = (floatX *)mmt_dev_alloc(nin, 2), *d_w = (floatX *)mmt_dev_alloc(nw, 2);
+    floatX *d_dout = (floatX *)mmt_dev_alloc(nout, 2), *d_pre = (floatX *)mmt_dev_alloc(nin, 2);
+    floatX *d_dinp = (floatX *)mmt_dev_alloc(nin, 2);
+    float *d_dw = (float *)mmt_dev_alloc(nw, 4), *d_db = (float *)mmt_dev_alloc((size_t)OC, 4);
+    mmt_upload_bf16(d_inp, inp, nin);
+    mmt_upload_bf16(d_w, w, nw);
+    mmt_upload_bf16(d_dout, dout, nout);
+    mmt_upload_bf16(d_pre, pre, nin);
+    float *h = (float *)mmt_malloc(nin * sizeof(float)), *h_dw = (float *)mmt_malloc(nw * sizeof(float));
+    float *h_db = (float *)mmt_malloc((size_t)OC * sizeof(float)), *h_dout = (float *)mmt_malloc(nout * sizeof(float));
+    for (int mode = 0; mode < 3; mode++) {
+        mmt_set_mode(ctx, mode);
+        cudaCheck(cudaMemset(d_dw, 0, nw * sizeof(float)));
+        cudaCheck(cudaMemset(d_db, 0, (size_t)OC * sizeof(float)));
+        cudaCheck(cudaMemsetAsync(d_dinp, 0xFF, (nin + MMT_GUARD) * 2, s));
+        const long long fallbacks = ctx->n_fallback;
+        matmul_backward_dgelu(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pre, BT, C, OC, s);
+        cudaCheck(cudaStreamSynchronize(s));
+        cudaCheck(cudaGetLastError());
+        const int fused = ctx->n_fallback == fallbacks;
+        mmt_download_bf16(h, d_dinp, nin);
+        mmt_download_bf16(h_dout, d_dout, nout);
+        cudaCheck(cudaMemcpy(h_dw, d_dw, nw * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h_db, d_db, (size_t)OC * sizeof(float), cudaMemcpyDeviceToHost));
+        const double e = rel_l2_f64(h, ref, nin), e_dw = rel_l2_f64(h_dw, ref_dw, nw);
+        const double e_db = rel_l2_f64(h_db, ref_db, (size_t)OC);
+        const int dout_same = memcmp(h_dout, dout, nout * sizeof(float)) == 0;
+        const int guards = mmt_guard_ok(d_dinp, nin, 2) && mmt_guard_ok(d_pre, nin, 2) && mmt_guard_ok(d_inp, nin, 2) &&
+                           mmt_guard_ok(d_w, nw, 2) && mmt_guard_ok(d_dout, nout, 2) && mmt_guard_ok(d_dw, nw, 4) &&
+                           mmt_guard_ok(d_db, (size_t)OC, 4);
+        const int path_ok = !(mode == 0 && expect_fused) || fused;
+        test_check(e <= MMT_TOL && e_dw <= MMT_TOL && e_db <= MMT_TOL && dout_same && guards && path_ok,
+                   "matmul_backward_dgelu BT=%d C=%d OC=%d %-11s (%s): dinp rel L2 %.2e, dweight %.2e, dbias %.2e, "
+                   "dout %s, guards %s", BT, C, OC, mmt_mode_name(mode),
+                   mode != 0 ? "unfused" : fused ? "DGELU epilogue" : "FELL BACK", e, e_dw, e_db,
+                   dout_same ? "untouched" : "WRITTEN", guards ? "intact" : "WRITTEN");
+    }
+    mmt_set_mode(ctx, 0);
+    void *dev[] = {d_inp, d_w, d_dout, d_pre, d_dinp, d_dw, d_db};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaCheck(cudaFree(dev[i]));
+    void *host[] = {inp, w, dout, pre, ref, ref_dw, ref_db, h, h_dw, h_db, h_dout};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+}
+
 static void test_matmul(void) {
     printf("matmul (llmc/matmul.cuh) against CPU double references, rel L2 <= %.0e:\n", MMT_TOL);
     cudaStream_t s;
@@ -261,11 +414,22 @@ static void test_matmul(void) {
     MatmulContext ctx;
     matmul_init(&ctx);
     uint64_t rng = 0x6d61746d756cULL;
-    const int shapes[][3] = {{200, 64, 256}, {136, 768, 3072}, {61, 40, 100}};  // BT, C, OC
+    // BT, C, OC; the last: BT <= 64, a single dbias split that adds into dbias directly
+    const int shapes[][3] = {{200, 64, 256}, {136, 768, 3072}, {61, 40, 100}, {40, 64, 256}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         mmt_run_shape(&ctx, s, shapes[i][0], shapes[i][1], shapes[i][2], &rng);
     printf("      (%lld calls fell back from cuBLASLt epilogues/GEMMs to the unfused path; expected: the odd shape's GELU ones)\n",
            ctx.n_fallback);
+    // the residual forward: the trainer's attention and MLP projections (fused), a small and an
+    // odd shape, and a residual / out 2 bytes off 16-byte alignment
+    const int rshapes[][5] = {{200, 64, 256, 0, 1}, {1000, 768, 768, 0, 1}, {333, 3072, 768, 0, 1},
+                              {61, 40, 100, 0, 0}, {128, 768, 768, 1, 0}};  // BT, C, OC, offset, expect fused
+    for (size_t i = 0; i < sizeof(rshapes) / sizeof(rshapes[0]); i++)
+        mmt_run_residual(&ctx, s, rshapes[i][0], rshapes[i][1], rshapes[i][2], rshapes[i][3], rshapes[i][4], &rng);
+    // the GELU backward in the dinp GEMM: the trainer's MLP projection (fused), a small and an odd shape
+    mmt_run_dgelu(&ctx, s, 333, 3072, 768, 1, &rng);
+    mmt_run_dgelu(&ctx, s, 200, 256, 64, 1, &rng);
+    mmt_run_dgelu(&ctx, s, 61, 100, 40, 0, &rng);
     matmul_free(&ctx);
     cudaCheck(cudaStreamDestroy(s));
 }

@@ -6,7 +6,9 @@ test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
      the losses of the fixture's AdamW runs (10 steps each, global-norm clipping, weight decay
      on the 2-D tensors only);
   3. determinism: the same batch twice gives bitwise the same gradients;
-  4. resume: a checkpoint written mid-run and resumed continues with bitwise the same losses.
+  4. resume: a checkpoint written mid-run and resumed continues with bitwise the same losses;
+  5. -r 0 (GELU outputs kept) against -r 1 (recomputed): bitwise where the forward's GELU is
+     the recomputed one's.
 The trainer runs in bf16 against PyTorch's fp32/fp64, so the bounds are bf16's: they are
 printed with the measured errors.
 */
@@ -192,6 +194,71 @@ static void test_resume_bitwise(void) {
     cudaCheck(cudaStreamDestroy(s));
 }
 
+// 5. -r 0 (each layer's GELU output kept from the forward) against -r 1 (recomputed in the
+// backward) on one batch of a fresh d6: the same loss bit for bit. With the unfused forward
+// (the GELU by gelu_forward of the rounded pre-activation, which is what -r 1 recomputes)
+// every gradient is bitwise the same. With cuBLASLt's GELU epilogue the forward's GELU is of
+// the fp32 pre-activation, so -r 0 feeds fcprojw's gradient GEMM those values: every other
+// gradient is bitwise the same, fcprojw's within bf16 rounding.
+static void test_recompute_modes(void) {
+    const int B = 4, T = 64;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    GPT2 m[2];  // m[r]: -r r
+    for (int r = 0; r < 2; r++) {
+        build_model(&m[r], "d6");
+        gpt2_alloc_activations(&m[r], B, T, (size_t)256 << 20, 1, 1, r);
+    }
+    const size_t gelu_bytes = (size_t)B * T * 4 * m[0].config.channels * sizeof(floatX);
+    test_check(m[0].act_bytes - m[1].act_bytes == (size_t)(m[0].config.num_layers - 1) * gelu_bytes,
+               "-r 0 allocates L - 1 more GELU buffers of B*T*4C bf16 (%zu bytes more)", m[0].act_bytes - m[1].act_bytes);
+    DataLoader loader;
+    dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
+    dataloader_next_batch(&loader);
+    const size_t n = m[0].num_parameters;
+    float *grads[2] = {(float *)malloc(n * sizeof(float)), (float *)malloc(n * sizeof(float))};
+    for (int fused = 1; fused >= 0; fused--) {
+        float loss[2];
+        for (int r = 0; r < 2; r++) {
+            m[r].mm.fuse_epilogues = fused;
+            gpt2_zero_grad(&m[r], s);
+            gpt2_set_batch(&m[r], loader.inputs, loader.targets, B, T, 1, s);
+            gpt2_forward_train(&m[r], B, T, 0, s);
+            gpt2_backward(&m[r], B, T, s);
+            cudaCheck(cudaMemcpyAsync(&loss[r], m[r].acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+            cudaCheck(cudaStreamSynchronize(s));
+            cudaCheck(cudaMemcpy(grads[r], m[r].grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        int others_same = 1, fcprojw_same = 0;
+        double e_fcprojw = 0.0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            const ParameterTensor *pt = &m[0].tensors[i];
+            const int same = memcmp(grads[0] + pt->offset, grads[1] + pt->offset, pt->numel * sizeof(float)) == 0;
+            if (strcmp(pt->name, "fcprojw") == 0) {
+                fcprojw_same = same;
+                e_fcprojw = rel_l2_f32(grads[0] + pt->offset, grads[1] + pt->offset, pt->numel);
+            } else {
+                others_same &= same;
+            }
+        }
+        if (fused)
+            test_check(memcmp(&loss[0], &loss[1], sizeof(float)) == 0 && others_same && e_fcprojw < 1e-2,
+                       "-r 0 vs -r 1, GELU epilogue: loss %.9g vs %.9g (bitwise %s), every gradient but fcprojw's "
+                       "bitwise equal (%s), fcprojw's rel L2 %.2e (%s; bound 1e-2)", loss[0], loss[1],
+                       memcmp(&loss[0], &loss[1], sizeof(float)) == 0 ? "equal" : "DIFFERENT", others_same ? "yes" : "NO",
+                       e_fcprojw, fcprojw_same ? "bitwise equal" : "the epilogue's GELU vs the recomputed one");
+        else
+            test_check(memcmp(&loss[0], &loss[1], sizeof(float)) == 0 && others_same && fcprojw_same,
+                       "-r 0 vs -r 1, unfused forward: loss and every gradient bitwise equal (loss %.9g)", loss[0]);
+    }
+    free(grads[0]);
+    free(grads[1]);
+    dataloader_free(&loader);
+    gpt2_free(&m[0]);
+    gpt2_free(&m[1]);
+    cudaCheck(cudaStreamDestroy(s));
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -203,5 +270,6 @@ int main(void) {
     test_attention();
     test_model_vs_pytorch();
     test_resume_bitwise();
+    test_recompute_modes();
     return test_summary();
 }

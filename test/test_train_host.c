@@ -4,14 +4,18 @@ checks against each other, the processes and the model), gpt2.h (the parameter t
 pointers, descriptors, initialisation, config comparison), schedulers.h, sampler.h, mfu.h,
 and checkpoint.h's protocol: a crash injected after every stage of a checkpoint write, stale
 DONE_ markers of an older run, a state without master weights (llm.c -w 0), a checkpoint of
-another model. Then ./train_gpt itself (given as the first argument) with a table of bad
-command lines: each must exit non-zero with its own message before touching a GPU, so the
-table runs on a machine without one.
+another model. multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and
+its fs and tcp link between processes (forked here, no GPU): joining, NCCL's id (never an
+earlier run's under fs), a failure or a kill of one process ending the others within seconds
+with its message, timeouts. Then ./train_gpt itself (given as the first argument) with a table
+of bad command lines: each must exit non-zero with its own message before touching a GPU, so
+the table runs on a machine without one; and, when it was built with NCCL, two trainer
+processes of which one fails (the other must stop with its message).
 
     build/test_train_host [./train_gpt]     (from the repository root: it reads data/)
 The last line is "N passed, M failed". Temporary files go to /tmp/test_train_host_XXXXXX.
 */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  // multi_gpu.h's tee on stderr (fopencookie), as in the trainer (g++ defines it)
 #include "../llmc/checkpoint.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
@@ -23,6 +27,8 @@ The last line is "N passed, M failed". Temporary files go to /tmp/test_train_hos
 #include "../llmc/utils.h"
 #include "test_util.h"
 
+#include <arpa/inet.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static char tmp_dir[64];
@@ -45,13 +51,33 @@ static int split_args(const char *line, char *buf, size_t len, char **argv, int 
     return argc;
 }
 
-// train_config_parse + train_config_check as main() calls them; 0, or -1 with err
-static int parse_and_check(const char *line, int nproc, TrainConfig *c, char *err, size_t err_len) {
+// a stand-in environment for multi_gpu_plan: "NAME=value" strings, NULL-terminated
+static const char *const *test_env = NULL;
+static const char *test_getenv(const char *name) {
+    const size_t n = strlen(name);
+    for (int i = 0; test_env != NULL && test_env[i] != NULL; i++)
+        if (strncmp(test_env[i], name, n) == 0 && test_env[i][n] == '=') return test_env[i] + n + 1;
+    return NULL;
+}
+
+// train_config_parse, multi_gpu_plan (in the environment env, NULL: an empty one) and
+// train_config_check as main() calls them; 0, or -1 with err
+static int parse_plan_check(const char *line, const char *const *env, int nproc, TrainConfig *c, MultiGpuPlan *plan,
+                            char *err, size_t err_len) {
     char buf[8192], *argv[64];
     const int argc = split_args(line, buf, sizeof(buf), argv, 64);
     const int rc = train_config_parse(c, argc, argv, err, err_len);
     if (rc != 0) return rc > 0 ? 1 : -1;
+    test_env = env;
+    if (multi_gpu_plan(plan, c->proc_num, c->proc_rank, c->proc_gpus, c->proc_init, c->proc_server, c->proc_fs,
+                       test_getenv, err, err_len) != 0)
+        return -1;
     return train_config_check(c, nproc, err, err_len);
+}
+
+static int parse_and_check(const char *line, int nproc, TrainConfig *c, char *err, size_t err_len) {
+    MultiGpuPlan plan;
+    return parse_plan_check(line, NULL, nproc, c, &plan, err, err_len);
 }
 
 // ----------------------------------------------------------------------------
@@ -112,7 +138,129 @@ static const BadLine bad_lines[] = {
     {"-e d6 -V 1000", "token 5 has id 50256, outside the model's vocabulary of 1000 tokens", 1},
     {"-e d6 -i data", "cannot open shard 'data': Is a directory", 1},
     {"-e d6 -j data/no_such_*.bin", "no files match 'data/no_such_*.bin'", 1},
+    // the processes (-p flags; multi_gpu_plan), wrong in every build
+    {"-pi foo", "-pi foo: unknown init method (mpi, fs or tcp)", 0},
+    {"-pi", "flag -pi needs a value", 0},
+    {"-pn 0", "-pn 0: out of range [1, 65536]", 0},
+    {"-pn 65537", "-pn 65537: out of range [1, 65536]", 0},
+    {"-pr -1", "-pr -1: out of range [0, 65535]", 0},
+    {"-pg 0", "-pg 0: out of range [1, 1024]", 0},
+    {"-pn 2", "-pn 2: several processes need -pi fs -pf <dir> or -pi tcp -ps <host> (or mpirun)", 0},
+    {"-pr 1", "-pr 1 needs -pn <the number of processes>", 0},
+    {"-pn 2 -pr 2 -pi tcp -ps 127.0.0.1", "-pr 2: the ranks of -pn 2 processes are 0..1", 0},
+    {"-pn 2 -pi tcp -ps 127.0.0.1", "-pn 2 needs -pr <this process's rank, 0..1>", 0},
+    {"-pi tcp -pn 2 -pr 0", "-pi tcp needs -ps <address of rank 0's host>[:port]", 0},
+    {"-pi tcp -ps 127.0.0.1:0", "-ps 127.0.0.1:0: the port must be in [1, 65535]", 0},
+    {"-pi tcp -ps 127.0.0.1:65536", "-ps 127.0.0.1:65536: the port must be in [1, 65535]", 0},
+    {"-pi tcp -ps 127.0.0.1:80x", "-ps 127.0.0.1:80x: the port must be in [1, 65535]", 0},
+    {"-pi tcp -ps :12345", "-ps :12345: expected host, host:port or [IPv6]:port", 0},
+    {"-pi tcp -ps [::1", "-ps [::1: expected host, host:port or [IPv6]:port", 0},
+    {"-pi tcp -ps 127.0.0.1", "-pi tcp needs -pn <processes> and -pr <rank>", 0},
+    {"-pi fs -pn 2 -pr 0", "-pi fs needs -pf <a directory every process shares>", 0},
+    {"-pi fs -pf data/no_such_dir -pn 2 -pr 0", "-pf data/no_such_dir: No such file or directory", 0},
+    {"-pi fs -pf README.md -pn 2 -pr 0", "-pf README.md: not a directory", 0},
+    {"-ps 127.0.0.1", "-ps 127.0.0.1: only -pi tcp has a server address", 0},
+    {"-pi fs -pf data -ps 127.0.0.1", "-ps 127.0.0.1: only -pi tcp has a server address", 0},
+    {"-pf data", "-pf data: only -pi fs has a shared directory", 0},
+    {"-pi mpi -pn 2", "-pn 2: under -pi mpi the ranks and GPUs come from MPI", 0},
+    {"-pi mpi -pg 8", "-pg 8: under -pi mpi the ranks and GPUs come from MPI", 0},
 };
+
+// ----------------------------------------------------------------------------
+// multi_gpu.h: the plan (flags and environment)
+
+static int plan_of(const char *line, const char *const *env, MultiGpuPlan *p, char *err, size_t err_len) {
+    TrainConfig c;
+    return parse_plan_check(line, env, 1, &c, p, err, err_len);
+}
+
+static void test_multi_gpu_plan(void) {
+    printf("-- multi_gpu.h: the -p flags and the launchers' environment\n");
+    MultiGpuPlan p;
+    char err[1024] = "";
+    int rc = plan_of("", NULL, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_SINGLE && p.nproc == 1 && p.rank == 0 && p.local_rank == 0 &&
+               p.timeout_s == MG_DEFAULT_TIMEOUT_S && p.fault_step == 0, "no flags: one process, no MPI%s", err);
+    rc = plan_of("-pn 4 -pr 3 -pi tcp -ps 10.0.0.1:23456 -pg 2", NULL, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_TCP && p.nproc == 4 && p.rank == 3 && p.local_rank == 1 &&
+               strcmp(p.host, "10.0.0.1") == 0 && p.port == 23456, "-pi tcp -ps host:port, GPU = rank %% -pg%s", err);
+    int ok = plan_of("-pn 2 -pr 0 -pi tcp -ps [::1]:999", NULL, &p, err, sizeof(err)) == 0 &&
+             strcmp(p.host, "::1") == 0 && p.port == 999;
+    ok = ok && plan_of("-pn 2 -pr 0 -pi tcp -ps ::1", NULL, &p, err, sizeof(err)) == 0 && strcmp(p.host, "::1") == 0 &&
+         p.port == MG_DEFAULT_PORT;
+    ok = ok && plan_of("-pn 2 -pr 1 -pi tcp -ps node7", NULL, &p, err, sizeof(err)) == 0 &&
+         strcmp(p.host, "node7") == 0 && p.port == 12345 && p.local_rank == 1;
+    test_check(ok, "-ps [v6]:port, a bare IPv6 address, a host name (port 12345, llm.c's)%s", err);
+    rc = plan_of("-pn 2 -pr 1 -pi fs -pf data", NULL, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_FS && strcmp(p.fs_dir, "data") == 0 && p.rank == 1,
+               "-pi fs -pf dir%s", err);
+    rc = plan_of("-pn 1 -pi tcp -ps 127.0.0.1", NULL, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_SINGLE && p.nproc == 1, "-pn 1: one process whatever -pi says");
+
+    // srun: the ranks from Slurm (under -pi fs|tcp), a guard without -pi
+    const char *slurm[] = {"SLURM_NTASKS=8", "SLURM_PROCID=5", "SLURM_LOCALID=1", "SLURM_STEP_NUM_TASKS=8", NULL};
+    rc = plan_of("-pi tcp -ps h", slurm, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_TCP && p.nproc == 8 && p.rank == 5 && p.local_rank == 1,
+               "srun: -pn, -pr and the GPU from SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID%s", err);
+    rc = plan_of("-pi tcp -ps h -pg 3", slurm, &p, err, sizeof(err));
+    test_check(rc == 0 && p.local_rank == 2, "srun with -pg 3: the GPU is rank %% 3 = 2 (%d)", p.local_rank);
+    rc = plan_of("-pi fs -pf data -pn 2 -pr 0", slurm, &p, err, sizeof(err));
+    test_check(rc == 0 && p.nproc == 2 && p.rank == 0 && p.local_rank == 0, "-pn/-pr win over Slurm's");
+    rc = plan_of("", slurm, &p, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "one of 8 Slurm tasks") && contains(err, "-pi tcp"),
+               "8 srun tasks without -pi: an error, not 8 separate runs: %s", err);
+    const char *batch[] = {"SLURM_NTASKS=8", "SLURM_PROCID=0", NULL};
+    test_check(plan_of("", batch, &p, err, sizeof(err)) == 0 && p.method == MG_SINGLE,
+               "a batch script's own process (SLURM_NTASKS, no job step): one process");
+    const char *bad_slurm[] = {"SLURM_NTASKS=4", "SLURM_PROCID=9", NULL};
+    rc = plan_of("-pi tcp -ps h", bad_slurm, &p, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "SLURM_PROCID=9 and SLURM_NTASKS=4"), "a rank past the count: %s", err);
+
+    // mpirun: MPI by default; only a launcher with -pi fs|tcp
+    const char *ompi[] = {"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_LOCAL_RANK=1", NULL};
+    rc = plan_of("", ompi, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_MPI && contains(p.why_mpi, "OMPI_COMM_WORLD_SIZE=2"),
+               "under mpirun: -pi mpi by default (%s)%s", p.why_mpi, err);
+    rc = multi_gpu_plan_check_build(&p, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "started by mpirun (OMPI_COMM_WORLD_SIZE=2): this trainer was built for one GPU"),
+               "and a build without NCCL says so (this test's build has none): %s", err);
+    rc = plan_of("-pi fs -pf data", ompi, &p, err, sizeof(err));
+    test_check(rc == 0 && p.method == MG_FS && p.nproc == 2 && p.rank == 1 && p.local_rank == 1,
+               "mpirun as a launcher only (-pi fs): its OMPI_COMM_WORLD_* ranks%s", err);
+    rc = plan_of("-pn 2 -pr 1", ompi, &p, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "-pn 2: under mpirun the ranks and GPUs come from MPI"), "%s", err);
+    const char *ompi1[] = {"OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=0", NULL};
+    test_check(plan_of("", ompi1, &p, err, sizeof(err)) == 0 && p.method == MG_SINGLE,
+               "mpirun -np 1: one process, no MPI needed");
+    rc = plan_of("-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", NULL, &p, err, sizeof(err)) == 0 ? 
+         multi_gpu_plan_check_build(&p, err, sizeof(err)) : 0;
+    test_check(rc < 0 && contains(err, "2 processes: this trainer was built for one GPU"), "%s", err);
+
+    // the environment's own values
+    const char *t_bad[] = {"TRAIN_COMM_TIMEOUT=abc", NULL}, *t_zero[] = {"TRAIN_COMM_TIMEOUT=0", NULL},
+               *t_five[] = {"TRAIN_COMM_TIMEOUT=5", NULL};
+    test_check(plan_of("", t_bad, &p, err, sizeof(err)) < 0 && contains(err, "TRAIN_COMM_TIMEOUT=abc: not an integer"),
+               "%s", err);
+    test_check(plan_of("", t_zero, &p, err, sizeof(err)) < 0 && plan_of("", t_five, &p, err, sizeof(err)) == 0 &&
+               p.timeout_s == 5, "TRAIN_COMM_TIMEOUT in [1, 604800] seconds");
+    int r = 0, st = 0, mode = 0;
+    ok = multi_gpu_parse_fault("1:3", &r, &st, &mode, err, sizeof(err)) == 0 && r == 1 && st == 3 &&
+         mode == MG_FAULT_EXIT;
+    ok = ok && multi_gpu_parse_fault("0:12:kill", &r, &st, &mode, err, sizeof(err)) == 0 && r == 0 && st == 12 &&
+         mode == MG_FAULT_KILL;
+    ok = ok && multi_gpu_parse_fault("2:1:cuda", &r, &st, &mode, err, sizeof(err)) == 0 && mode == MG_FAULT_CUDA;
+    ok = ok && multi_gpu_parse_fault(NULL, &r, &st, &mode, err, sizeof(err)) == 0 && st == 0;
+    const char *bad_faults[] = {"1", "1:0", "x:3", "1:3:boom", "-1:3", "1:3x", ":3", "1:", "1:3:exit:4"};
+    for (size_t i = 0; i < sizeof(bad_faults) / sizeof(bad_faults[0]); i++)
+        ok = ok && multi_gpu_parse_fault(bad_faults[i], &r, &st, &mode, err, sizeof(err)) < 0 &&
+             contains(err, "expected rank:step[:exit|cuda|kill]");
+    test_check(ok, "TRAIN_FAULT=rank:step[:exit|cuda|kill], strict: %s", err);
+    const char *f1[] = {"TRAIN_FAULT=1:3", NULL};
+    test_check(plan_of("", f1, &p, err, sizeof(err)) < 0 && contains(err, "rank 1, and the run has 1 process"),
+               "a fault for a rank the run lacks: %s", err);
+    test_check(plan_of("-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", f1, &p, err, sizeof(err)) == 0 && p.fault_rank == 1 &&
+               p.fault_step == 3, "a fault for rank 1 of 2");
+}
 
 static void test_bad_lines_parsed(void) {
     printf("-- train_config.h: the bad command lines, parsed\n");
@@ -528,6 +676,237 @@ static void test_checkpoint_protocol(void) {
 }
 
 // ----------------------------------------------------------------------------
+// multi_gpu.h: the fs and tcp link, between forked processes (no NCCL: a made-up id)
+
+typedef struct {
+    int rank;
+    int nproc_claim;  // the -pn this process says (0: the run's)
+    int delay_ms;     // before it starts
+    int fail;         // 1: exit(1) after the join, 2: after the id
+    int kill;         // SIGKILL after the id
+    int work_ms;      // "training" after the id
+} LinkRole;
+
+static int free_port(void) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port > 0 ? port : 20000 + (int)(getpid() % 20000);
+}
+
+static void make_id(unsigned char *id, int tag) {
+    for (int i = 0; i < MG_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + tag);
+}
+
+// One process of a link test (a child): its output in log; exit 0 done, 1 failed (its own or
+// another's failure), 3 no join, 4 no id, 5 a wrong id.
+static void link_child(int method, int nproc, int port, const char *dir, int timeout_s, int tag, const LinkRole *r,
+                       const char *log) {
+    const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    if (r->delay_ms > 0) mg_sleep_us(r->delay_ms * 1000L);
+    MultiGpuPlan p;
+    memset(&p, 0, sizeof(p));
+    p.method = method;
+    p.nproc = r->nproc_claim > 0 ? r->nproc_claim : nproc;
+    p.rank = r->rank;
+    p.timeout_s = timeout_s;
+    snprintf(p.host, sizeof(p.host), "127.0.0.1");
+    p.port = port;
+    snprintf(p.fs_dir, sizeof(p.fs_dir), "%s", dir ? dir : "");
+    char err[1024];
+    if (mg_link_join(&p, err, sizeof(err)) != 0) {
+        fprintf(stderr, "join failed: %s\n", err);
+        _exit(3);
+    }
+    if (r->fail == 1) {
+        fprintf(stderr, "Error: link test: rank %d fails after the join\n", r->rank);
+        exit(1);
+    }
+    unsigned char id[MG_ID_BYTES], want[MG_ID_BYTES];
+    make_id(want, tag);
+    if (r->rank == 0) {
+        mg_link_send_id(want);
+    } else {
+        if (mg_link_recv_id(id, err, sizeof(err)) != 0) {
+            fprintf(stderr, "Error: %s\n", err);
+            exit(4);
+        }
+        if (memcmp(id, want, MG_ID_BYTES) != 0) {
+            fprintf(stderr, "a wrong id (tag %d)\n", id[0]);
+            mg_link_finish();
+            _exit(5);
+        }
+    }
+    if (r->fail == 2) {
+        fprintf(stderr, "Error: link test: rank %d fails after the id\n", r->rank);
+        exit(1);
+    }
+    if (r->kill) raise(SIGKILL);
+    mg_sleep_us(r->work_ms * 1000L);
+    mg_link_finish();
+    printf("done\n");
+    exit(0);
+}
+
+// Runs the roles, one child each; their exit codes and outputs; the seconds until the last ended.
+static double run_link(int method, int port, const char *dir, int timeout_s, int tag, const LinkRole *roles, int n,
+                       int *codes, char (*outs)[2048]) {
+    pid_t pids[8];
+    char log[8][300];
+    const double t0 = mg_now();
+    for (int i = 0; i < n; i++) {
+        snprintf(log[i], sizeof(log[i]), "%s/link_%d.log", tmp_dir, i);
+        fflush(stdout);
+        fflush(stderr);
+        pids[i] = fork();
+        if (pids[i] == 0) link_child(method, n, port, dir, timeout_s, tag, &roles[i], log[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        int status = 0;
+        waitpid(pids[i], &status, 0);
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    }
+    const double secs = mg_now() - t0;
+    for (int i = 0; i < n; i++) {
+        outs[i][0] = 0;
+        FILE *f = fopen(log[i], "rb");
+        if (f != NULL) {
+            const size_t k = fread(outs[i], 1, 2047, f);
+            outs[i][k] = 0;
+            fclose(f);
+        }
+        for (char *c = outs[i]; *c; c++)
+            if (*c == '\n') *c = '|';
+        remove(log[i]);
+    }
+    return secs;
+}
+
+static void test_link_tcp(void) {
+    printf("-- multi_gpu.h: the tcp link (forked processes on 127.0.0.1)\n");
+    int codes[4];
+    char outs[4][2048];
+    LinkRole ok3[3] = {{0, 0, 0, 0, 0, 200}, {1, 0, 0, 0, 0, 100}, {2, 0, 300, 0, 0, 0}};
+    double t = run_link(MG_TCP, free_port(), NULL, 20, 11, ok3, 3, codes, outs);
+    test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0 && contains(outs[0], "done") && contains(outs[2], "done"),
+               "3 processes join (rank 2 late), every one gets rank 0's id, all end cleanly (%.1f s): %d %d %d | %.200s",
+               t, codes[0], codes[1], codes[2], outs[2]);
+
+    LinkRole fail2[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 0, 0, 20000}, {2, 0, 0, 2, 0, 0}};
+    t = run_link(MG_TCP, free_port(), NULL, 20, 12, fail2, 3, codes, outs);
+    test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 &&
+               contains(outs[0], "rank 2 of 3 stopped the run") && contains(outs[0], "rank 2 fails after the id") &&
+               contains(outs[1], "rank 2 of 3 stopped the run") && contains(outs[1], "rank 2 fails after the id"),
+               "rank 2 exits 1 mid-run: ranks 0 and 1 (busy for 20 s) exit 1 with its message in %.1f s | %.300s", t,
+               outs[1]);
+
+    LinkRole fail0[3] = {{0, 0, 0, 1, 0, 0}, {1, 0, 0, 0, 0, 20000}, {2, 0, 0, 0, 0, 20000}};
+    t = run_link(MG_TCP, free_port(), NULL, 20, 13, fail0, 3, codes, outs);
+    test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 && contains(outs[2], "rank 0 of 3") &&
+               contains(outs[2], "rank 0 fails after the join"),
+               "rank 0 fails before sending the id: the others (waiting for it) exit 1 with its message in %.1f s | %.300s",
+               t, outs[2]);
+
+    LinkRole kill1[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 0, 1, 0}, {2, 0, 0, 0, 0, 20000}};
+    t = run_link(MG_TCP, free_port(), NULL, 20, 14, kill1, 3, codes, outs);
+    test_check(codes[0] == 1 && codes[1] == 128 + SIGKILL && codes[2] == 1 && t < 5 &&
+               contains(outs[0], "rank 1 of 3 stopped the run") && contains(outs[0], "without a message") &&
+               contains(outs[2], "rank 1 of 3 stopped the run"),
+               "rank 1 killed (SIGKILL, no message): the others exit 1 in %.1f s | %.300s", t, outs[2]);
+
+    LinkRole lonely[1] = {{1, 2, 0, 0, 0, 0}};
+    t = run_link(MG_TCP, free_port(), NULL, 1, 15, lonely, 1, codes, outs);
+    test_check(codes[0] == 3 && t < 5 && contains(outs[0], "rank 0 did not answer at 127.0.0.1") &&
+               contains(outs[0], "within 1 s"), "no rank 0: rank 1 gives up after TRAIN_COMM_TIMEOUT | %.300s", outs[0]);
+    LinkRole alone0[1] = {{0, 3, 0, 0, 0, 0}};
+    t = run_link(MG_TCP, free_port(), NULL, 1, 15, alone0, 1, codes, outs);
+    test_check(codes[0] == 3 && t < 5 && contains(outs[0], "1 of 3 processes came") && contains(outs[0], "missing ranks 1, 2"),
+               "nobody else comes: rank 0 gives up and names the missing ranks | %.300s", outs[0]);
+    LinkRole mismatch[2] = {{0, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 0, 0}};
+    t = run_link(MG_TCP, free_port(), NULL, 5, 16, mismatch, 2, codes, outs);
+    test_check(codes[0] == 3 && codes[1] == 3 && contains(outs[0], "rank 1 has -pn 3, and rank 0 has -pn 2") &&
+               contains(outs[1], "rank 0 refused it: rank 1 has -pn 3"),
+               "different -pn: both stop, saying so | %.200s", outs[1]);
+    LinkRole twice[3] = {{0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0}, {1, 0, 200, 0, 0, 0}};
+    t = run_link(MG_TCP, free_port(), NULL, 5, 17, twice, 3, codes, outs);
+    test_check(codes[0] == 3 && contains(outs[0], "two processes say they are rank 1"),
+               "-pr 1 twice: rank 0 says so | %.200s", outs[0]);
+}
+
+// an earlier run's files in dir: an id of tag 99 for 3 processes, its hellos and acks
+static void write_stale_fs(const char *dir) {
+    char path[512], text[1024];
+    const unsigned long long run = 0x1234567890abcdefULL, n1 = 0x1111, n2 = 0x2222;
+    unsigned char id[MG_ID_BYTES];
+    make_id(id, 99);
+    size_t k = (size_t)snprintf(text, sizeof(text), "train_gpt fs 1\n%016llx 3\n%016llx %016llx\n", run, n1, n2);
+    for (int i = 0; i < MG_ID_BYTES; i++) k += (size_t)snprintf(text + k, sizeof(text) - k, "%02x", id[i]);
+    snprintf(text + k, sizeof(text) - k, "\n");
+    snprintf(path, sizeof(path), "%s/train_gpt_fs.run", dir);
+    mg_write_file(path, text);
+    for (int r = 1; r <= 2; r++) {
+        snprintf(path, sizeof(path), "%s/train_gpt_fs.hello.%d", dir, r);
+        snprintf(text, sizeof(text), "%016llx 3\n", r == 1 ? n1 : n2);
+        mg_write_file(path, text);
+        snprintf(path, sizeof(path), "%s/train_gpt_fs.ack.%d", dir, r);
+        snprintf(text, sizeof(text), "%016llx %016llx\n", run, r == 1 ? n1 : n2);
+        mg_write_file(path, text);
+    }
+}
+
+static void test_link_fs(void) {
+    printf("-- multi_gpu.h: the fs link (forked processes, one directory)\n");
+    char dir[256];
+    int codes[4];
+    char outs[4][2048];
+    make_dir(dir, sizeof(dir), "fs");
+    write_stale_fs(dir);
+    LinkRole late0[3] = {{0, 0, 500, 0, 0, 100}, {1, 0, 0, 0, 0, 100}, {2, 0, 0, 0, 0, 100}};
+    double t = run_link(MG_FS, 0, dir, 20, 21, late0, 3, codes, outs);
+    test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0,
+               "an earlier run's id, hellos and acks in -pf, rank 0 starting 0.5 s after the others: they wait for "
+               "this run's id and take it, not the stale one (%.1f s): %d %d %d | %.200s", t, codes[0], codes[1],
+               codes[2], outs[1]);
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "fs");
+    write_stale_fs(dir);
+    LinkRole late2[3] = {{0, 0, 0, 0, 0, 100}, {1, 0, 0, 0, 0, 100}, {2, 0, 600, 0, 0, 100}};
+    t = run_link(MG_FS, 0, dir, 20, 22, late2, 3, codes, outs);
+    test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0,
+               "rank 0 first, reading rank 2's stale hello until rank 2 comes 0.6 s later: all get this run's id "
+               "(%.1f s): %d %d %d | %.200s", t, codes[0], codes[1], codes[2], outs[2]);
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "fs");
+    LinkRole fail1[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 2, 0, 0}, {2, 0, 0, 0, 0, 20000}};
+    t = run_link(MG_FS, 0, dir, 20, 23, fail1, 3, codes, outs);
+    test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 &&
+               contains(outs[0], "rank 1 of 3 stopped the run") && contains(outs[0], "rank 1 fails after the id") &&
+               contains(outs[2], "rank 1 of 3 stopped the run") && contains(outs[2], "rank 1 fails after the id"),
+               "rank 1 exits 1 mid-run: ranks 0 and 2 exit 1 with its message in %.1f s | %.300s", t, outs[2]);
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "fs");
+    LinkRole alone[1] = {{2, 3, 0, 0, 0, 0}};
+    t = run_link(MG_FS, 0, dir, 1, 24, alone, 1, codes, outs);
+    test_check(codes[0] == 3 && t < 5 && contains(outs[0], "no word from rank 0"),
+               "no rank 0: rank 2 gives up after TRAIN_COMM_TIMEOUT | %.200s", outs[0]);
+    LinkRole alone0[1] = {{0, 3, 0, 0, 0, 0}};
+    t = run_link(MG_FS, 0, dir, 1, 24, alone0, 1, codes, outs);
+    test_check(codes[0] == 3 && t < 5 && contains(outs[0], "ranks 1, 2 did not join"),
+               "nobody else: rank 0 gives up naming the missing ranks | %.200s", outs[0]);
+    clear_dir(dir);
+}
+
+// ----------------------------------------------------------------------------
 // ./train_gpt with the bad command lines, and with checkpoints it must refuse to resume
 
 // Runs the trainer with args from the repository root; its exit code, output in out.
@@ -557,10 +936,89 @@ static void expect_trainer_error(const char *bin, const char *args, const char *
                args, strlen(args) > 80 ? "..." : "", rc, out);
 }
 
+// Two trainer processes (-pn 2 -pi <init>, each with its own extra flags), started together;
+// their exit codes and outputs.
+static void run_trainer_pair(const char *bin, const char *common, const char *args0, const char *args1, int *rc0,
+                             int *rc1, char *out0, char *out1, size_t out_len) {
+    char cmd[4096], log0[300], log1[300], codes[300];
+    tmp_path(log0, sizeof(log0), "pair0.out");
+    tmp_path(log1, sizeof(log1), "pair1.out");
+    tmp_path(codes, sizeof(codes), "pair.codes");
+    snprintf(cmd, sizeof(cmd), "%s %s -pn 2 -pr 1 %s > %s 2>&1 & %s %s -pn 2 -pr 0 %s > %s 2>&1; echo $? > %s; "
+             "wait $!; echo $? >> %s", bin, common, args1, log1, bin, common, args0, log0, codes, codes);
+    if (system(cmd) == -1) return;
+    char text[64] = "";
+    FILE *f = fopen(codes, "rb");
+    if (f != NULL) {
+        text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+        fclose(f);
+    }
+    if (sscanf(text, "%d %d", rc0, rc1) != 2) *rc0 = *rc1 = -1;
+    const char *logs[2] = {log0, log1};
+    char *outs[2] = {out0, out1};
+    for (int i = 0; i < 2; i++) {
+        outs[i][0] = 0;
+        f = fopen(logs[i], "rb");
+        if (f != NULL) {
+            outs[i][fread(outs[i], 1, out_len - 1, f)] = 0;
+            fclose(f);
+        }
+        for (char *c = outs[i]; *c; c++)
+            if (*c == '\n') *c = '|';
+        remove(logs[i]);
+    }
+    remove(codes);
+}
+
+// The -p flags against what the binary was built with (its -h says), and, with NCCL, two
+// processes of which one fails on a bad file: the other must stop with that message.
+static void test_trainer_processes(const char *bin) {
+    char out[8192], out1[8192], args[512];
+    run_trainer(bin, "-h", out, sizeof(out));
+    const int nccl = contains(out, "This build: several GPUs with NCCL"), mpi = contains(out, "-pi mpi (mpirun)");
+    printf("-- %s: processes (%s)\n", bin, mpi ? "NCCL and MPI" : nccl ? "NCCL, no MPI" : "one GPU");
+    test_check(contains(out, "This build: "), "-h says what the build runs");
+    if (!nccl) {
+        expect_trainer_error(bin, "-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", "2 processes: this trainer was built for one GPU");
+        expect_trainer_error(bin, "-pi mpi", "-pi mpi: this trainer was built for one GPU");
+        return;
+    }
+    if (!mpi) expect_trainer_error(bin, "-pi mpi", "-pi mpi: this trainer was built without MPI");
+    char env_bin[600];
+    snprintf(env_bin, sizeof(env_bin), "TRAIN_COMM_TIMEOUT=1 %s", bin);
+    snprintf(args, sizeof(args), "-pn 2 -pr 1 -pi tcp -ps 127.0.0.1:%d", free_port());
+    expect_trainer_error(env_bin, args, "rank 0 did not answer at 127.0.0.1");
+    char dir[256];
+    make_dir(dir, sizeof(dir), "trainer_fs");
+    snprintf(args, sizeof(args), "-pn 2 -pr 0 -pi fs -pf %s", dir);
+    expect_trainer_error(env_bin, args, "ranks 1 did not join through -pf");
+    snprintf(env_bin, sizeof(env_bin), "TRAIN_FAULT=0:1:boom %s", bin);
+    expect_trainer_error(env_bin, "-x 1", "TRAIN_FAULT=0:1:boom: expected rank:step[:exit|cuda|kill]");
+
+    // rank 1 fails on its data right after the join, while rank 0 (d12: ~1 s of initialisation)
+    // is still on the host: rank 0 must stop with rank 1's message, both exit 1
+    const char *inits[2] = {"tcp", "fs"};
+    for (int i = 0; i < 2; i++) {
+        char common[512];
+        if (i == 0) snprintf(common, sizeof(common), "-e d12 -x 2 -pi tcp -ps 127.0.0.1:%d", free_port());
+        else snprintf(common, sizeof(common), "-e d12 -x 2 -pi fs -pf %s", dir);
+        int rc0 = -1, rc1 = -1;
+        const double t0 = mg_now();
+        run_trainer_pair(bin, common, "", "-j data/no_such_*.bin", &rc0, &rc1, out, out1, sizeof(out));
+        const double t = mg_now() - t0;
+        test_check(rc0 == 1 && rc1 == 1 && t < 30 && contains(out1, "no files match 'data/no_such_*.bin'") &&
+                   contains(out, "rank 1 of 2 stopped the run") && contains(out, "no files match 'data/no_such_*.bin'"),
+                   "-pi %s: rank 1's bad -j stops rank 0 too, with rank 1's message (exits %d %d, %.1f s) | %.300s",
+                   inits[i], rc0, rc1, t, out);
+    }
+    clear_dir(dir);
+}
+
 static void test_trainer_binary(const char *bin) {
     printf("-- %s: bad command lines\n", bin);
     for (size_t k = 0; k < sizeof(bad_lines) / sizeof(bad_lines[0]); k++)
         expect_trainer_error(bin, bad_lines[k].args, bad_lines[k].message);
+    test_trainer_processes(bin);
     char args[CHECKPOINT_PATH_MAX + 256], longdir[CHECKPOINT_PATH_MAX];
     memset(longdir, 'o', sizeof(longdir) - 1);
     longdir[CHECKPOINT_PATH_MAX - 20] = 0;
@@ -617,10 +1075,13 @@ int main(int argc, char **argv) {
         return test_summary();
     }
     test_train_config();
+    test_multi_gpu_plan();
     test_bad_lines_parsed();
     test_gpt2();
     test_schedules_sampler_mfu();
     test_checkpoint_protocol();
+    test_link_tcp();
+    test_link_fs();
     if (argc > 1) test_trainer_binary(argv[1]);
     else printf("  (no trainer binary given: its command lines are not run)\n");
     if (rmdir(tmp_dir) != 0) printf("  (note: %s not empty, left in place)\n", tmp_dir);

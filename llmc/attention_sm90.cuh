@@ -1,0 +1,741 @@
+/*
+attention_sm90.cuh - causal attention on Hopper (sm_90a), head size 64: the products on
+wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
+producer and two consumers, in the manner of FlashAttention-3. Same inputs, outputs and saved
+state as attention.cuh's kernels, which dispatch here where this applies.
+
+  forward   qkv (B, T, 3C) -> out (B, T, C); lse (B, NH, T): base-2 log-sum-exp of the
+            scaled scores (P = 2^(s log2(e) / sqrt(hs) - lse))
+  backward  dout, qkv, lse and Dvec = rowsum(dout * out) -> dqkv (B, T, 3C)
+
+Every kernel runs persistent CTAs (one per SM) over work tiles of 128 rows of one (b, h),
+heaviest first. In each, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps over
+(B, T, columns): a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens
+past T read as zeros); warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
+stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
+
+Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
+  softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
+  O += P V (m64n64k16, P from registers: the S accumulator layout is the A fragment layout).
+Backward, as attention.cuh's (so that each gradient is written once, without atomics):
+  dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16 from
+    shared memory), P^T from lse, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q (RS).
+  dQ kernel, per 128 queries and 64-key stage: S = Q K^T, dP = dO V^T, dS = P (dP - D);
+    dQ += dS K (RS).
+Within a consumer, the next stage's score products are issued before this stage's
+accumulating products, so that the softmax (or the P, dS transform) of one stage runs while
+the previous stage's products are on the tensor cores; the two consumers interleave as well.
+The diagonal tiles mask keys past the row (and with it the zero keys past T).
+
+Requirements (attention_sm90_usable): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device,
+hs = 64, 16-byte aligned tensors; T, B, NH any. No atomics: bitwise repeatable.
+*/
+#ifndef LLMC_ATTENTION_SM90_CUH
+#define LLMC_ATTENTION_SM90_CUH
+
+#include "cuda_common.cuh"
+#include "gemm_sm90.cuh"
+
+#define ATT90_BM 128        // query rows per work tile (64 per consumer warpgroup)
+#define ATT90_BN 128        // keys per K/V stage
+#define ATT90_HS 64         // head size (one 128-byte swizzle row of bf16)
+#define ATT90_STAGES 4
+#define ATT90_THREADS 384   // producer warpgroup + 2 consumer warpgroups
+#define ATT90_Q_BYTES (ATT90_BM * ATT90_HS * 2)
+#define ATT90_KV_BYTES (ATT90_BN * ATT90_HS * 2)
+#define ATT90_SMEM (2 * ATT90_Q_BYTES + 2 * ATT90_STAGES * ATT90_KV_BYTES + 256 + 1024)
+
+// S (64 x 128 fp32 per warpgroup) (+)= Q (64 x 16, shared) K^T (16 x 128, shared, K-major)
+__device__ __forceinline__ void att90_mma_qk(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, "
+                 "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
+                 "%58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+// S (64 x 128 per warpgroup) = Q K^T over the head's 64 channels: issued and committed
+__device__ __forceinline__ void att90_scores(float (&sc)[64], uint32_t q_addr, uint32_t k_addr) {
+    sm90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < ATT90_HS / 16; kk++)
+        att90_mma_qk(sc, sm90_desc(q_addr + kk * 32, 16, 1024), sm90_desc(k_addr + kk * 32, 16, 1024), kk);
+    sm90_wgmma_commit();
+}
+
+// O (64 x 64 fp32 per warpgroup) += P (64 x 16, registers) V (16 x 64, shared, MN-major)
+__device__ __forceinline__ void att90_mma_pv(float (&d)[32], const uint32_t *a, uint64_t desc_b) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, "
+                 "1;\n"
+                 : SM90_D16(0), SM90_D16(16)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+#endif
+}
+
+__device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// work tile t -> query tile (heaviest first) and (b, h)
+__device__ __forceinline__ void att90_tile(int t, int BH, int n_qt, int *qt, int *bh) {
+    *qt = n_qt - 1 - t / BH;
+    *bh = t % BH;
+}
+
+// The barriers of each kernel here, after its buffers: a ring of 2 work-tile buffers and a
+// ring of `stages` stages, each slot with a "full" barrier (the producer's TMA bytes) and an
+// "empty" one (one arrival per consumer warpgroup). Initialised by thread 0; all threads wait.
+typedef struct {
+    uint64_t *tile_full, *tile_empty, *st_full, *st_empty;
+} att90_bars;
+
+__device__ __forceinline__ att90_bars att90_bars_init(uint8_t *at, int stages) {
+    att90_bars b;
+    b.tile_full = (uint64_t *)at;
+    b.tile_empty = b.tile_full + 2;
+    b.st_full = b.tile_empty + 2;
+    b.st_empty = b.st_full + stages;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            sm90_mbar_init(&b.tile_full[i], 1);
+            sm90_mbar_init(&b.tile_empty[i], 2);
+        }
+        for (int i = 0; i < stages; i++) {
+            sm90_mbar_init(&b.st_full[i], 1);
+            sm90_mbar_init(&b.st_empty[i], 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    return b;
+}
+
+// What a consumer's step of the forward needs besides its registers.
+typedef struct {
+    uint8_t *sk, *sv;
+    uint64_t *kv_full, *kv_empty;
+    uint32_t q_addr;
+    int it, qt, row0, tq, lt;
+    float scale_log2;
+} att90_fwd_ctx;
+
+// Key tile j of the work tile: S_j (in sc) through the online softmax into O; with NEXT, S_{j+1}
+// is issued before P_j V_j, and in sc when this returns.
+template <bool NEXT>
+__device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, float (&sc)[64], float (&o)[32],
+                                               float (&m)[2], float (&l)[2]) {
+    const int s = (c.it + j) % ATT90_STAGES, s1 = (c.it + j + 1) % ATT90_STAGES;
+    // sc[4 i + e]: row row0 + 8 (e >> 1), key j BN + 8 i + 2 tq + (e & 1)
+    if (j == c.qt) {  // the diagonal tile: keys past the row drop out
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = j * ATT90_BN + 8 * i + 2 * c.tq + (e & 1);
+                if (key > c.row0 + 8 * (e >> 1)) sc[4 * i + e] = -INFINITY;
+            }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        mx[0] = fmaxf(mx[0], fmaxf(sc[4 * i], sc[4 * i + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(sc[4 * i + 2], sc[4 * i + 3]));
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // key 0 is in every row's first tile, so the max is finite from there on
+        const float mnew = fmaxf(m[r], mx[r] * c.scale_log2);
+        alpha[r] = att90_exp2(m[r] - mnew);
+        m[r] = mnew;
+        l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {  // P in place, in fp32 (P_{j-1} may still be read)
+        sc[i] = att90_exp2(fmaf(sc[i], c.scale_log2, -m[(i >> 1) & 1]));
+        l[(i >> 1) & 1] += sc[i];  // this thread's share; the quad's are added at the end
+    }
+    sm90_wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and the P registers are free
+    sm90_fence_acc(o);
+    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.kv_empty[(c.it + j - 1) % ATT90_STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.kv_full[s1], ((c.it + j + 1) / ATT90_STAGES) & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        o[4 * i] *= alpha[0];
+        o[4 * i + 1] *= alpha[0];
+        o[4 * i + 2] *= alpha[1];
+        o[4 * i + 3] *= alpha[1];
+    }
+    sm90_fence_acc(o);
+    // the A fragment of keys 16 kk .. of wgmma's m64k16: (g, 2tq), (g + 8, 2tq),
+    // (g, 2tq + 8), (g + 8, 2tq + 8): S's columns 8 i with i = 2 kk, 2 kk + 1
+    uint32_t pa[32];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        pa[2 * i] = sm90_pack_bf16(sc[4 * i], sc[4 * i + 1]);
+        pa[2 * i + 1] = sm90_pack_bf16(sc[4 * i + 2], sc[4 * i + 3]);
+    }
+    sm90_fence_regs(pa);
+    if (NEXT) att90_scores(sc, c.q_addr, sm90_smem(c.sk + s1 * ATT90_KV_BYTES));
+    sm90_wgmma_fence();
+    const uint32_t v_addr = sm90_smem(c.sv + s * ATT90_KV_BYTES);
+#pragma unroll
+    for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, 8192, 1024));
+    sm90_wgmma_commit();
+    if (NEXT) {
+        sm90_wgmma_wait<1>();  // S_{j+1} is in; P_j V_j may still run
+        sm90_fence_acc(sc);
+    }
+}
+
+__global__ void __launch_bounds__(ATT90_THREADS, 1)
+att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict__ out, float *__restrict__ lse,
+                 int T, int C, int NH, int BH, int n_qt, float scale_log2) {
+#ifdef SM90_DEVICE_CODE
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *sq = smem, *sk = sq + 2 * ATT90_Q_BYTES, *sv = sk + ATT90_STAGES * ATT90_KV_BYTES;
+    const att90_bars bars = att90_bars_init(sv + ATT90_STAGES * ATT90_KV_BYTES, ATT90_STAGES);
+    uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *kv_full = bars.st_full, *kv_empty = bars.st_empty;
+    const int wg = threadIdx.x / 128;
+    const int n_tiles = n_qt * BH;
+
+    if (wg == 0) {
+        sm90_setmaxnreg_dec<24>();
+        if (threadIdx.x != 0) return;
+        int it = 0, qi = 0;
+        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, qi++) {
+            int qt, bh;
+            att90_tile(t, BH, n_qt, &qt, &bh);
+            const int b = bh / NH, h = bh % NH;
+            const int qb = qi & 1;
+            sm90_mbar_wait(&q_empty[qb], ((qi >> 1) & 1) ^ 1);
+            sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
+            sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_qkv, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
+            for (int j = 0; j <= qt; j++, it++) {
+                const int s = it % ATT90_STAGES;
+                sm90_mbar_wait(&kv_empty[s], ((it / ATT90_STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&kv_full[s], 2 * ATT90_KV_BYTES);
+                sm90_tma_load_3d(sk + s * ATT90_KV_BYTES, &map_qkv, C + h * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
+                sm90_tma_load_3d(sv + s * ATT90_KV_BYTES, &map_qkv, 2 * C + h * ATT90_HS, j * ATT90_BN, b,
+                                 &kv_full[s]);
+            }
+        }
+        return;
+    }
+
+    sm90_setmaxnreg_inc<240>();
+    const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
+    int it = 0, qi = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, qi++) {
+        int qt, bh;
+        att90_tile(t, BH, n_qt, &qt, &bh);
+        const int b = bh / NH, h = bh % NH;
+        const int qb = qi & 1;
+        const int row0 = qt * ATT90_BM + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
+        sm90_mbar_wait(&q_full[qb], (qi >> 1) & 1);
+        const uint32_t q_addr = sm90_smem(sq + qb * ATT90_Q_BYTES) + cw * 8192;  // the warpgroup's 64 rows
+        float o[32], sc[64];
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[i] = 0.0f;
+        sm90_fence_acc(o);  // set before any product is in flight (else ptxas serializes them)
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        const int n = qt + 1;  // key tiles up to the diagonal
+        sm90_mbar_wait(&kv_full[it % ATT90_STAGES], (it / ATT90_STAGES) & 1);
+        att90_scores(sc, q_addr, sm90_smem(sk + (it % ATT90_STAGES) * ATT90_KV_BYTES));
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(sc);
+        // Per key tile j: the softmax of S_j runs while P_{j-1} V_{j-1} is on the tensor cores;
+        // then S_{j+1} and P_j V_j are issued together, and the wait returns once S_{j+1} is in.
+        // The last tile has no next one: a step of its own, so that no branch sits between the
+        // rescaling of O and the products (ptxas would move it past them and serialize them).
+        att90_fwd_ctx c = {sk, sv, kv_full, kv_empty, q_addr, it, qt, row0, tq, lt, scale_log2};
+        for (int j = 0; j + 1 < n; j++) att90_fwd_step<true>(c, j, sc, o, m, l);
+        att90_fwd_step<false>(c, n - 1, sc, o, m, l);
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(o);
+        if (lt == 0) {
+            sm90_mbar_arrive(&kv_empty[(it + n - 1) % ATT90_STAGES]);
+            sm90_mbar_arrive(&q_empty[qb]);
+        }
+        it += n;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            const int row = row0 + 8 * r;
+            if (row < T) {
+                const float inv = 1.0f / l[r];
+                floatX *orow = out + ((size_t)b * T + row) * (size_t)C + (size_t)h * ATT90_HS + 2 * tq;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    *reinterpret_cast<uint32_t *>(orow + 8 * i) =
+                        sm90_pack_bf16(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+                if (lse != nullptr && tq == 0) lse[(size_t)bh * T + row] = m[r] + log2f(l[r]);
+            }
+        }
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// backward: two kernels, as attention.cuh's (dK and dV per key tile, then dQ per query tile,
+// each recomputing S and dP), so that every gradient is written once: no atomics
+
+#define ATT90_BWD_STAGES 4
+#define ATT90_T64_BYTES (64 * ATT90_HS * 2)  // a 64-row tile of one head: 8 KiB
+// 128-row pair buffers (K and V, or Q and dO) x 2 | 64-row pair stages x STAGES | barriers
+#define ATT90_BWD_SMEM (2 * 2 * ATT90_KV_BYTES + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256 + 1024)
+
+// d (64 x 64 fp32 per warpgroup) (+)= A (64 x 16, shared, K-major) B^T (16 x 64, shared, K-major)
+__device__ __forceinline__ void att90_mma_ss64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SM90_D16(0), SM90_D16(16)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+// x (64 x 64 per warpgroup) = A1 B1^T and y = A2 B2^T over the head's 64 channels (4 K steps):
+// the two score-like products of the backward, S (or S^T) and dP (or dP^T)
+__device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32], uint32_t a1, uint32_t b1,
+                                                   uint32_t a2, uint32_t b2) {
+    sm90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < ATT90_HS / 16; kk++)
+        att90_mma_ss64(x, sm90_desc(a1 + kk * 32, 16, 1024), sm90_desc(b1 + kk * 32, 16, 1024), kk);
+#pragma unroll
+    for (int kk = 0; kk < ATT90_HS / 16; kk++)
+        att90_mma_ss64(y, sm90_desc(a2 + kk * 32, 16, 1024), sm90_desc(b2 + kk * 32, 16, 1024), kk);
+    sm90_wgmma_commit();
+}
+
+// d (64 x 64) += A (64 x 64, registers: 4 K steps of 4) B (64 x 64, shared, MN-major: rows along K)
+__device__ __forceinline__ void att90_product_rs(float (&d)[32], const uint32_t (&a)[16], uint32_t b) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) att90_mma_pv(d, a + 4 * kk, sm90_desc(b + kk * 2048, 8192, 1024));
+}
+
+// What a consumer's step of the dK/dV kernel needs besides its registers.
+typedef struct {
+    uint8_t *sst;
+    uint64_t *st_full, *st_empty;
+    uint32_t k_addr, v_addr;
+    const float *lse, *D;  // this (b, h)'s rows
+    int it, T, kt, key0, tq, lt;
+    float scale_log2;
+} att90_dkv_ctx;
+
+// The lse and D of this thread's 16 query columns of query tile i (queries past T: P = 0)
+__device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, float (&lq)[16], float (&dd)[16]) {
+    const int q0 = (2 * c.kt + i) * 64;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int q = q0 + 8 * j + 2 * c.tq + e;
+            lq[2 * j + e] = q < c.T ? c.lse[q] : INFINITY;
+            dd[2 * j + e] = q < c.T ? c.D[q] : 0.0f;
+        }
+}
+
+// Query tile i: S^T, dP^T (in st, dpt) into P^T, dS^T, then dV += P^T dO, dK += dS^T Q. With
+// NEXT, tile i+1's S^T and dP^T are issued first, and are in st, dpt (its lse and D in lq, dd)
+// when this returns.
+template <bool NEXT>
+__device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, float (&st)[32], float (&dpt)[32],
+                                               float (&dk)[32], float (&dv)[32], float (&lq)[16], float (&dd)[16]) {
+    const int s = (c.it + i) % ATT90_BWD_STAGES, s1 = (c.it + i + 1) % ATT90_BWD_STAGES;
+    const int q0 = (2 * c.kt + i) * 64;
+    // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int q = q0 + 8 * j + 2 * c.tq + (e & 1), key = c.key0 + 8 * (e >> 1);
+            const float x = att90_exp2(fmaf(st[4 * j + e], c.scale_log2, -lq[2 * j + (e & 1)]));
+            const float p = q < key ? 0.0f : x;
+            st[4 * j + e] = p;
+            dpt[4 * j + e] = p * (dpt[4 * j + e] - dd[2 * j + (e & 1)]);
+        }
+    sm90_wgmma_wait<0>();  // tile i-1's dV, dK products are done: their operands are free
+    if (i > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + i - 1) % ATT90_BWD_STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / ATT90_BWD_STAGES) & 1);
+    uint32_t pa[16], da[16];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        pa[2 * j] = sm90_pack_bf16(st[4 * j], st[4 * j + 1]);
+        pa[2 * j + 1] = sm90_pack_bf16(st[4 * j + 2], st[4 * j + 3]);
+        da[2 * j] = sm90_pack_bf16(dpt[4 * j], dpt[4 * j + 1]);
+        da[2 * j + 1] = sm90_pack_bf16(dpt[4 * j + 2], dpt[4 * j + 3]);
+    }
+    sm90_fence_regs(pa);
+    sm90_fence_regs(da);
+    if (NEXT) {
+        const uint32_t q1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
+        att90_two_products(st, dpt, c.k_addr, q1, c.v_addr, q1 + ATT90_T64_BYTES);
+    }
+    const uint32_t q_addr = sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES), do_addr = q_addr + ATT90_T64_BYTES;
+    sm90_wgmma_fence();
+    att90_product_rs(dv, pa, do_addr);
+    att90_product_rs(dk, da, q_addr);
+    sm90_wgmma_commit();
+    if (NEXT) {
+        att90_dkv_rows(c, i + 1, lq, dd);  // loads in flight while S^T and dP^T finish
+        sm90_wgmma_wait<1>();              // tile i+1's S^T, dP^T are in; dV, dK may still run
+        sm90_fence_acc(st);
+        sm90_fence_acc(dpt);
+    } else {
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(dk);
+        sm90_fence_acc(dv);
+        if (c.lt == 0) sm90_mbar_arrive(&c.st_empty[s]);
+    }
+}
+
+// What a consumer's step of the dQ kernel needs besides its registers.
+typedef struct {
+    uint8_t *sst;
+    uint64_t *st_full, *st_empty;
+    uint32_t q_addr, do_addr;
+    int it, row0, tq, lt;
+    float scale_log2;
+    float lr[2], dr[2];  // lse and D of the thread's two rows
+} att90_dq_ctx;
+
+// Key tile j: S, dP (in sc, dp) into dS, then dQ += dS K. With NEXT, tile j+1's S and dP are
+// issued first, and are in sc, dp when this returns.
+template <bool NEXT>
+__device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, float (&sc)[32], float (&dp)[32],
+                                              float (&dq)[32]) {
+    const int s = (c.it + j) % ATT90_BWD_STAGES, s1 = (c.it + j + 1) % ATT90_BWD_STAGES;
+    // sc[4 i + e]: row row0 + 8 (e >> 1), key 64 j + 8 i + 2 tq + (e & 1); dS in place in dp
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = 64 * j + 8 * i + 2 * c.tq + (e & 1), row = c.row0 + 8 * (e >> 1);
+            const float x = att90_exp2(fmaf(sc[4 * i + e], c.scale_log2, -c.lr[e >> 1]));
+            const float p = key > row ? 0.0f : x;
+            dp[4 * i + e] = p * (dp[4 * i + e] - c.dr[e >> 1]);
+        }
+    sm90_wgmma_wait<0>();  // tile j-1's dQ product is done: its operands are free
+    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + j - 1) % ATT90_BWD_STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + j + 1) / ATT90_BWD_STAGES) & 1);
+    uint32_t da[16];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        da[2 * i] = sm90_pack_bf16(dp[4 * i], dp[4 * i + 1]);
+        da[2 * i + 1] = sm90_pack_bf16(dp[4 * i + 2], dp[4 * i + 3]);
+    }
+    sm90_fence_regs(da);
+    if (NEXT) {
+        const uint32_t k1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
+        att90_two_products(sc, dp, c.q_addr, k1, c.do_addr, k1 + ATT90_T64_BYTES);
+    }
+    sm90_wgmma_fence();
+    att90_product_rs(dq, da, sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES));
+    sm90_wgmma_commit();
+    if (NEXT) {
+        sm90_wgmma_wait<1>();  // tile j+1's S, dP are in; the dQ product may still run
+        sm90_fence_acc(sc);
+        sm90_fence_acc(dp);
+    } else {
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(dq);
+        if (c.lt == 0) sm90_mbar_arrive(&c.st_empty[s]);
+    }
+}
+
+// dK and dV of 128 keys of one (b, h) per work tile, the lightest (last keys) last; each
+// consumer warpgroup owns 64 of the keys and walks the 64-query tiles at and after them:
+//   S^T = K Q^T, dP^T = V dO^T (K, V from shared memory as A), P^T from the saved lse,
+//   dS^T = P^T (dP^T - D);  dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers)
+__global__ void __launch_bounds__(ATT90_THREADS, 1)
+att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
+                     const __grid_constant__ CUtensorMap map_do64, floatX *__restrict__ dqkv,
+                     const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
+                     int n_kt, float scale_log2, float scale) {
+#ifdef SM90_DEVICE_CODE
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *skv = smem, *sst = skv + 4 * ATT90_KV_BYTES;
+    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES);
+    uint64_t *kv_full = bars.tile_full, *kv_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
+    const int wg = threadIdx.x / 128;
+    const int n_tiles = n_kt * BH, n_q64 = (T + 63) / 64;
+
+    if (wg == 0) {
+        sm90_setmaxnreg_dec<24>();
+        if (threadIdx.x != 0) return;
+        int it = 0, ti = 0;
+        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+            const int kt = t / BH, bh = t % BH, b = bh / NH, h = bh % NH, kb = ti & 1;
+            uint8_t *sk = skv + kb * 2 * ATT90_KV_BYTES;
+            sm90_mbar_wait(&kv_empty[kb], ((ti >> 1) & 1) ^ 1);
+            sm90_mbar_expect_tx(&kv_full[kb], 2 * ATT90_KV_BYTES);
+            sm90_tma_load_3d(sk, &map_qkv128, C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
+            sm90_tma_load_3d(sk + ATT90_KV_BYTES, &map_qkv128, 2 * C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
+            for (int i = 2 * kt; i < n_q64; i++, it++) {
+                const int s = it % ATT90_BWD_STAGES;
+                uint8_t *sq = sst + s * 2 * ATT90_T64_BYTES;
+                sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
+                sm90_tma_load_3d(sq, &map_qkv64, h * ATT90_HS, i * 64, b, &st_full[s]);
+                sm90_tma_load_3d(sq + ATT90_T64_BYTES, &map_do64, h * ATT90_HS, i * 64, b, &st_full[s]);
+            }
+        }
+        return;
+    }
+
+    sm90_setmaxnreg_inc<240>();
+    const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
+    int it = 0, ti = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+        const int kt = t / BH, bh = t % BH, b = bh / NH, h = bh % NH, kb = ti & 1;
+        const int key0 = kt * 128 + 64 * cw + 16 * w + g;  // this thread's keys: key0, key0 + 8
+        const uint32_t k_addr = sm90_smem(skv + kb * 2 * ATT90_KV_BYTES) + cw * 8192;
+        const uint32_t v_addr = k_addr + ATT90_KV_BYTES;
+        const float *lse_bh = lse + (size_t)bh * T, *D_bh = Dvec + (size_t)bh * T;
+        float dk[32], dv[32], st[32], dpt[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
+        // the zeros are set before any product is in flight (else ptxas serializes them: C7515)
+        sm90_fence_acc(dk);
+        sm90_fence_acc(dv);
+        const int n = n_q64 - 2 * kt;
+        att90_dkv_ctx c = {sst, st_full, st_empty, k_addr, v_addr, lse_bh, D_bh, it, T, kt, key0, tq, lt, scale_log2};
+        float lq[16], dd[16];
+        att90_dkv_rows(c, 0, lq, dd);
+        sm90_mbar_wait(&kv_full[kb], (ti >> 1) & 1);
+        sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
+        {
+            const uint32_t q_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
+            att90_two_products(st, dpt, k_addr, q_addr, v_addr, q_addr + ATT90_T64_BYTES);
+            sm90_wgmma_wait<0>();
+            sm90_fence_acc(st);
+            sm90_fence_acc(dpt);
+        }
+        // per query tile i: P^T and dS^T of tile i are formed while tile i-1's dV and dK
+        // products run; then tile i+1's S^T, dP^T and tile i's dV, dK are issued together
+        for (int i = 0; i + 1 < n; i++) att90_dkv_step<true>(c, i, st, dpt, dk, dv, lq, dd);
+        att90_dkv_step<false>(c, n - 1, st, dpt, dk, dv, lq, dd);
+        if (lt == 0) sm90_mbar_arrive(&kv_empty[kb]);  // K, V read for the last time
+        it += n;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = key0 + 8 * r;
+            if (key < T) {
+                floatX *dkrow = dqkv + ((size_t)b * T + key) * 3 * (size_t)C + C + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *dvrow = dkrow + C;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    *reinterpret_cast<uint32_t *>(dkrow + 8 * j) =
+                        sm90_pack_bf16(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(dvrow + 8 * j) = sm90_pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+                }
+            }
+        }
+    }
+#endif
+}
+
+// dQ of 128 queries of one (b, h) per work tile, heaviest first; each consumer warpgroup owns
+// 64 of them and walks the 64-key tiles up to the diagonal:
+//   S = Q K^T, dP = dO V^T (Q, dO from shared memory as A), P from the saved lse,
+//   dS = P (dP - D);  dQ += dS K (dS from registers)
+__global__ void __launch_bounds__(ATT90_THREADS, 1)
+att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
+                    const __grid_constant__ CUtensorMap map_do128, floatX *__restrict__ dqkv,
+                    const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
+                    int n_qt, float scale_log2, float scale) {
+#ifdef SM90_DEVICE_CODE
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *sqd = smem, *sst = sqd + 4 * ATT90_KV_BYTES;
+    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES);
+    uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
+    const int wg = threadIdx.x / 128;
+    const int n_tiles = n_qt * BH, n_k64 = (T + 63) / 64;
+
+    if (wg == 0) {
+        sm90_setmaxnreg_dec<24>();
+        if (threadIdx.x != 0) return;
+        int it = 0, ti = 0;
+        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+            int qt, bh;
+            att90_tile(t, BH, n_qt, &qt, &bh);
+            const int b = bh / NH, h = bh % NH, qb = ti & 1;
+            uint8_t *sq = sqd + qb * 2 * ATT90_KV_BYTES;
+            sm90_mbar_wait(&q_empty[qb], ((ti >> 1) & 1) ^ 1);
+            sm90_mbar_expect_tx(&q_full[qb], 2 * ATT90_KV_BYTES);
+            sm90_tma_load_3d(sq, &map_qkv128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
+            sm90_tma_load_3d(sq + ATT90_KV_BYTES, &map_do128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
+            const int n = min(2 * qt + 2, n_k64);
+            for (int j = 0; j < n; j++, it++) {
+                const int s = it % ATT90_BWD_STAGES;
+                uint8_t *sk = sst + s * 2 * ATT90_T64_BYTES;
+                sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
+                sm90_tma_load_3d(sk, &map_qkv64, C + h * ATT90_HS, j * 64, b, &st_full[s]);
+                sm90_tma_load_3d(sk + ATT90_T64_BYTES, &map_qkv64, 2 * C + h * ATT90_HS, j * 64, b, &st_full[s]);
+            }
+        }
+        return;
+    }
+
+    sm90_setmaxnreg_inc<240>();
+    const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
+    int it = 0, ti = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+        int qt, bh;
+        att90_tile(t, BH, n_qt, &qt, &bh);
+        const int b = bh / NH, h = bh % NH, qb = ti & 1;
+        const int row0 = qt * 128 + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
+        const uint32_t q_addr = sm90_smem(sqd + qb * 2 * ATT90_KV_BYTES) + cw * 8192;
+        const uint32_t do_addr = q_addr + ATT90_KV_BYTES;
+        float lr[2], dr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            lr[r] = row < T ? lse[(size_t)bh * T + row] : INFINITY;
+            dr[r] = row < T ? Dvec[(size_t)bh * T + row] : 0.0f;
+        }
+        float dq[32], sc[32], dp[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) dq[i] = 0.0f;
+        sm90_fence_acc(dq);  // (see the dK/dV kernel)
+        const int n = min(2 * qt + 2, n_k64);
+        sm90_mbar_wait(&q_full[qb], (ti >> 1) & 1);
+        sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
+        {
+            const uint32_t k_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
+            att90_two_products(sc, dp, q_addr, k_addr, do_addr, k_addr + ATT90_T64_BYTES);
+            sm90_wgmma_wait<0>();
+            sm90_fence_acc(sc);
+            sm90_fence_acc(dp);
+        }
+        // per key tile j, as the dK/dV kernel: dS of tile j formed while tile j-1's dQ product
+        // runs, then tile j+1's S, dP and tile j's dQ product issued together
+        att90_dq_ctx c = {sst, st_full, st_empty, q_addr, do_addr, it, row0, tq, lt, scale_log2, {lr[0], lr[1]},
+                          {dr[0], dr[1]}};
+        for (int j = 0; j + 1 < n; j++) att90_dq_step<true>(c, j, sc, dp, dq);
+        att90_dq_step<false>(c, n - 1, sc, dp, dq);
+        if (lt == 0) sm90_mbar_arrive(&q_empty[qb]);  // Q, dO read for the last time
+        it += n;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            if (row < T) {
+                floatX *dqrow = dqkv + ((size_t)b * T + row) * 3 * (size_t)C + (size_t)h * ATT90_HS + 2 * tq;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    *reinterpret_cast<uint32_t *>(dqrow + 8 * i) =
+                        sm90_pack_bf16(dq[4 * i + 2 * r] * scale, dq[4 * i + 2 * r + 1] * scale);
+            }
+        }
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// host side
+
+static int att90_enabled = 1;  // attention_set_sm90: 0 sends every call to attention.cuh's kernels
+
+static inline void attention_set_sm90(int on) { att90_enabled = on; }
+
+// Whether the Hopper forward runs this call (see the requirements above).
+static inline int attention_sm90_usable(const floatX *qkv, int C, int NH) {
+    if (!att90_enabled || NH <= 0 || C % NH != 0 || C / NH != ATT90_HS || !aligned16(qkv)) return 0;
+    static int avail = -1;
+    if (avail < 0) avail = sm90_available();
+    return avail;
+}
+
+// out (B,T,C) = causal attention of qkv (B,T,3C), lse (B,NH,T) (skipped when NULL), on the
+// Hopper kernel; the caller has checked attention_sm90_usable.
+// sizes within the kernels' int arithmetic (work tiles, token and column coordinates)
+static inline void att90_check(int B, int T, int C, int NH) {
+    require((long long)B * NH * ((T + 63) / 64) <= 2147483647LL, "attention (Hopper): B * NH * T / 64 exceeds 2^31");
+    require(T <= 2147483647 - 256 && 3LL * C <= 2147483647LL, "attention (Hopper): T or C too large");
+}
+
+// A tensor map of a (B, T, cols) bf16 tensor (qkv: cols = 3C; dout: C) in boxes of one head
+// (64 columns) by `rows` tokens of one sequence; tokens past T read as zeros.
+static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int T, int B, int rows) {
+    sm90_matrix m;
+    m.ptr = p;
+    m.rows = T;
+    m.cols = cols;
+    m.ld = cols;
+    cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * cols));
+}
+
+// Persistent CTAs: one per SM (at most one per work tile). The first call also opts the
+// kernels into their shared memory.
+static inline unsigned att90_grid(long long tiles) {
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT90_SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ATT90_BWD_SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ATT90_BWD_SMEM));
+    }
+    return (unsigned)(tiles < sms ? tiles : sms);
+}
+
+static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
+                                          cudaStream_t s) {
+    att90_check(B, T, C, NH);
+    CUtensorMap map;
+    att90_map(&map, qkv, 3 * C, T, B, ATT90_BM);
+    const int n_qt = (T + ATT90_BM - 1) / ATT90_BM, BH = B * NH;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)ATT90_HS);
+    att90_fwd_kernel<<<att90_grid((long long)n_qt * BH), ATT90_THREADS, ATT90_SMEM, s>>>(map, out, lse, T, C, NH, BH,
+                                                                                       n_qt, scale_log2);
+    cudaLaunchCheck("att90_fwd_kernel");
+}
+
+// dqkv (B,T,3C) = the gradient through the forward's (out, lse) given dout (B,T,C) and the
+// row dot products Dvec = rowsum(dout * out) (B,NH,T), on the Hopper kernels; the caller has
+// checked attention_sm90_usable and computed Dvec (attention.cuh's attention_backward).
+static inline void attention_backward_sm90(floatX *dqkv, const float *Dvec, const floatX *dout, const floatX *qkv,
+                                           const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
+    att90_check(B, T, C, NH);
+    CUtensorMap qkv128, qkv64, do64, do128;
+    att90_map(&qkv128, qkv, 3 * C, T, B, 128);
+    att90_map(&qkv64, qkv, 3 * C, T, B, 64);
+    att90_map(&do64, dout, C, T, B, 64);
+    att90_map(&do128, dout, C, T, B, 128);
+    const int BH = B * NH, n_t128 = (T + 127) / 128;
+    const float scale = 1.0f / sqrtf((float)ATT90_HS), scale_log2 = 1.4426950408889634f * scale;
+    const unsigned grid = att90_grid((long long)n_t128 * BH);
+    att90_bwd_dkv_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do64, dqkv, lse, Dvec, T, C, NH, BH,
+                                                                      n_t128, scale_log2, scale);
+    cudaLaunchCheck("att90_bwd_dkv_kernel");
+    att90_bwd_dq_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do128, dqkv, lse, Dvec, T, C, NH, BH,
+                                                                     n_t128, scale_log2, scale);
+    cudaLaunchCheck("att90_bwd_dq_kernel");
+}
+
+#endif // LLMC_ATTENTION_SM90_CUH

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Time per kernel family of one training step, from Nsight Compute's per-kernel durations.
+
+On the GPU machine (ncu reads the durations with the clocks left alone):
+    ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \\
+        ./train_gpt -b 64 -x 3 -v 0 -s 0 > prof.csv
+    python3 scripts/profile_step.py prof.csv [step]
+
+The step is found by the AdamW launches that end it (the last step by default: the first
+carries one-time setup). ncu runs the kernels one at a time, so the sum is the step's kernel
+time without overlap or host gaps; the trainer's own step time (events around the step) is
+the figure to compare it with. Prints a Markdown table, largest family first.
+"""
+import csv
+import re
+import sys
+
+# (family, pattern on the kernel's name); the first match wins
+FAMILIES = [
+    ("attention forward", r"att90_fwd_kernel|attn_fwd_kernel"),
+    ("attention backward", r"att90_bwd|attn_bwd"),
+    ("flce head (logits, d_h, d_W GEMMs and their kernels)", r"flce|sm90_gemm_kernel<flce"),
+    ("matmul GEMMs (cuBLASLt)", r"nvjet|cutlass|gemm|splitKreduce|xmma"),
+    ("matmul bias gradients", r"matmul_dbias"),
+    ("layernorm forward", r"layernorm_forward|fused_residual"),
+    ("layernorm backward", r"layernorm_backward"),
+    ("GELU / residual elementwise", r"llmc_ew|gelu|residual"),
+    ("encoder", r"encoder"),
+    ("AdamW", r"adamw"),
+    ("global norm", r"global_norm|clip_scale"),
+]
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: profile_step.py prof.csv [step]")
+    rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+    header, rows = rows[0], rows[1:]
+    name_i, value_i, unit_i = header.index("Kernel Name"), header.index("Metric Value"), header.index("Metric Unit")
+    scale = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "nsecond": 1e-6}
+    names = [r[name_i] for r in rows]
+    ms = [float(r[value_i].replace(",", "")) * scale.get(r[unit_i], 1e-6) for r in rows]
+    # a step ends with its AdamW launch(es); group consecutive AdamW launches into one end
+    ends = [i for i, n in enumerate(names) if "adamw" in n and (i + 1 == len(names) or "adamw" not in names[i + 1])]
+    if not ends:
+        sys.exit("profile_step.py: no AdamW launch found: not a training run?")
+    step = int(sys.argv[2]) if len(sys.argv) > 2 else len(ends)
+    if not 1 <= step <= len(ends):
+        sys.exit(f"profile_step.py: step {step} not in 1..{len(ends)}")
+    first = ends[step - 2] + 1 if step > 1 else 0
+    last = ends[step - 1]
+    fam = {}
+    for i in range(first, last + 1):
+        f = next((f for f, p in FAMILIES if re.search(p, names[i])), "other: " + re.split(r"[<(]", names[i])[0][:40])
+        c, t = fam.get(f, (0, 0.0))
+        fam[f] = (c + 1, t + ms[i])
+    total = sum(t for _, t in fam.values())
+    print(f"step {step}: {last - first + 1} kernels, {total:.2f} ms of kernel time\n")
+    print("| family | kernels | ms | share |\n|---|---|---|---|")
+    for f, (c, t) in sorted(fam.items(), key=lambda x: -x[1][1]):
+        print(f"| {f} | {c} | {t:.2f} | {100 * t / total:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
