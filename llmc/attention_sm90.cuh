@@ -663,9 +663,7 @@ static inline void attention_set_sm90(int on) { att90_enabled = on; }
 // Whether the Hopper forward runs this call (see the requirements above).
 static inline int attention_sm90_usable(const floatX *qkv, int C, int NH) {
     if (!att90_enabled || NH <= 0 || C % NH != 0 || C / NH != ATT90_HS || !aligned16(qkv)) return 0;
-    static int avail = -1;
-    if (avail < 0) avail = sm90_available();
-    return avail;
+    return sm90_available();
 }
 
 // out (B,T,C) = causal attention of qkv (B,T,3C), lse (B,NH,T) (skipped when NULL), on the
@@ -687,21 +685,23 @@ static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int T,
     cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * cols));
 }
 
-// Persistent CTAs: one per SM (at most one per work tile). The first call also opts the
-// kernels into their shared memory.
+// Persistent CTAs: one per SM (at most one per work tile). The first call on a device also
+// opts the kernels into their shared memory there.
+#define ATT90_MAX_DEVICES 64
 static inline unsigned att90_grid(long long tiles) {
-    static int sms = 0;
-    if (sms == 0) {
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    static int sms[ATT90_MAX_DEVICES];
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    require(dev < ATT90_MAX_DEVICES, "attention (Hopper): device index past ATT90_MAX_DEVICES");
+    if (sms[dev] == 0) {
         cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT90_SMEM));
         cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        ATT90_BWD_SMEM));
         cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        ATT90_BWD_SMEM));
+        cudaCheck(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
     }
-    return (unsigned)(tiles < sms ? tiles : sms);
+    return (unsigned)(tiles < sms[dev] ? tiles : sms[dev]);
 }
 
 static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
