@@ -25,7 +25,10 @@ What a product does besides multiplying is its policy, a struct of static device
 that the kernel calls at fixed points (see sm90_plain below):
   - A_REGS: A is not read by wgmma from shared memory but by the policy, which loads the
     stage's A tile (ldmatrix) and may transform it in registers before the product
-    (flce turns stored probabilities into dlogits there);
+    (flce turns stored probabilities into dlogits there). ptxas serializes the products
+    (info C7513) when it can move a K step's fragment loads next to that step's product: it
+    can within one basic block, so policies compute their fragments in straight-line code
+    behind a warp-uniform branch (flce's two cases; dev/gemm_sm90.cu's probe shows it);
   - STAGE_EXTRA: bytes the producer brings into each stage beside A and B (per-row data);
   - epilogue: what happens to the fp32 accumulators of a finished tile.
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D

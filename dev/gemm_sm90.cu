@@ -2,7 +2,8 @@
 gemm_sm90.cu - our Hopper GEMM (common/gemm_sm90.cuh) against cuBLASLt, llm.c dev/cuda style:
 first every layout and output mode on odd shapes against cuBLASLt's fp32-accumulated result on
 the same bf16 inputs (outputs poisoned first, every element checked), then the rate of both at
-8192^3 and at the shapes of flce's three GEMMs.
+8192^3 and at the shapes of flce's three GEMMs, and of d_h and d_W with A read through
+registers (probe_rs: what flce's fused products do, without their transform).
 
     build/gemm_sm90             check, then time (default shapes)
     build/gemm_sm90 -c          check only
@@ -101,6 +102,78 @@ static void lt_gemm(const sm90_problem &p, int d_fp32, float beta, cudaStream_t 
 }
 
 // ---------------------------------------------------------------------------------------
+// the register-A probe
+
+// The kernel's A_REGS path with nothing done to A: each consumer reads its A fragments into
+// registers with ldmatrix (.trans for an MN-major A), exactly as flce's d_h and d_W products
+// read their E tiles, and hands them to wgmma unchanged (RS instead of SS). Timed against the
+// plain product, it measures what reading A through registers costs apart from flce's
+// transform (an experiment of issue 8: flce's fused d_W runs well below the plain product).
+template <int TRANS_A, bool ADD>
+struct probe_rs : sm90_policy_base {
+    struct Args {
+        uint32_t nonzero;  // 1: a value the compiler cannot see, so that the branch below stays
+    };
+    static constexpr bool A_REGS = true;
+    __device__ static void load_a(const Args &a, TileState &, const uint8_t *sa, const uint8_t *, const sm90_tile &,
+                                  int, const sm90_thread &th, uint32_t (&af)[16]) {
+        const int lane = th.lt % 32, mi = lane / 8;
+        // two straight-line copies behind a warp-uniform branch, as flce's load_a has them: in
+        // one basic block with the products, ptxas moves each K step's loads next to its
+        // product and serializes the products (info C7513)
+        if (__all_sync(0xffffffffu, a.nonzero != 0u)) {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) load_step(sa, th, lane, mi, kk, af);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < SM90_BK / 16; kk++) load_step(sa, th, lane, mi, kk, af);
+        }
+    }
+    __device__ static __forceinline__ void load_step(const uint8_t *sa, const sm90_thread &th, int lane, int mi, int kk,
+                                                     uint32_t (&af)[16]) {
+        uint32_t r[4];
+        if (TRANS_A) {  // (K, M) boxes of 64 x 64: this warpgroup's 64 M columns one box further
+            sm90_ldmatrix_x4_trans(r, sm90_smem(sa) + th.wg * 8192 +
+                                          sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+        } else {        // (M, K) rows of 64 K
+            const int arow = 64 * th.wg + 16 * th.w + (lane % 8) + 8 * (mi & 1);
+            sm90_ldmatrix_x4(r, sm90_smem(sa) + sm90_swz(arow, 2 * kk + (mi >> 1)));
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) af[4 * kk + q] = r[q];
+    }
+    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+    }
+};
+
+// p through the probe (fp32 output only), as sm90_gemm takes it.
+static cudaError_t probe_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t s) {
+    if (!d_fp32) return cudaErrorInvalidValue;
+    const typename probe_rs<0, false>::Args one = {1u};
+    cudaError_t e = sm90_gemm_check(p, 4);
+    if (e != cudaSuccess) return e;
+    if (p.trans_a) {
+        if (!p.trans_b) return cudaErrorInvalidValue;  // not a layout of a linear layer
+        return add ? sm90_gemm_launch<probe_rs<1, true>, float, 1, 1>(p, {one.nonzero}, s)
+                   : sm90_gemm_launch<probe_rs<1, false>, float, 1, 1>(p, {one.nonzero}, s);
+    }
+    if (p.trans_b)
+        return add ? sm90_gemm_launch<probe_rs<0, true>, float, 0, 1>(p, {one.nonzero}, s)
+                   : sm90_gemm_launch<probe_rs<0, false>, float, 0, 1>(p, {one.nonzero}, s);
+    return add ? sm90_gemm_launch<probe_rs<0, true>, float, 0, 0>(p, {one.nonzero}, s)
+               : sm90_gemm_launch<probe_rs<0, false>, float, 0, 0>(p, {one.nonzero}, s);
+}
+
+// which of the two products check_case and time_case run: 0 sm90_gemm, 1 the probe
+static int use_probe = 0;
+
+static cudaError_t ours(const sm90_problem &p, int d_fp32, int add, cudaStream_t s) {
+    return use_probe ? probe_gemm(p, d_fp32, add, s) : sm90_gemm(p, d_fp32, add, s);
+}
+
+// ---------------------------------------------------------------------------------------
 // checks
 
 static double *host_f64(const void *dev, size_t n, int fp32) {
@@ -152,7 +225,7 @@ static void check_case(const char *layout, int M, int N, int K, int d_fp32, int 
     p.trans_b = tb;
     p.M = M; p.N = N; p.K = K;
     p.splits = splits;
-    CHECK_CUDA(sm90_gemm(p, d_fp32, add, 0));
+    CHECK_CUDA(ours(p, d_fp32, add, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
     sm90_problem pr = p;
     pr.d.ptr = R;
@@ -218,7 +291,7 @@ static void time_case(const char *what, const char *layout, int M, int N, int K,
     for (int r = -2; r < reps; r++) {  // two warm-ups each, interleaved
         float ms;
         CHECK_CUDA(cudaEventRecord(e0));
-        CHECK_CUDA(sm90_gemm(p, d_fp32, add, 0));
+        CHECK_CUDA(ours(p, d_fp32, add, 0));
         CHECK_CUDA(cudaEventRecord(e1));
         CHECK_CUDA(cudaEventSynchronize(e1));
         CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
@@ -261,6 +334,13 @@ int main(int argc, char **argv) {
         check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
         check_case(layouts[l], 2048, 2048, 512, 0, 0, 1);
     }
+    use_probe = 1;  // the register-A probe, fp32 outputs
+    for (int l = 0; l < 3; l++) {
+        check_case(layouts[l], 300, 520, 200, 1, 0, 1);
+        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
+        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
+    }
+    use_probe = 0;
     printf("checks: %d failure(s)\n", failures);
     if (check_only || failures) return failures ? 1 : 0;
 
@@ -281,6 +361,12 @@ int main(int argc, char **argv) {
         time_case(what, "NN", C, H, V, 1, 0, reps);
         snprintf(what, sizeof(what), "d_W H=%d V=%d", H, V);
         time_case(what, "NT", V, H, C, 1, 1, reps);
+        use_probe = 1;
+        snprintf(what, sizeof(what), "d_h H=%d V=%d, A in registers", H, V);
+        time_case(what, "NN", C, H, V, 1, 0, reps);
+        snprintf(what, sizeof(what), "d_W H=%d V=%d, A in registers", H, V);
+        time_case(what, "NT", V, H, C, 1, 1, reps);
+        use_probe = 0;
     }
     cudaFree(lt_ws);
     cublasLtDestroy(lt);
