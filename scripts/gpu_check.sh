@@ -3,7 +3,7 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #   (default: all but the multi-GPU steps, which need 2 GPUs: train-mpi (mpirun -np 2); train-fs, train-tcp:
@@ -20,6 +20,10 @@
 #   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
 #   cuBLASLt path; train-bmax: B=256; bench-flce: the flce rows of the benchmark only.
+#   bench-peers (not in the default list): scripts/bench_peers.py, flce through its binding against
+#   the Python peers in one process (the carried .whl/ wheels installed into /tmp/site, the split one
+#   reassembled first: the script's header says how), $OUT/peers.md and $OUT/peers.png;
+#   BENCH_PEERS_SECONDS (default 420) bounds the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
@@ -150,6 +154,16 @@ for s in $steps; do
     bench-flce) run_step bench timeout 300 build/flce_bench -v flce -o "$OUT/bench.md" ;;
     bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
+    bench-peers) { [ -f build/libflce.so ] && [ -x build/flce_bench ]; } ||
+                     run_step build_peers make -j"$(nproc)" lib build/flce_bench
+                 run_step bench_peers_wheels bash -c 'python3 scripts/bench_peers.py --assemble /tmp/flce_whl
+                     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+                         .whl/*.whl $(ls /tmp/flce_whl/*.whl 2>/dev/null) &&
+                     echo "OK: wheels installed in /tmp/site ($(ls /tmp/flce_whl/*.whl 2>/dev/null | wc -l) reassembled)" ||
+                     { echo "FAIL: pip install into /tmp/site"; exit 1; }'
+                 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 run_step bench_peers \
+                     timeout $(( ${BENCH_PEERS_SECONDS:-420} + 120 )) python3 scripts/bench_peers.py --budget 1 \
+                     --time-limit "${BENCH_PEERS_SECONDS:-420}" --c-bench build/flce_bench -o "$OUT/peers.md" --png "$OUT/peers.png" ;;
     gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;
     attention) run_step attention timeout 240 build/attention_bench ;;
     pytest) run_step pytest env FLCE_LIBRARY=build/libflce.so timeout 300 python3 -m pytest -q flce/python/tests/test_gpu.py ;;
