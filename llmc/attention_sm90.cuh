@@ -41,6 +41,7 @@ hs = 64, 16-byte aligned tensors; T, B, NH any. No atomics: bitwise repeatable.
 #define ATT90_HS 64         // head size (one 128-byte swizzle row of bf16)
 #define ATT90_STAGES 4
 #define ATT90_THREADS 384   // producer warpgroup + 2 consumer warpgroups
+#define ATT90_MAX_DEVICES 64  // devices a process may use (per-device host state)
 #define ATT90_Q_BYTES (ATT90_BM * ATT90_HS * 2)
 #define ATT90_KV_BYTES (ATT90_BN * ATT90_HS * 2)
 #define ATT90_SMEM (2 * ATT90_Q_BYTES + 2 * ATT90_STAGES * ATT90_KV_BYTES + 256 + 1024)
@@ -663,7 +664,11 @@ static inline void attention_set_sm90(int on) { att90_enabled = on; }
 // Whether the Hopper forward runs this call (see the requirements above).
 static inline int attention_sm90_usable(const floatX *qkv, int C, int NH) {
     if (!att90_enabled || NH <= 0 || C % NH != 0 || C / NH != ATT90_HS || !aligned16(qkv)) return 0;
-    return sm90_available();
+    static signed char avail[ATT90_MAX_DEVICES + 1];  // per device: 0 not asked yet, 1 yes, -1 no
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ATT90_MAX_DEVICES) dev = ATT90_MAX_DEVICES;
+    if (avail[dev] == 0) avail[dev] = dev < ATT90_MAX_DEVICES && sm90_available() ? 1 : -1;
+    return avail[dev] > 0;
 }
 
 // out (B,T,C) = causal attention of qkv (B,T,3C), lse (B,NH,T) (skipped when NULL), on the
@@ -687,7 +692,6 @@ static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int T,
 
 // Persistent CTAs: one per SM (at most one per work tile). The first call on a device also
 // opts the kernels into their shared memory there.
-#define ATT90_MAX_DEVICES 64
 static inline unsigned att90_grid(long long tiles) {
     static int sms[ATT90_MAX_DEVICES];
     int dev = 0;
