@@ -32,7 +32,7 @@ LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
                      llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/step_profile.h \
                      $(COMMON_HEADERS)
-TEST_HEADERS := test/test_util.h test/fixture.h flce/flce_ref.h
+TEST_HEADERS := test/test_util.h test/fixture.h test/vp_comm.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
 
@@ -110,10 +110,11 @@ $(BUILD)/attention_bench: dev/attention_bench.cu $(LLMC_CUDA_HEADERS) llmc/bf16.
 
 # --- tests ------------------------------------------------------------------------------
 $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
-	$(CC) $(CFLAGS) -DFLCE_HAVE_LIB -c $< -o $@
+	$(CC) $(CFLAGS) -pthread -DFLCE_HAVE_LIB -c $< -o $@
 
+# (the vocabulary-parallel checks run their ranks as threads: test/vp_comm.h)
 $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
-	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS) -lpthread
 
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(COMMON_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)

@@ -59,6 +59,7 @@ struct flce_context {
     long long t_calls;
     flce_host_status *host_status;        // mapped pinned memory: written by the device
     flce_host_status *host_status_device; // the device's pointer to it
+    flce_comm comm;                       // vocab_parallel's (flce_set_comm); allreduce NULL: none
     char message[512];
 };
 
@@ -77,6 +78,7 @@ const char *flce_status_string(flce_status status) {
     case FLCE_ERR_CUDA: return "CUDA error";
     case FLCE_ERR_CUBLAS: return "cuBLASLt error";
     case FLCE_ERR_OUT_OF_MEMORY: return "out of host memory";
+    case FLCE_ERR_COMM: return "communicator error";
     }
     return "unknown flce status";
 }
@@ -195,6 +197,27 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
                          "max_vocab_tile = %lld must be 0 (the planner's choice) or >= %d",
                          (long long)cfg->max_vocab_tile, FLCE_VOCAB_ALIGN);
+    if (!flce_is_flag(cfg->vocab_parallel) || !flce_is_flag(cfg->d_hidden_partial))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "vocab_parallel = %d and d_hidden_partial = %d must be 0 or 1", cfg->vocab_parallel,
+                         cfg->d_hidden_partial);
+    if (!cfg->vocab_parallel && (cfg->vocab_offset != 0 || cfg->vocab_total != 0 || cfg->d_hidden_partial != 0))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "vocab_offset = %lld, vocab_total = %lld, d_hidden_partial = %d need vocab_parallel = 1 "
+                         "(else they must be 0)", (long long)cfg->vocab_offset, (long long)cfg->vocab_total,
+                         cfg->d_hidden_partial);
+    if (cfg->vocab_parallel) {
+        // a target id is compared with vocab_total and its column (id - vocab_offset) is an int
+        if (cfg->vocab_total > INT32_MAX - 64)
+            return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE, "vocab_total = %lld exceeds the limit %d",
+                             (long long)cfg->vocab_total, INT32_MAX - 64);
+        if (cfg->vocab_offset < 0 || cfg->vocab_total < cfg->vocab ||
+            cfg->vocab_offset > cfg->vocab_total - cfg->vocab)
+            return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
+                             "vocab_parallel: this rank's classes [vocab_offset, vocab_offset + vocab) = [%lld, %lld) "
+                             "must lie in [0, vocab_total = %lld)", (long long)cfg->vocab_offset,
+                             (long long)(cfg->vocab_offset + cfg->vocab), (long long)cfg->vocab_total);
+    }
     return FLCE_OK;
 }
 
@@ -218,7 +241,7 @@ typedef struct {
     int64_t n_stat;      // 256-column statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
         off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_rec,
-        off_dh_part, off_logits, total;
+        off_dh_part, off_vp, off_logits, total;
 } flce_plan;
 
 /*
@@ -287,6 +310,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
     const int64_t cut = flce_vocab_cut(Vp);
     p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (!p->sm90 && cut > 0 && cut < Vp));
+    // vocab_parallel: the chunk's d_h is summed over the ranks in fp32, then written out
+    const int vp = cfg->vocab_parallel;
+    if (vp && !cfg->d_hidden_partial) p->dh_accumulator = 1;
     p->dw_accumulator = dw_accumulator;
     const size_t H = (size_t)cfg->hidden, C = (size_t)chunk;
     if (p->sm90) {
@@ -304,11 +330,13 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->off_dw32 = o;          o = flce_append(o, dw_accumulator ? flce_bytes((size_t)Vp, H, 4) : 0);
     p->off_ones = o;          o = flce_append(o, cfg->has_bias && !p->sm90 ? flce_bytes(C, es, 1) : 0);
     p->off_dh32 = o;          o = flce_append(o, p->dh_accumulator ? flce_bytes(C, H, 4) : 0);
-    p->off_tile_stats = o;    o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
-    p->off_tile_grad = o;     o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
+    // (vocab_parallel's cuBLASLt chunks run the tile schedule's row passes over one tile)
+    p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
+    p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
     p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
     p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
+    p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(4, C, 4) : 0);  // the exchange buffer
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
@@ -402,6 +430,17 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
 // find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
 static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
                            flce_plan *p) {
+    if (cfg->vocab_parallel && cfg->vocab < cfg->vocab_padded) {
+        // Every rank must cut the tokens into the same chunks (each chunk's collectives count
+        // its rows), and the ranks' real classes differ where the last shard holds the padding:
+        // plan as if every row were real (the Hopper path's layout grows with the real
+        // classes), then lay out this rank's, which needs no more.
+        flce_config pc = *cfg;
+        pc.vocab = pc.vocab_padded;
+        flce_make_plan(&pc, budget, needs_dw, backward, sms, p);
+        if (p->chunk > 0) flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, p);
+        return;
+    }
     const int64_t N = cfg->n_tokens;
     const int64_t span = sms ? cfg->vocab : cfg->vocab_padded;  // the columns the tiles cover
     const int64_t unit = sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN;
@@ -561,6 +600,12 @@ void flce_destroy(flce_context *ctx) {
     free(ctx);
 }
 
+void flce_set_comm(flce_context *ctx, const flce_comm *comm) {
+    if (ctx == NULL) return;
+    memset(&ctx->comm, 0, sizeof(ctx->comm));
+    if (comm != NULL && comm->allreduce != NULL) ctx->comm = *comm;
+}
+
 void flce_set_autotune(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->gemm.autotune = on != 0;
 }
@@ -638,6 +683,17 @@ static flce_status flce_check_ptr(flce_context *ctx, const void *p, const char *
         flce_status s_ = (x);              \
         if (s_ != FLCE_OK) return s_;      \
     } while (0)
+
+// vocab_parallel: buf[0 .. n) (device, fp32) combined over the ranks by the caller's
+// communicator, ordered on the call's stream
+static flce_status flce_allreduce(flce_context *ctx, float *buf, size_t n, flce_comm_op op, cudaStream_t stream,
+                                  const char *what) {
+    if (ctx->comm.allreduce(ctx->comm.user, buf, n, FLCE_COMM_FP32, op, (void *)stream) != 0)
+        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_COMM,
+                         "the communicator's allreduce (%s) of %s, %zu floats, failed",
+                         op == FLCE_COMM_MAX ? "max" : "sum", what, n);
+    return FLCE_OK;
+}
 
 static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
                                       const flce_tensors *t, int backward) {
@@ -740,6 +796,30 @@ template <typename T, typename TL, typename Tgt> struct flce_call_state {
     flce_rows_args<T, Tgt> ra;
 };
 
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_rows_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows, int64_t v0,
+                                  int64_t w, int mode);
+
+// vocab_parallel: the statistics of the chunk's `rows` rows over this rank's columns, in the
+// exchange buffer (flce_kernels.cuh, flce_vp_*), combined over the ranks: the maxima by one
+// all-reduce (max), then each rank's sum of exp rescaled to them and its sum of logits by
+// another (sum). After it the buffer holds at rows .. 4 rows the statistics every rank shares.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_vp_exchange(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows) {
+    flce_context *ctx = s->ctx;
+    float *vp = (float *)(s->ws + s->p->off_vp);
+    const unsigned grid = (unsigned)((rows + 255) / 256);
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        FLCE_TRY(flce_allreduce(ctx, vp + rows, (size_t)rows, FLCE_COMM_MAX, s->stream, "the rows' maxima"));
+        flce_vp_rescale_kernel<<<grid, 256, 0, s->stream>>>(vp, rows);
+        FLCE_LAUNCH_CHECK("flce_vp_rescale_kernel");
+        FLCE_TRY(flce_allreduce(ctx, vp + 2 * rows, 2 * (size_t)rows, FLCE_COMM_SUM, s->stream,
+                                "the rows' sums of exp and of logits"));
+    });
+    (void)c0;
+    return FLCE_OK;
+}
+
 // Vocabulary columns v0 .. v0+w for the `rows` tokens at c0: their logits into the buffer
 // (rows x w, row stride ldl), then the row kernel over them in `mode`.
 template <typename T, typename TL, typename Tgt>
@@ -760,6 +840,16 @@ static flce_status flce_logits_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, 
                FLCE_GEMM_TRY("logits", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_M,
                                                   flce_vocab_cut(w), s->ws + s->p->off_lt,
                                                   FLCE_LT_WORKSPACE)));
+    return flce_rows_tile(s, c0, rows, v0, w, mode);
+}
+
+// The row kernel in `mode` over the buffer, which holds the logits of vocabulary columns
+// v0 .. v0+w for the `rows` tokens at c0.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_rows_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows, int64_t v0,
+                                  int64_t w, int mode) {
+    flce_context *ctx = s->ctx;
+    TL *logits = (TL *)(s->ws + s->p->off_logits);
     s->ra.col0 = (int)v0;
     s->ra.ncols = (int)w;
     s->ra.first_tile = v0 == 0;
@@ -770,6 +860,24 @@ static flce_status flce_logits_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, 
                              "row kernel launch (chunk at token %lld, tile at column %lld): %s",
                              (long long)c0, (long long)v0, cudaGetErrorString(err));
     });
+    return FLCE_OK;
+}
+
+// The chunk's d_h, summed in fp32 over the vocabulary (dh32, rows x H), written out: first
+// summed over the ranks under vocab_parallel (unless d_hidden_partial), then rounded to the
+// output's type once and added to it or written over it.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_finish_dh(flce_call_state<T, TL, Tgt> *s, void *dh, float *dh32, int64_t rows) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const int64_t n = rows * cfg->hidden;
+    if (cfg->vocab_parallel && !cfg->d_hidden_partial)
+        FLCE_TRY(flce_allreduce(ctx, dh32, (size_t)n, FLCE_COMM_SUM, s->stream, "the chunk's d_hidden"));
+    if (cfg->d_hidden_dtype == FLCE_BF16)
+        flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((__nv_bfloat16 *)dh, dh32, n, cfg->accumulate_d_hidden);
+    else
+        flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((float *)dh, dh32, n, cfg->accumulate_d_hidden);
+    FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
     return FLCE_OK;
 }
 
@@ -805,9 +913,7 @@ static flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0
             FLCE_GEMM_TRY("d_hidden", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, cut, lt_ws,
                                                  FLCE_LT_WORKSPACE));
             if (acc && v0 + w == cfg->vocab_padded) {
-                flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((__nv_bfloat16 *)dh, dh32, rows * H,
-                                                               cfg->accumulate_d_hidden);
-                FLCE_LAUNCH_CHECK("flce_add_f32_kernel (d_hidden)");
+                FLCE_TRY(flce_finish_dh(s, dh, dh32, rows));
             }
         });
     }
@@ -857,6 +963,9 @@ static flce_status flce_run_chunks(flce_call_state<T, TL, Tgt> *s) {
 // each tile's row statistics; the finish kernel (loss, LSE, gradient coefficients per row);
 // then, backward, a second pass that computes each tile's logits again, turns them into
 // dlogits and runs that tile's gradient GEMMs.
+// vocab_parallel runs it on the cuBLASLt path, with one tile when the plan is the chunk
+// schedule (its logits are computed once and stay in the buffer for the gradient pass): the
+// statistics must be combined over the ranks between the two passes.
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_run_tiles(flce_call_state<T, TL, Tgt> *s) {
     flce_context *ctx = s->ctx;
@@ -864,17 +973,29 @@ static flce_status flce_run_tiles(flce_call_state<T, TL, Tgt> *s) {
     const int64_t tile = s->p->vocab_tile;
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         const int64_t rows = N - c0 < C ? N - c0 : C;
+        const unsigned grid = (unsigned)((rows + 255) / 256);
         s->ra.row0 = c0;
         for (int64_t v0 = 0; v0 < Vp; v0 += tile) {
             const int64_t w = Vp - v0 < tile ? Vp - v0 : tile;
             FLCE_TRY(flce_logits_tile(s, c0, rows, v0, w, FLCE_ROWS_TILE_STATS));
         }
+        if (s->cfg->vocab_parallel) {
+            float *vp = (float *)(s->ws + s->p->off_vp);
+            flce_vp_local_kernel<<<grid, 256, 0, s->stream>>>(s->ra.tile_stats, vp, rows);
+            FLCE_LAUNCH_CHECK("flce_vp_local_kernel");
+            FLCE_TRY(flce_vp_exchange(s, c0, rows));
+            s->ra.vp_stats = vp + rows;
+        }
         FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
-            const unsigned grid = (unsigned)((rows + 255) / 256);
             flce_tile_finish_kernel<T, Tgt><<<grid, 256, 0, s->stream>>>(s->ra, rows);
             FLCE_LAUNCH_CHECK("flce_tile_finish_kernel");
         });
         if (!s->backward) continue;
+        if (s->p->n_vtiles == 1) {  // one tile: its logits are still in the buffer
+            FLCE_TRY(flce_rows_tile(s, c0, rows, 0, Vp, FLCE_ROWS_TILE_GRAD));
+            FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp));
+            continue;
+        }
         for (int64_t v0 = 0; v0 < Vp; v0 += tile) {
             const int64_t w = Vp - v0 < tile ? Vp - v0 : tile;
             FLCE_TRY(flce_logits_tile(s, c0, rows, v0, w, FLCE_ROWS_TILE_GRAD));
@@ -927,12 +1048,31 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
 }
 
 // LSE, loss, coefficients and tile scales of the chunk at c0 from its statistics.
+// vocab_parallel: the tiles merged into this rank's row statistics, those combined over the
+// ranks (flce_vp_exchange), then the merge from the combined ones.
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_hopper_merge(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0) {
     flce_context *ctx = s->ctx;
+    const unsigned grid = (unsigned)((r->ld + 31) / 32);
+    const int n_stat = (int)s->p->n_stat;
+    if (s->cfg->vocab_parallel) {
+        float *vp = (float *)(s->ws + s->p->off_vp);
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                        FLCE_VP_LOCAL, vp);
+            FLCE_HOPPER_TRY("merge kernel (this rank's statistics)", cudaGetLastError());
+        });
+        FLCE_TRY(flce_vp_exchange(s, c0, r->rows));
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                        FLCE_VP_GLOBAL, vp);
+            FLCE_HOPPER_TRY("merge kernel (the ranks' statistics)", cudaGetLastError());
+        });
+        return FLCE_OK;
+    }
     FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
-        const unsigned grid = (unsigned)((r->ld + 31) / 32);
-        flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, (int)s->p->n_stat);
+        flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                    FLCE_VP_NONE, (float *)NULL);
         FLCE_HOPPER_TRY("merge kernel", cudaGetLastError());
     });
     return FLCE_OK;
@@ -973,15 +1113,11 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_hidden GEMM", cfg->softcap > 0.0f
                                                   ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
                                                   : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
-            if (p->dh_accumulator) {  // bf16 d_h over several tiles: summed in fp32, rounded once
+            if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
                 float *dh32 = (float *)(s->ws + p->off_dh32);
                 flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
                 FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
-                if (last) {
-                    flce_add_f32_kernel<<<256, 256, 0, s->stream>>>((__nv_bfloat16 *)dh, dh32, n,
-                                                                   cfg->accumulate_d_hidden);
-                    FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
-                }
+                if (last) FLCE_TRY(flce_finish_dh(s, dh, dh32, rows));
             } else if (cfg->d_hidden_dtype == FLCE_FP32) {
                 flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(
                     part, parts, n, (float *)dh, v0 > 0 || cfg->accumulate_d_hidden);
@@ -1108,6 +1244,11 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     ra.token_lse = t->token_lse ? t->token_lse : (float *)(ws + p->off_token_lse);
     ra.tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
     ra.tile_grad = (flce_row_grad *)(ws + p->off_tile_grad);
+    // vocab_parallel: this W's rows are classes v_off .. of V_total
+    const int vp = cfg->vocab_parallel;
+    ra.v_off = vp ? cfg->vocab_offset : 0;
+    ra.V_total = vp ? cfg->vocab_total : V;
+    ra.vp_stats = NULL;
 
     FLCE_PHASE(ctx, stream, FLCE_T_PREPARE, {
         FLCE_CUDA_TRY(cudaMemsetAsync(scalars, 0, sizeof(flce_call_scalars), stream));
@@ -1115,9 +1256,11 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
         const int warps_per_block = 8;
         const unsigned grid = (unsigned)((N + warps_per_block - 1) / warps_per_block);
         flce_prepare_kernel<T, Tgt><<<grid, warps_per_block * 32, 0, stream>>>(
-            (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.ignore_index,
-            target_logit, scalars);
+            (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.v_off, ra.V_total,
+            ra.ignore_index, target_logit, scalars);
         FLCE_LAUNCH_CHECK("flce_prepare_kernel");
+        // each target's logit comes from the one rank that holds its row (the others gave 0)
+        if (vp) FLCE_TRY(flce_allreduce(ctx, target_logit, (size_t)N, FLCE_COMM_SUM, stream, "the target logits"));
         if (backward && t->d_bias != NULL && !p->sm90) {
             flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>((T *)(ws + p->off_ones), p->chunk);
             FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
@@ -1126,7 +1269,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     if constexpr (sizeof(T) == 2) {  // the Hopper path runs bf16 inputs only
         if (p->sm90) FLCE_TRY(flce_run_hopper(&s));
     }
-    if (!p->sm90) FLCE_TRY(p->n_vtiles > 1 ? flce_run_tiles(&s) : flce_run_chunks(&s));
+    if (!p->sm90) FLCE_TRY(p->n_vtiles > 1 || vp ? flce_run_tiles(&s) : flce_run_chunks(&s));
     FLCE_PHASE(ctx, stream, FLCE_T_FINALIZE, {
         flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
                                                            targets, t->loss, ctx->host_status_device);
@@ -1160,6 +1303,9 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
         return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_NULL_POINTER, "tensors is NULL");
     FLCE_TRY(flce_check_tensors(ctx, cfg, t, backward));
     FLCE_TRY(flce_check_ptr(ctx, workspace, "workspace", FLCE_ALIGN));
+    if (cfg->vocab_parallel && ctx->comm.allreduce == NULL)
+        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_COMM,
+                         "vocab_parallel = 1 needs a communicator: flce_set_comm(ctx, &comm) first");
     // the Hopper path for bf16 inputs where the context takes it (flce_set_hopper)
     int sms = 0;
     if (ctx->hopper && cfg->dtype == FLCE_BF16) {

@@ -71,6 +71,7 @@ typedef enum {
     FLCE_ERR_CUDA,              // a CUDA runtime call failed
     FLCE_ERR_CUBLAS,            // a cuBLASLt call failed or found no algorithm
     FLCE_ERR_OUT_OF_MEMORY,     // a host allocation failed (flce_create)
+    FLCE_ERR_COMM,              // vocab_parallel: no communicator, or its allreduce failed
 } flce_status;
 
 typedef enum { FLCE_BF16 = 0, FLCE_FP32 = 1 } flce_dtype;
@@ -110,6 +111,16 @@ typedef struct {
     // exact LSE. The Hopper path needs neither: its statistics come from the fp32
     // accumulators and its buffer holds bf16 exp(z - tile max).
     int bf16_logits;
+    // Vocabulary parallelism (see "Vocabulary parallel" below). 1: W, bias, d_weight and d_bias
+    // are this rank's rows, global classes [vocab_offset, vocab_offset + vocab_padded), of
+    // which `vocab` are real; targets are global ids in [0, vocab_total); hidden and targets
+    // are the same on every rank. Needs a communicator (flce_set_comm). Default 0: the three
+    // fields below must then be 0.
+    int vocab_parallel;
+    int d_hidden_partial;       // vocab_parallel: 1 = d_hidden is this rank's partial sum (the
+                                // caller reduces it); 0 (default) = summed over the ranks by flce
+    int64_t vocab_offset;       // global id of this rank's row 0
+    int64_t vocab_total;        // real classes over all ranks: vocab_offset + vocab <= vocab_total
 } flce_config;
 
 typedef struct {
@@ -129,6 +140,35 @@ typedef struct {
 } flce_tensors;
 
 typedef struct flce_context flce_context;
+
+/*
+Vocabulary parallel: P ranks (processes or GPUs) each hold a slice of the vocabulary's rows
+of W, the same hidden states and targets. Per chunk of tokens each rank computes its columns'
+row statistics (max, sum of exp relative to it, sum of logits) and they are combined through
+the caller's all-reduce in two collectives: MAX of the maxima, then SUM of each rank's sum of
+exp rescaled to the global max (with the sums of logits in the same buffer). The exact target
+logits are summed once per call (each target lies on exactly one rank; the others give 0).
+Every rank then has bitwise the same LSE and loss, forms the gradients of its own columns,
+d_W and d_bias of its rows locally, and a partial d_hidden that is summed in fp32 per chunk
+(another collective) unless d_hidden_partial = 1. Two collectives and not one packed
+(max, sumexp) exchange, because a plain all-reduce is what every communicator has (NCCL, MPI,
+a callback over anything) and a packed merge would need a custom reduction operator.
+The library calls allreduce with FLCE_COMM_FP32 buffers in device memory, on the call's stream:
+the callback must enqueue the collective on that stream (ncclAllReduce(buf, buf, count,
+ncclFloat32, op, comm, stream) does) or otherwise order it with the stream's work, and must
+return 0 on success. Every rank makes the same calls in the same order (the count of chunks
+depends on the config and workspace: give every rank the same ones). A deterministic
+all-reduce (NCCL's, for a fixed communicator and count) keeps the whole call deterministic.
+The CPU reference (flce_ref.h) calls it with FLCE_COMM_FP64 host buffers.
+*/
+typedef enum { FLCE_COMM_SUM = 0, FLCE_COMM_MAX = 1 } flce_comm_op;
+typedef enum { FLCE_COMM_FP32 = 0, FLCE_COMM_FP64 = 1 } flce_comm_dtype;
+typedef struct {
+    void *user;                 // passed back to allreduce
+    // in place: buf[0 .. count) = op over the ranks of each rank's buf; 0 = success
+    int (*allreduce)(void *user, void *buf, size_t count, flce_comm_dtype dtype, flce_comm_op op,
+                     void *cuda_stream);
+} flce_comm;
 
 // Fills cfg with defaults for an (n_tokens, hidden, vocab) problem.
 void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_t vocab);
@@ -172,6 +212,10 @@ void flce_set_hopper(flce_context *ctx, int on);
 // Whether a new context on the current device takes the Hopper path (see flce_set_hopper).
 int flce_hopper_default(void);
 
+// The communicator of vocab_parallel calls (copied; NULL or a NULL allreduce detaches it).
+// Calls without vocab_parallel never use it.
+void flce_set_comm(flce_context *ctx, const flce_comm *comm);
+
 // Loss and every requested gradient in one pass over the token chunks, on stream.
 flce_status flce_forward_backward(flce_context *ctx, const flce_config *cfg,
                                   const flce_tensors *t, void *workspace,
@@ -198,7 +242,7 @@ signature change (a binding must be updated); FLCE_VERSION_MINOR when something 
 its size too, so an old binding refuses the new library even if the version was not bumped;
 flce/python's CPU test also compares every field's offset and every enum value with this header.
 */
-#define FLCE_VERSION_MAJOR 1
+#define FLCE_VERSION_MAJOR 2
 #define FLCE_VERSION_MINOR 0
 #define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
 

@@ -70,22 +70,28 @@ __device__ __forceinline__ float flce_softcap(float z, float cap) {
 // ----------------------------------------------------------------------------------------
 // prepare: one warp per token
 
+// Targets are global class ids in [0, V_total); this call's W holds classes v_off .. v_off + V
+// (vocab_parallel; else v_off = 0, V_total = V). A target held elsewhere gets target logit 0,
+// as do ignored and bad ones: the sum of the ranks' arrays is then every target's logit.
 template <typename T, typename Tgt>
 __global__ void flce_prepare_kernel(const T *hidden, const T *weight, const T *bias,
                                     const Tgt *targets, int64_t N, int64_t H, int64_t V,
-                                    long long ignore_index, float *target_logit,
-                                    flce_call_scalars *scalars) {
+                                    int64_t v_off, int64_t V_total, long long ignore_index,
+                                    float *target_logit, flce_call_scalars *scalars) {
     const int lane = threadIdx.x % 32;
     const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int valid = 0;
     if (i < N) {
         const Tgt t = targets[i];
-        const int state = flce_target_state(t, ignore_index, V);
+        const int state = flce_target_state(t, ignore_index, V_total);
         if (state < 0 && lane == 0) atomicMin(&scalars->first_bad_token, (unsigned long long)i);
-        if (state > 0) {
-            valid = 1;
+        const int64_t tl = (int64_t)t - v_off;  // the target's row of this W
+        if (state > 0) valid = 1;
+        if (state <= 0 || tl < 0 || tl >= V) {
+            if (lane == 0) target_logit[i] = 0.0f;
+        } else {
             const T *hrow = hidden + i * H;
-            const T *wrow = weight + (int64_t)t * H;
+            const T *wrow = weight + tl * H;
             constexpr int VEC = Packed128<T>::size;
             float acc = 0.0f;
             for (int64_t k = (int64_t)lane * VEC; k < H; k += 32 * VEC) {
@@ -94,7 +100,7 @@ __global__ void flce_prepare_kernel(const T *hidden, const T *weight, const T *b
                 for (int e = 0; e < VEC; e++) acc += to_float(a.v[e]) * to_float(b.v[e]);
             }
             for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-            if (bias != NULL) acc += to_float(bias[t]);
+            if (bias != NULL) acc += to_float(bias[tl]);
             if (lane == 0) target_logit[i] = acc;
         }
     }
@@ -212,6 +218,7 @@ struct flce_row_grad {
 
 // The row's loss (written by one thread) and its gradient coefficients:
 // d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
+// (V: every class, over all ranks under vocab_parallel; st: the statistics over all of them)
 __device__ __forceinline__ flce_row_grad flce_row_finish(
     flce_row_stats st, int valid, int t, float zt, int64_t i, int V,
     const float *grad_token_loss, const flce_call_scalars *scalars, const flce_loss_params &p,
@@ -362,16 +369,25 @@ template <typename T, typename Tgt> struct flce_rows_args {
     flce_row_stats *tile_stats;   // (rows) statistics over the tiles so far (TILE_STATS)
     flce_row_grad *tile_grad;     // (rows) written by flce_tile_finish_kernel, read by TILE_GRAD
     int first_tile;               // TILE_STATS: the first tile overwrites tile_stats
+    // vocab_parallel: the buffer's columns are classes v_off .. v_off + V of V_total (else
+    // v_off = 0, V_total = V), and the finish reads the rows' statistics combined over the
+    // ranks from vp_stats (max, sum of exp, sum of logits: three arrays of the chunk's rows,
+    // flce_vp_*); NULL: from tile_stats
+    int64_t v_off, V_total;
+    const float *vp_stats;
 };
 
 // Token i's target as the row kernels see it: returns whether it counts (not ignored, in
 // range); *t is its column (-1 if it does not count), *zt its exact logit, softcapped.
+// Under vocab_parallel *t is the target's column among this rank's (-1 on another rank's) and
+// *zt its logit from whichever rank holds it (the target logits were summed over the ranks).
 template <typename T, typename Tgt>
 __device__ __forceinline__ int flce_row_target(const flce_rows_args<T, Tgt> &a, int64_t i, int *t,
                                                float *zt) {
     const Tgt tg = a.targets[i];
-    const int valid = flce_target_state(tg, a.ignore_index, a.V) > 0;
-    *t = valid ? (int)tg : -1;
+    const int valid = flce_target_state(tg, a.ignore_index, a.V_total) > 0;
+    const long long tl = (long long)tg - a.v_off;
+    *t = valid && tl >= 0 && tl < a.V ? (int)tl : -1;
     *zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) : 0.0f;
     return valid;
 }
@@ -411,7 +427,7 @@ flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
                 a.tile_stats[r] = a.first_tile ? st : flce_stats_merge(a.tile_stats[r], st);
             return;
         }
-        rg = flce_row_finish(st, valid, t, zt, i, Vi, a.grad_token_loss, a.scalars, a.p,
+        rg = flce_row_finish(st, valid, t, zt, i, (int)a.V_total, a.grad_token_loss, a.scalars, a.p,
                              threadIdx.x == 0, a.token_loss, a.token_lse);
         if (MODE == FLCE_ROWS_FORWARD) return;
     }
@@ -430,8 +446,37 @@ __global__ void flce_tile_finish_kernel(flce_rows_args<T, Tgt> a, int64_t rows) 
     int t;
     float zt;
     const int valid = flce_row_target(a, i, &t, &zt);
-    a.tile_grad[r] = flce_row_finish(a.tile_stats[r], valid, t, zt, i, (int)a.V, a.grad_token_loss,
-                                     a.scalars, a.p, 1, a.token_loss, a.token_lse);
+    const flce_row_stats st = a.vp_stats != NULL
+                                  ? flce_row_stats{a.vp_stats[r], a.vp_stats[rows + r], a.vp_stats[2 * rows + r]}
+                                  : a.tile_stats[r];
+    a.tile_grad[r] = flce_row_finish(st, valid, t, zt, i, (int)a.V_total, a.grad_token_loss, a.scalars, a.p, 1,
+                                     a.token_loss, a.token_lse);
+}
+
+// ----------------------------------------------------------------------------------------
+// vocab_parallel: the rows' statistics combined over the ranks. The exchange buffer of a
+// chunk of `rows` rows holds four arrays of rows floats: the local max (kept), then the three
+// that go through the communicator: max (MAX over the ranks), sum of exp (rescaled to that
+// max, then SUM) and sum of logits (SUM); all base 2, as flce_row_stats.
+
+// from the cuBLASLt path's merged statistics (the Hopper path's merge kernel writes them itself)
+static __global__ void flce_vp_local_kernel(const flce_row_stats *st, float *vp, int64_t rows) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const flce_row_stats s = st[r];
+    vp[r] = s.m;
+    vp[rows + r] = s.m;
+    vp[2 * rows + r] = s.s;
+    vp[3 * rows + r] = s.sz;
+}
+
+// after the MAX: each rank's sum of exp relative to the global max (a rank whose columns all
+// lie far below it contributes 0, never 0 * inf)
+static __global__ void flce_vp_rescale_kernel(float *vp, int64_t rows) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float s = vp[2 * rows + r];
+    vp[2 * rows + r] = s == 0.0f ? 0.0f : s * flce_exp2(vp[r] - vp[rows + r]);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -459,14 +504,15 @@ __global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int red
     if (loss_out != NULL) *loss_out = (float)total;
 }
 
-// out[k] = (accumulate ? out[k] : 0) + acc[k], for the bf16 d_weight / d_bias outputs
-static __global__ void flce_add_f32_kernel(__nv_bfloat16 *out, const float *acc, int64_t n,
-                                    int accumulate) {
+// out[k] = (accumulate ? out[k] : 0) + acc[k], for the bf16 d_weight / d_bias outputs (and
+// a d_hidden of either type summed over the ranks in fp32)
+template <typename TO>
+__global__ void flce_add_f32_kernel(TO *out, const float *acc, int64_t n, int accumulate) {
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
         float v = acc[k];
-        if (accumulate) v += __bfloat162float(out[k]);
-        out[k] = __float2bfloat16_rn(v);
+        if (accumulate) v += to_float(out[k]);
+        out[k] = from_float<TO>(v);
     }
 }
 

@@ -76,10 +76,35 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
                            const float *grad_token_loss, double *loss, double *token_loss,
                            double *token_lse, double *d_h, double *d_W, double *d_bias,
                            int64_t *bad_position) {
+    return flce_reference_vp(cfg, NULL, h, W, bias, targets, grad_token_loss, loss, token_loss,
+                             token_lse, d_h, d_W, d_bias, bad_position);
+}
+
+// comm->allreduce over n doubles; 0 on success
+static int ref_allreduce(const flce_comm *comm, double *buf, size_t n, flce_comm_op op) {
+    return comm->allreduce(comm->user, buf, n, FLCE_COMM_FP64, op, NULL);
+}
+
+flce_status flce_reference_vp(const flce_config *cfg, const flce_comm *comm, const float *h,
+                              const float *W, const float *bias, const int32_t *targets,
+                              const float *grad_token_loss, double *loss, double *token_loss,
+                              double *token_lse, double *d_h, double *d_W, double *d_bias,
+                              int64_t *bad_position) {
     if (bad_position) *bad_position = -1;
     if (cfg == NULL || h == NULL || W == NULL || targets == NULL) return FLCE_ERR_NULL_POINTER;
     const int64_t N = cfg->n_tokens, H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded;
     if (N <= 0 || H <= 0 || V <= 0 || Vp < V) return FLCE_ERR_INVALID_SIZE;
+    // vocabulary parallel: this rank's columns are global classes v0 .. v0 + V of Vt
+    const int vp = cfg->vocab_parallel;
+    if (vp != 0 && vp != 1) return FLCE_ERR_INVALID_VALUE;
+    if (!vp && (cfg->vocab_offset != 0 || cfg->vocab_total != 0 || cfg->d_hidden_partial != 0))
+        return FLCE_ERR_INVALID_VALUE;
+    if (vp && (cfg->vocab_offset < 0 || cfg->vocab_total < V ||
+               cfg->vocab_offset > cfg->vocab_total - V))
+        return FLCE_ERR_INVALID_SIZE;
+    if (vp && cfg->d_hidden_partial != 0 && cfg->d_hidden_partial != 1) return FLCE_ERR_INVALID_VALUE;
+    if (vp && (comm == NULL || comm->allreduce == NULL)) return FLCE_ERR_COMM;
+    const int64_t v0 = vp ? cfg->vocab_offset : 0, Vt = vp ? cfg->vocab_total : V;
     if (cfg->has_bias && bias == NULL) return FLCE_ERR_NULL_POINTER;
     if (!cfg->has_bias && d_bias != NULL) return FLCE_ERR_INVALID_VALUE;
     const double eps = cfg->label_smoothing, zl = cfg->z_loss_scale, cap = cfg->softcap;
@@ -98,7 +123,7 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
     for (int64_t i = 0; i < N; i++) {
         const int64_t y = targets[i];
         if (y == cfg->ignore_index) continue;
-        if (y < 0 || y >= V) {
+        if (y < 0 || y >= Vt) {
             if (bad_position) *bad_position = i;
             return FLCE_ERR_TARGET;
         }
@@ -148,25 +173,46 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
                 for (t = 0; t < nb; t++) z[t * V + j] = cap * tanh(z[t * V + j] / cap);
         }
 
-        // softmax statistics, per-token loss, and dL/da written over the logits
+        // softmax statistics of the block's rows over this rank's columns: max, sum of exp
+        // relative to it, sum of logits, and the target's logit where this rank holds it (else
+        // 0: exactly one rank does); with vocab_parallel combined over the ranks as flce.h
+        // describes (the maxima first, then the sums rescaled to the global max)
+        double zmax[REF_BLOCK], lmax[REF_BLOCK], x[3 * REF_BLOCK];  // x: se, zsum, z_y
+        memset(x, 0, sizeof(x));  // a short last block sends zeros past nb
+        for (int64_t t = 0; t < nb; t++) {
+            const double *zt = z + t * V;
+            double m = zt[0], se = 0.0, zsum = 0.0;
+            for (int64_t j = 1; j < V; j++) m = zt[j] > m ? zt[j] : m;
+            for (int64_t j = 0; j < V; j++) {
+                se += exp(zt[j] - m);
+                zsum += zt[j];
+            }
+            const int64_t yl = (int64_t)targets[i0 + t] - v0;
+            const int here = targets[i0 + t] != cfg->ignore_index && yl >= 0 && yl < V;
+            zmax[t] = lmax[t] = m;
+            x[t] = se;
+            x[REF_BLOCK + t] = zsum;
+            x[2 * REF_BLOCK + t] = here ? zt[yl] : 0.0;
+        }
+        if (vp) {
+            if (ref_allreduce(comm, zmax, (size_t)nb, FLCE_COMM_MAX) != 0) goto comm_failed;
+            for (int64_t t = 0; t < nb; t++) x[t] *= exp(lmax[t] - zmax[t]);
+            if (ref_allreduce(comm, x, 3 * REF_BLOCK, FLCE_COMM_SUM) != 0) goto comm_failed;
+        }
+
+        // per-token loss, and dL/da written over the logits
         for (int64_t t = 0; t < nb; t++) {
             const int64_t i = i0 + t;
             double *zt = z + t * V;
-            double zmax = zt[0];
-            for (int64_t j = 1; j < V; j++) zmax = zt[j] > zmax ? zt[j] : zmax;
-            double se = 0.0, zsum = 0.0;
-            for (int64_t j = 0; j < V; j++) {
-                se += exp(zt[j] - zmax);
-                zsum += zt[j];
-            }
-            const double lse = zmax + log(se);
+            const double lse = zmax[t] + log(x[t]), zsum = x[REF_BLOCK + t];
             if (token_lse) token_lse[i] = lse;
 
             const int64_t y = targets[i];
             const int ignored = y == cfg->ignore_index;
             double li = 0.0;
             if (!ignored)
-                li = (1.0 - eps) * (lse - zt[y]) + eps * (lse - zsum / (double)V) + zl * lse * lse;
+                li = (1.0 - eps) * (lse - x[2 * REF_BLOCK + t]) + eps * (lse - zsum / (double)Vt) +
+                     zl * lse * lse;
             if (token_loss) token_loss[i] = li;
             loss_sum += li;
 
@@ -176,10 +222,10 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
             if (cfg->reduction == FLCE_REDUCTION_NONE && grad_token_loss)
                 g[t] *= (double)grad_token_loss[i];
             if (g[t] == 0.0) continue;
-            const double pscale = 1.0 + 2.0 * zl * lse, smooth = eps / (double)V;
+            const double pscale = 1.0 + 2.0 * zl * lse, smooth = eps / (double)Vt;
             for (int64_t j = 0; j < V; j++) {
                 double d = exp(zt[j] - lse) * pscale - smooth;
-                if (j == y) d -= 1.0 - eps;
+                if (j == y - v0) d -= 1.0 - eps;
                 if (cap > 0.0) {
                     const double th = zt[j] / cap;
                     d *= 1.0 - th * th;
@@ -222,9 +268,16 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
         }
     }
 
+    // each rank's d_h is the part of its columns: summed over the ranks in one collective
+    if (vp && d_h && !cfg->d_hidden_partial &&
+        ref_allreduce(comm, d_h, (size_t)(N * H), FLCE_COMM_SUM) != 0)
+        goto comm_failed;
     if (cfg->reduction == FLCE_REDUCTION_MEAN)
         loss_sum = n_valid > 0 ? loss_sum / (double)n_valid : 0.0;
     if (loss) *loss = loss_sum;
     free(hd); free(wd); free(z);
     return FLCE_OK;
+comm_failed:
+    free(hd); free(wd); free(z);
+    return FLCE_ERR_COMM;
 }

@@ -50,6 +50,22 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
                            double *token_lse, double *d_h, double *d_W, double *d_bias,
                            int64_t *bad_position);
 
+/*
+The same with vocabulary parallelism (cfg->vocab_parallel = 1, see flce.h): W, bias, d_W and
+d_bias are this rank's vocab_padded rows (global ids vocab_offset ..), targets are global, and
+the row statistics (per block of tokens: MAX of the maxima, then SUM of the rescaled sums of
+exp, sums of logits and target logits) and d_h (SUM over the ranks, unless d_hidden_partial)
+go through comm->allreduce with FLCE_COMM_FP64 host buffers and a NULL stream. Ranks run it
+concurrently (threads, or processes), each with its own comm handle that meets the others in
+every collective. Without vocab_parallel comm is not used (flce_reference passes NULL).
+FLCE_ERR_COMM: vocab_parallel without a comm, or an allreduce that returned non-zero.
+*/
+flce_status flce_reference_vp(const flce_config *cfg, const flce_comm *comm, const float *h,
+                              const float *W, const float *bias, const int32_t *targets,
+                              const float *grad_token_loss, double *loss, double *token_loss,
+                              double *token_lse, double *d_h, double *d_W, double *d_bias,
+                              int64_t *bad_position);
+
 #ifdef __cplusplus
 }
 #endif

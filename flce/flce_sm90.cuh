@@ -392,18 +392,22 @@ struct flce_sm90_dw : sm90_policy_base {
 // read by many loads in flight (they are 8 KiB a row at V = 176K); the warps' partials merge
 // in a fixed order. Padding rows (rows .. ld) get zeros, so that the d_W stages that read them
 // add nothing.
+// vocab_parallel runs it twice around the exchange (flce_kernels.cuh, flce_vp_*): vp_mode
+// FLCE_VP_LOCAL merges the tiles into the exchange buffer vp and stops; FLCE_VP_GLOBAL takes
+// the rows' statistics from it, combined over the ranks, and goes on as the plain merge.
 #define FLCE_MERGE_WARPS 8
+enum { FLCE_VP_NONE = 0, FLCE_VP_LOCAL = 1, FLCE_VP_GLOBAL = 2 };
 
 template <typename T, typename Tgt>
 __global__ void __launch_bounds__(32 * FLCE_MERGE_WARPS)
-flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles) {
+flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, int vp_mode, float *vp) {
     __shared__ float part_m[FLCE_MERGE_WARPS][32], part_s[FLCE_MERGE_WARPS][32], part_z[FLCE_MERGE_WARPS][32];
     __shared__ float row_lse2[32], row_coef[32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int64_t row = (int64_t)blockIdx.x * 32 + lane;
     const bool real = row < r.rows;
     float m = -INFINITY, s = 0.0f, z = 0.0f;
-    if (real) {
+    if (real && vp_mode != FLCE_VP_GLOBAL) {
         for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
             const int64_t k = (int64_t)t * r.ld + row;
             const float mt = r.stat_m[k], st = r.stat_s[k];
@@ -422,22 +426,34 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles) 
         for (int k = 0; k < FLCE_MERGE_WARPS; k++)
             if (part_s[k][lane] > 0.0f)  // a warp with no tiles (n_tiles < warps) has s = 0
                 st = flce_stats_merge(st, flce_row_stats{part_m[k][lane], part_s[k][lane], part_z[k][lane]});
-        const int64_t i = a.row0 + row;
-        int y;
-        float zt;
-        const int valid = flce_row_target(a, i, &y, &zt);
-        const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, (int)a.V, a.grad_token_loss, a.scalars, a.p,
-                                                1, a.token_loss, a.token_lse);
-        r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
-        r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
-        r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
-        row_lse2[lane] = g.lse2;
-        row_coef[lane] = g.coef_p;
-    } else if (w == 0 && row < r.ld) {
+        const int64_t rows = r.rows;
+        if (vp_mode == FLCE_VP_LOCAL) {
+            vp[row] = st.m;
+            vp[rows + row] = st.m;
+            vp[2 * rows + row] = st.s;
+            vp[3 * rows + row] = st.sz;
+        } else if (vp_mode == FLCE_VP_GLOBAL) {
+            st = flce_row_stats{vp[rows + row], vp[2 * rows + row], vp[3 * rows + row]};
+        }
+        if (vp_mode != FLCE_VP_LOCAL) {
+            const int64_t i = a.row0 + row;
+            int y;
+            float zt;
+            const int valid = flce_row_target(a, i, &y, &zt);
+            const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, (int)a.V_total, a.grad_token_loss,
+                                                    a.scalars, a.p, 1, a.token_loss, a.token_lse);
+            r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
+            r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
+            r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
+            row_lse2[lane] = g.lse2;
+            row_coef[lane] = g.coef_p;
+        }
+    } else if (w == 0 && row < r.ld && vp_mode != FLCE_VP_LOCAL) {
         r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(-1);
         r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = 0.0f;
         r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = 0.0f;
     }
+    if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
     __syncthreads();
     if (row >= r.ld) return;
     for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {

@@ -23,6 +23,7 @@ library's host-only functions (config defaults and validation, workspace sizing)
 #include "flce.h"
 #include "flce_ref.h"
 #include "test_util.h"
+#include "vp_comm.h"
 
 // The fixtures hold PyTorch's float64 results rounded to float32, and the reference
 // accumulates in float64, so the two agree to float32 rounding (~1e-7). These bounds
@@ -455,6 +456,183 @@ static void test_all_ignored(void) {
 }
 
 // ---------------------------------------------------------------------------------------
+// vocabulary parallelism: P ranks (threads, vp_comm.h) over shards of W against one process
+
+typedef struct {
+    flce_config cfg;             // the rank's: vocab, vocab_padded, vocab_offset, vocab_total
+    vp_rank rank;
+    const Problem *p;
+    const float *gtl;
+    double loss, *tl, *lse, *dh, *dW, *db;  // dW, db: the rank's rows
+    flce_status st;
+} VpRank;
+
+// ||out - ref|| / ||ref|| in double throughout (rel_l2_dd rounds out to float first)
+static double rel_l2_64(const double *out, const double *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) return INFINITY;
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void *vp_rank_main(void *arg) {
+    VpRank *r = (VpRank *)arg;
+    const flce_comm comm = vp_comm_of(&r->rank);
+    const int64_t H = r->p->cfg.hidden, row0 = r->cfg.vocab_offset;
+    r->st = flce_reference_vp(&r->cfg, &comm, r->p->h, r->p->W + row0 * H,
+                              r->p->bias ? r->p->bias + row0 : NULL, r->p->targets, r->gtl, &r->loss,
+                              r->tl, r->lse, r->dh, r->dW, r->db, NULL);
+    return NULL;
+}
+
+// The problem p run on P ranks (shards of p's Vp rows, vp_shard) and in one: every rank's loss,
+// token losses and LSEs, d_h (or, with d_hidden_partial, the sum of the ranks' parts), and
+// each rank's rows of d_W and d_bias against the unsharded reference, to fp64 rounding;
+// every rank's loss bitwise the same.
+static void vp_check(const Problem *p, int P, int partial, const char *what) {
+    const int64_t N = p->cfg.n_tokens, H = p->cfg.hidden, V = p->cfg.vocab, Vp = p->cfg.vocab_padded;
+    const float *gtl = p->cfg.reduction == FLCE_REDUCTION_NONE ? p->gtl : NULL;
+    double loss = 0.0, *tl = alloc_f64(N), *lse = alloc_f64(N), *dh = alloc_f64(N * H);
+    double *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
+    flce_status st = flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &loss, tl, lse, dh, dW,
+                                    p->bias ? db : NULL, NULL);
+    vp_world w;
+    VpRank r[VP_MAX_RANKS];
+    pthread_t th[VP_MAX_RANKS];
+    int ok = st == FLCE_OK && vp_world_init(&w, P) == 0;
+    for (int k = 0; ok && k < P; k++) {
+        int64_t row0, rows, real;
+        vp_shard(V, Vp, P, k, &row0, &rows, &real);
+        r[k].cfg = p->cfg;
+        r[k].cfg.vocab = real;
+        r[k].cfg.vocab_padded = rows;
+        r[k].cfg.vocab_parallel = 1;
+        r[k].cfg.d_hidden_partial = partial;
+        r[k].cfg.vocab_offset = row0;
+        r[k].cfg.vocab_total = V;
+        r[k].rank.w = &w;
+        r[k].rank.rank = k;
+        r[k].p = p;
+        r[k].gtl = gtl;
+        r[k].tl = alloc_f64(N); r[k].lse = alloc_f64(N); r[k].dh = alloc_f64(N * H);
+        r[k].dW = alloc_f64(rows * H); r[k].db = p->bias ? alloc_f64(rows) : NULL;
+        r[k].st = FLCE_ERR_COMM;
+    }
+    for (int k = 0; ok && k < P; k++) ok = pthread_create(&th[k], NULL, vp_rank_main, &r[k]) == 0;
+    double e_loss = 0.0, e_tl = 0.0, e_lse = 0.0, e_dh = 0.0, e_dW = 0.0, e_db = 0.0;
+    int same_loss = 1, statuses = 1;
+    if (ok) {
+        for (int k = 0; k < P; k++) pthread_join(th[k], NULL);
+        double *dh_sum = alloc_f64(N * H);
+        for (int k = 0; k < P; k++) {
+            statuses = statuses && r[k].st == FLCE_OK;
+            same_loss = same_loss && memcmp(&r[k].loss, &r[0].loss, sizeof(double)) == 0 &&
+                        memcmp(r[k].tl, r[0].tl, N * sizeof(double)) == 0;
+            const double el = fabs(r[k].loss - loss) / (fabs(loss) > 1e-300 ? fabs(loss) : 1.0);
+            e_loss = el > e_loss ? el : e_loss;
+            double e = rel_l2_64(r[k].tl, tl, N); e_tl = e > e_tl ? e : e_tl;
+            e = rel_l2_64(r[k].lse, lse, N); e_lse = e > e_lse ? e : e_lse;
+            if (partial) {
+                for (int64_t i = 0; i < N * H; i++) dh_sum[i] += r[k].dh[i];
+            } else {
+                e = rel_l2_64(r[k].dh, dh, N * H); e_dh = e > e_dh ? e : e_dh;
+            }
+            const int64_t row0 = r[k].cfg.vocab_offset, rows = r[k].cfg.vocab_padded;
+            e = rel_l2_64(r[k].dW, dW + row0 * H, rows * H); e_dW = e > e_dW ? e : e_dW;
+            if (p->bias) { e = rel_l2_64(r[k].db, db + row0, rows); e_db = e > e_db ? e : e_db; }
+        }
+        if (partial) e_dh = rel_l2_64(dh_sum, dh, N * H);
+        free(dh_sum);
+        vp_world_destroy(&w);
+    }
+    // the sharded and unsharded sums differ in order only: fp64 rounding (~1e-16); a wrong
+    // term would be off by 1e-3 or more
+    test_check(ok && statuses && same_loss && e_loss < 1e-13 && e_tl < 1e-13 && e_lse < 1e-13 && e_dh < 1e-13 &&
+                   e_dW < 1e-13 && e_db < 1e-13,
+               "vocab parallel, %d ranks%s, %s: loss %.12f vs %.12f (rel %.1e, every rank the same: %d), "
+               "rel L2 token loss %.1e lse %.1e d_h %.1e d_W %.1e d_b %.1e",
+               P, partial ? " (d_h partial, summed here)" : "", what, ok ? r[0].loss : NAN, loss, e_loss,
+               same_loss, e_tl, e_lse, e_dh, e_dW, e_db);
+    for (int k = 0; k < P && st == FLCE_OK; k++) {
+        free(r[k].tl); free(r[k].lse); free(r[k].dh); free(r[k].dW); free(r[k].db);
+    }
+    free(tl); free(lse); free(dh); free(dW); free(db);
+}
+
+// Sharded against unsharded on problems with every option, targets at the shards' edges and
+// ignored ones, 1 to 4 ranks with uneven shards (the last holds the padding rows), d_h summed
+// by the reference or returned partial; and the refusals.
+static void test_vocab_parallel(void) {
+    Problem p = make_problem(37, 16, 29, 32, 1, 91);
+    p.targets[3] = -100;
+    p.targets[4] = 0;
+    p.targets[5] = 28;  // the last real class, on the last rank
+    vp_check(&p, 2, 0, "mean, bias");
+    vp_check(&p, 3, 0, "mean, bias, uneven shards");
+    vp_check(&p, 3, 1, "mean, bias, uneven shards");
+    p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.softcap = 5.0f;
+    p.cfg.grad_scale = 0.5f;
+    for (int red = 0; red <= 2; red++) {
+        p.cfg.reduction = (flce_reduction)red;
+        vp_check(&p, 2, 0, red == 0 ? "mean, every option" : red == 1 ? "sum, every option" :
+                                                               "none with upstream grads, every option");
+        vp_check(&p, 4, red == 1, red == 0 ? "mean, every option" : red == 1 ? "sum, every option" :
+                                                                  "none with upstream grads, every option");
+    }
+    free_problem(&p);
+    // a block (16 tokens) short at the end, no bias, one rank (the exchange with itself)
+    Problem q = make_problem(21, 8, 200, 256, 0, 92);
+    q.cfg.label_smoothing = 0.2f;
+    vp_check(&q, 1, 0, "no bias, one rank");
+    vp_check(&q, 4, 0, "no bias");
+    free_problem(&q);
+
+    // refusals, before anything is written or any collective is made
+    Problem b = make_problem(9, 8, 12, 16, 0, 93);
+    vp_world w;
+    vp_world_init(&w, 1);
+    vp_rank r0 = {&w, 0};
+    const flce_comm comm = vp_comm_of(&r0);
+    flce_config c = b.cfg;
+    c.vocab_parallel = 1; c.vocab_offset = 0; c.vocab_total = 12;
+    double loss = 0.0;
+    test_check(flce_reference_vp(&c, NULL, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL, NULL,
+                                 NULL, NULL) == FLCE_ERR_COMM,
+               "vocab parallel without a communicator is refused (FLCE_ERR_COMM)");
+    c.vocab_offset = 1;
+    test_check(flce_reference_vp(&c, &comm, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL, NULL,
+                                 NULL, NULL) == FLCE_ERR_INVALID_SIZE,
+               "vocab_offset + vocab > vocab_total is refused");
+    c.vocab_offset = -1; c.vocab_total = 40;
+    test_check(flce_reference_vp(&c, &comm, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL, NULL,
+                                 NULL, NULL) == FLCE_ERR_INVALID_SIZE,
+               "a negative vocab_offset is refused");
+    c = b.cfg;
+    c.vocab_offset = 4;
+    test_check(flce_reference(&c, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL, NULL, NULL, NULL) ==
+                   FLCE_ERR_INVALID_VALUE,
+               "vocab_offset without vocab_parallel is refused");
+    c = b.cfg;
+    c.vocab_parallel = 1; c.vocab_offset = 4; c.vocab_total = 40;
+    b.targets[2] = 40;
+    int64_t bad = -1;
+    flce_status st = flce_reference_vp(&c, &comm, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL,
+                                       NULL, NULL, &bad);
+    test_check(st == FLCE_ERR_TARGET && bad == 2 && w.calls == 0,
+               "a target >= vocab_total is bad (position %lld), before any collective", (long long)bad);
+    b.targets[2] = 39;  // another rank's class: valid here
+    st = flce_reference_vp(&c, &comm, b.h, b.W, NULL, b.targets, NULL, &loss, NULL, NULL, NULL, NULL, NULL,
+                           &bad);
+    test_check(st == FLCE_OK && bad == -1 && w.calls > 0,
+               "a target on another rank's columns is valid (%d collectives)", w.calls);
+    vp_world_destroy(&w);
+    free_problem(&b);
+}
+
+// ---------------------------------------------------------------------------------------
 // the fixture reader
 
 static int write_file(const char *path, const unsigned char *data, size_t n) {
@@ -543,7 +721,7 @@ static void test_library_host(char **paths, int n_paths) {
     test_check(flce_config_check(&c, msg, sizeof(msg)) == FLCE_OK, "lib: defaults pass the check");
 
     // each broken field alone must be refused, with a message
-    struct { const char *what; flce_config c; flce_status expect; } bad[12];
+    struct { const char *what; flce_config c; flce_status expect; } bad[16];
     int nb = 0;
     bad[nb].what = "vocab_padded < vocab"; bad[nb].c = c; bad[nb].c.vocab_padded = 1000;
     bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
@@ -564,11 +742,46 @@ static void test_library_host(char **paths, int n_paths) {
     bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
     bad[nb].what = "reduction 7"; bad[nb].c = c; bad[nb].c.reduction = (flce_reduction)7;
     bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    // vocabulary parallelism's fields
+    bad[nb].what = "vocab_offset without vocab_parallel"; bad[nb].c = c; bad[nb].c.vocab_offset = 5;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "vocab_parallel 2"; bad[nb].c = c; bad[nb].c.vocab_parallel = 2;
+    bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    bad[nb].what = "vocab_offset + vocab > vocab_total"; bad[nb].c = c; bad[nb].c.vocab_parallel = 1;
+    bad[nb].c.vocab_offset = 1000; bad[nb].c.vocab_total = 2000;
+    bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
+    bad[nb].what = "vocab_offset < 0"; bad[nb].c = c; bad[nb].c.vocab_parallel = 1;
+    bad[nb].c.vocab_offset = -1; bad[nb].c.vocab_total = 2000;
+    bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
     for (int k = 0; k < nb; k++) {
         msg[0] = 0;
         flce_status st = flce_config_check(&bad[k].c, msg, sizeof(msg));
         test_check(st == bad[k].expect && msg[0] != 0, "lib: config_check refuses %s (%d: %s)",
                    bad[k].what, (int)st, msg);
+    }
+
+    // a valid vocab-parallel config; ranks with the same rows but fewer real classes (the last
+    // shard) are planned the same chunks, on either path (the collectives count the chunks)
+    {
+        flce_config r0 = c, r1 = c;
+        r0.vocab_parallel = r1.vocab_parallel = 1;
+        r0.vocab_total = r1.vocab_total = 2 * 1001 - 37;
+        r0.vocab_offset = 0; r1.vocab_offset = 1001; r1.vocab = 1001 - 37;
+        test_check(flce_config_check(&r0, msg, sizeof(msg)) == FLCE_OK &&
+                       flce_config_check(&r1, msg, sizeof(msg)) == FLCE_OK,
+                   "lib: vocab-parallel configs of two ranks pass the check %s", msg);
+        int same = 1;
+        for (int hop = 0; hop < 2; hop++) {
+            setenv("FLCE_HOPPER", hop ? "1" : "0", 1);
+            for (size_t budget = (size_t)40 << 10; budget <= (size_t)4 << 20; budget *= 2) {
+                size_t b0 = 0, b1 = 0;
+                flce_workspace_size(&r0, budget, &b0);
+                flce_workspace_size(&r1, budget, &b1);
+                same = same && b1 <= b0 && flce_chunk_tokens(&r0, b0) == flce_chunk_tokens(&r1, b0);
+            }
+        }
+        setenv("FLCE_HOPPER", "0", 1);
+        test_check(same, "lib: vocab-parallel ranks of equal rows are planned the same chunks");
     }
 
     // workspace sizing: within budget, a chunk of at least one token, no more than N
@@ -722,14 +935,15 @@ static void test_library_limits(void) {
         }
     }
 
-    test_check(FLCE_ERR_OUT_OF_MEMORY == FLCE_ERR_CUBLAS + 1 && FLCE_ERR_CUBLAS == 8,
-               "lib: FLCE_ERR_OUT_OF_MEMORY is appended (%d), older statuses keep their numbers",
-               (int)FLCE_ERR_OUT_OF_MEMORY);
+    test_check(FLCE_ERR_OUT_OF_MEMORY == FLCE_ERR_CUBLAS + 1 && FLCE_ERR_CUBLAS == 8 &&
+                   FLCE_ERR_COMM == FLCE_ERR_OUT_OF_MEMORY + 1,
+               "lib: FLCE_ERR_OUT_OF_MEMORY (%d) and FLCE_ERR_COMM (%d) are appended, older statuses keep "
+               "their numbers", (int)FLCE_ERR_OUT_OF_MEMORY, (int)FLCE_ERR_COMM);
     int distinct = 1;
-    for (int a = FLCE_OK; a <= FLCE_ERR_OUT_OF_MEMORY; a++) {
+    for (int a = FLCE_OK; a <= FLCE_ERR_COMM; a++) {
         const char *sa = flce_status_string((flce_status)a);
         if (strcmp(sa, flce_status_string((flce_status)999)) == 0) distinct = 0;
-        for (int b = a + 1; b <= FLCE_ERR_OUT_OF_MEMORY; b++)
+        for (int b = a + 1; b <= FLCE_ERR_COMM; b++)
             if (strcmp(sa, flce_status_string((flce_status)b)) == 0) distinct = 0;
     }
     test_check(distinct, "lib: every status has a string of its own (out of memory: \"%s\")",
@@ -754,6 +968,7 @@ int main(int argc, char **argv) {
     test_padding_and_reductions();
     test_bad_targets();
     test_all_ignored();
+    test_vocab_parallel();
     if (n_paths > 0) test_fixture_reader(paths[0]);
 
 #ifdef FLCE_HAVE_LIB

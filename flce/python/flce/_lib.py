@@ -20,7 +20,7 @@ import threading
 
 # --- flce.h's ABI: keep in step with the header (the CPU test compares every offset) ---------
 
-VERSION_MAJOR = 1   # FLCE_VERSION_MAJOR this binding mirrors
+VERSION_MAJOR = 2   # FLCE_VERSION_MAJOR this binding mirrors
 VERSION_MINOR = 0   # FLCE_VERSION_MINOR it needs at least
 
 
@@ -35,6 +35,7 @@ class Status(enum.IntEnum):
     ERR_CUDA = 7
     ERR_CUBLAS = 8
     ERR_OUT_OF_MEMORY = 9
+    ERR_COMM = 10
 
 
 class Dtype(enum.IntEnum):
@@ -81,6 +82,11 @@ class Config(ctypes.Structure):
         ("max_chunk_tokens", ctypes.c_int64),
         ("max_vocab_tile", ctypes.c_int64),
         ("bf16_logits", ctypes.c_int),
+        # vocabulary parallelism: its communicator (flce_set_comm) is not bound here
+        ("vocab_parallel", ctypes.c_int),
+        ("d_hidden_partial", ctypes.c_int),
+        ("vocab_offset", ctypes.c_int64),
+        ("vocab_total", ctypes.c_int64),
     ]
 
 
