@@ -116,8 +116,11 @@ $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
 $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS) -lpthread
 
+# vocab parallel on two GPUs through NCCL where the build finds it (the trainer's test of nccl.h)
+TEST_GPU_NCCL := $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),-DFLCE_TEST_NCCL -lnccl)
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(COMMON_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
-	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS) -lpthread \
+	    $(TEST_GPU_NCCL)
 
 $(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -Idata -o $@ $< -lm

@@ -10,7 +10,12 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
   5. bad input: out-of-range targets (reported by flce_check_errors and by the next call,
      loss NaN), NULL and misaligned pointers, bad sizes, a workspace too small;
   6. a CUDA-graph capture of a whole call, replayed;
-  7. 64-bit indexing: one chunk of more than 2^31 logits against the same problem in chunks.
+  7. 64-bit indexing: one chunk of more than 2^31 logits against the same problem in chunks;
+  8. vocabulary parallelism: ranks as threads, each with a shard of W, its own context and
+     stream, against single-GPU flce on the same inputs and the CPU reference; on one GPU
+     through an emulated communicator (test/vp_comm.h: device buffers copied to the host and
+     reduced there), and on two GPUs through NCCL when the build has it (skipped with a note
+     on one GPU).
 All of it runs once per GEMM path this build and GPU have: flce's own Hopper GEMMs with the loss
 fused (sm_90a builds on a 9.0 GPU; bf16 inputs), then cuBLASLt's; every compare() line names
 its path.
@@ -29,6 +34,10 @@ rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-
 #include "flce.h"
 #include "flce_ref.h"
 #include "test_util.h"
+#include "vp_comm.h"
+#ifdef FLCE_TEST_NCCL
+#include <nccl.h>
+#endif
 
 // ----------------------------------------------------------------------------------------
 // a problem on the host, and what a run produced (all as float)
@@ -668,6 +677,283 @@ static void test_large_offsets(void) {
     free(hh); free(hw); free(ht);
 }
 
+// ----------------------------------------------------------------------------------------
+// 8. vocabulary parallelism
+
+// the emulated communicator's copies of device buffers (vp_comm.h), ordered on the call's stream
+static int vp_to_host(void *dst, const void *src, size_t bytes, void *stream) {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream) == cudaSuccess &&
+                   cudaStreamSynchronize((cudaStream_t)stream) == cudaSuccess
+               ? 0 : -1;
+}
+static int vp_from_host(void *dst, const void *src, size_t bytes, void *stream) {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream) == cudaSuccess &&
+                   cudaStreamSynchronize((cudaStream_t)stream) == cudaSuccess
+               ? 0 : -1;
+}
+
+#ifdef FLCE_TEST_NCCL
+// what a caller with NCCL writes: the collective enqueued on flce's stream
+static int vp_nccl_allreduce(void *user, void *buf, size_t count, flce_comm_dtype dtype, flce_comm_op op,
+                             void *stream) {
+    return ncclAllReduce(buf, buf, count, dtype == FLCE_COMM_FP64 ? ncclFloat64 : ncclFloat32,
+                         op == FLCE_COMM_MAX ? ncclMax : ncclSum, (ncclComm_t)user, (cudaStream_t)stream) ==
+                   ncclSuccess
+               ? 0 : -1;
+}
+#endif
+
+typedef struct {
+    int device, hopper;
+    flce_comm comm;
+    const Problem *pb;   // the whole problem
+    flce_config cfg;     // this rank's
+    int64_t row0;        // its first row of W
+    size_t budget;
+    Result r;            // d_W and d_b: its rows
+    char message[512];
+} VpGpuRank;
+
+static void *vp_gpu_rank_main(void *arg) {
+    VpGpuRank *k = (VpGpuRank *)arg;
+    const flce_config *c = &k->cfg;
+    Result *r = &k->r;
+    const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, rows = (size_t)c->vocab_padded;
+    cudaCheck(cudaSetDevice(k->device));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    flce_context *ctx = NULL;
+    r->status = flce_create(&ctx);
+    if (r->status != FLCE_OK) return NULL;
+    flce_set_hopper(ctx, k->hopper);
+    flce_set_autotune(ctx, 0);  // (the ranks' GEMMs the same algorithms, without timing runs)
+    flce_set_comm(ctx, &k->comm);
+    void *h = dev_upload(k->pb->h, N * H, c->dtype), *W = dev_upload(k->pb->W + k->row0 * H, rows * H, c->dtype);
+    void *bias = c->has_bias ? dev_upload(k->pb->bias + k->row0, rows, c->dtype) : NULL;
+    void *targets = NULL;
+    cudaCheck(cudaMalloc(&targets, N * 4));
+    cudaCheck(cudaMemcpy(targets, k->pb->targets, N * 4, cudaMemcpyHostToDevice));
+    const size_t dh_es = c->d_hidden_dtype == FLCE_FP32 ? 4 : 2, dw_es = c->d_weight_dtype == FLCE_FP32 ? 4 : 2;
+    float *loss, *tl, *tlse;
+    void *dh, *dW, *db = NULL, *ws = NULL;
+    cudaCheck(cudaMalloc(&loss, 4));
+    cudaCheck(cudaMalloc(&tl, N * 4));
+    cudaCheck(cudaMalloc(&tlse, N * 4));
+    cudaCheck(cudaMalloc(&dh, N * H * dh_es));
+    cudaCheck(cudaMalloc(&dW, rows * H * dw_es));
+    if (c->has_bias) cudaCheck(cudaMalloc(&db, rows * 4));
+    cudaCheck(cudaMemset(dh, 0xff, N * H * dh_es));  // poison: an unwritten element fails
+    cudaCheck(cudaMemset(dW, 0xff, rows * H * dw_es));
+    if (db) cudaCheck(cudaMemset(db, 0xff, rows * 4));
+    size_t ws_bytes = 0;
+    r->status = flce_workspace_size(c, k->budget, &ws_bytes);
+    if (r->status == FLCE_OK) {
+        cudaCheck(cudaMalloc(&ws, ws_bytes));
+        cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
+        flce_tensors t;
+        memset(&t, 0, sizeof(t));
+        t.hidden = h; t.weight = W; t.bias = bias; t.targets = targets;
+        t.loss = loss; t.token_loss = tl; t.token_lse = tlse;
+        t.d_hidden = dh; t.d_weight = dW; t.d_bias = db;
+        r->status = flce_forward_backward(ctx, c, &t, ws, ws_bytes, stream);
+        if (r->status == FLCE_OK) r->status = flce_check_errors(ctx, stream);
+        snprintf(k->message, sizeof(k->message), "%s", flce_last_error(ctx));
+    }
+    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaMemcpy(&r->loss, loss, 4, cudaMemcpyDeviceToHost));
+    r->token_loss = dev_download(tl, N, FLCE_FP32);
+    r->token_lse = dev_download(tlse, N, FLCE_FP32);
+    r->d_h = dev_download(dh, N * H, c->d_hidden_dtype);
+    r->d_W = dev_download(dW, rows * H, c->d_weight_dtype);
+    if (db) r->d_b = dev_download(db, rows, FLCE_FP32);
+    cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(loss); cudaFree(tl); cudaFree(tlse);
+    cudaFree(dh); cudaFree(dW); cudaFree(db); cudaFree(ws);
+    flce_destroy(ctx);
+    cudaCheck(cudaStreamDestroy(stream));
+    return NULL;
+}
+
+// The problem on P ranks (threads; devices[k], comms[k]) and on one GPU unsharded: the ranks'
+// losses and d_h bitwise the same; loss, token losses, d_h (the ranks' partials summed here
+// with d_hidden_partial), d_W and d_b rows assembled, within the bf16 floor of the single-GPU
+// run (2.5e-3 rel L2; 2e-5 for fp32) and against the CPU reference (compare()).
+static void vp_gpu_check(const char *label, RandomCase *rc, int P, const int *devices, const flce_comm *comms,
+                         size_t budget, int partial) {
+    const Problem *pb = &rc->pb;
+    const flce_config *c = &pb->cfg;
+    const int64_t N = c->n_tokens, H = c->hidden, V = c->vocab, Vp = c->vocab_padded;
+    VpGpuRank k[VP_MAX_RANKS];
+    pthread_t th[VP_MAX_RANKS];
+    for (int q = 0; q < P; q++) {
+        memset(&k[q], 0, sizeof(k[q]));
+        int64_t rows, real;
+        vp_shard(V, Vp, P, q, &k[q].row0, &rows, &real);
+        k[q].device = devices[q];
+        k[q].hopper = g_hopper;
+        k[q].comm = comms[q];
+        k[q].pb = pb;
+        k[q].cfg = *c;
+        k[q].cfg.vocab = real;
+        k[q].cfg.vocab_padded = rows;
+        k[q].cfg.vocab_parallel = 1;
+        k[q].cfg.d_hidden_partial = partial;
+        k[q].cfg.vocab_offset = k[q].row0;
+        k[q].cfg.vocab_total = V;
+        k[q].cfg.d_bias_dtype = FLCE_FP32;
+        k[q].budget = budget;
+        if (pthread_create(&th[q], NULL, vp_gpu_rank_main, &k[q]) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            exit(2);
+        }
+    }
+    for (int q = 0; q < P; q++) pthread_join(th[q], NULL);
+    cudaCheck(cudaSetDevice(0));
+    int ok = 1, same = 1;
+    for (int q = 0; q < P; q++) {
+        if (k[q].r.status != FLCE_OK) {
+            printf("      rank %d: %s\n", q, k[q].message);
+            ok = 0;
+        }
+    }
+    Result all;
+    memset(&all, 0, sizeof(all));
+    all.status = ok ? FLCE_OK : k[0].r.status;
+    if (ok) {
+        all.loss = k[0].r.loss;
+        all.token_loss = (float *)malloc(N * 4);
+        all.token_lse = (float *)malloc(N * 4);
+        all.d_h = (float *)calloc(N * H, 4);
+        all.d_W = (float *)malloc(Vp * H * 4);
+        all.d_b = (float *)malloc(Vp * 4);
+        memcpy(all.token_loss, k[0].r.token_loss, N * 4);
+        memcpy(all.token_lse, k[0].r.token_lse, N * 4);
+        for (int q = 0; q < P; q++) {
+            same = same && memcmp(&k[q].r.loss, &all.loss, 4) == 0 &&
+                   memcmp(k[q].r.token_loss, all.token_loss, N * 4) == 0 &&
+                   (partial || memcmp(k[q].r.d_h, k[0].r.d_h, N * H * 4) == 0);
+            for (int64_t i = 0; i < N * H; i++) all.d_h[i] += k[q].r.d_h[i];
+            memcpy(all.d_W + k[q].row0 * H, k[q].r.d_W, k[q].cfg.vocab_padded * H * 4);
+            if (c->has_bias) memcpy(all.d_b + k[q].row0, k[q].r.d_b, k[q].cfg.vocab_padded * 4);
+        }
+        if (!partial) memcpy(all.d_h, k[0].r.d_h, N * H * 4);  // (every rank's is the sum)
+    }
+    for (int q = 0; q < P; q++) result_free(&k[q].r);
+    char tagged[600];
+    snprintf(tagged, sizeof(tagged), "[%s] vocab parallel %s, %d ranks%s", g_hopper && c->dtype == FLCE_BF16 ? "hopper" : "cublaslt",
+             label, P, partial ? ", d_h partial (summed here)" : "");
+    test_check(ok && same, "%s: every rank's loss, token losses%s bitwise the same", tagged,
+               partial ? "" : " and d_h");
+    // the single-GPU run on the same inputs
+    flce_config one = *c;
+    one.d_bias_dtype = FLCE_FP32;
+    Problem pb1 = *pb;
+    pb1.cfg = one;
+    Result r1 = run_flce(&pb1, (RunMode){1, 1, budget, 0});
+    if (ok && r1.status == FLCE_OK) {
+        const double tol = c->dtype == FLCE_BF16 ? 2.5e-3 : 2e-5;
+        const double el = fabs((double)all.loss - (double)r1.loss) / fmax(1e-30, fabs((double)r1.loss));
+        const double et = rel_l2_f32(all.token_loss, r1.token_loss, N);
+        const double eh = rel_l2_f32(all.d_h, r1.d_h, N * H), ew = rel_l2_f32(all.d_W, r1.d_W, Vp * H);
+        const double eb = c->has_bias ? rel_l2_f32(all.d_b, r1.d_b, Vp) : 0.0;
+        test_check(el <= tol && et <= tol && eh <= tol && ew <= tol && eb <= tol,
+                   "%s vs single-GPU flce: loss rel %.2e, token loss %.2e, d_h %.2e, d_W %.2e, d_b %.2e (bound %.1e)",
+                   tagged, el, et, eh, ew, eb, tol);
+    } else {
+        test_check(0, "%s vs single-GPU flce: status %s / %s", tagged, flce_status_string(all.status),
+                   flce_status_string(r1.status));
+    }
+    compare(tagged + (tagged[1] == 'h' ? 9 : 11), &pb1, &all, &rc->ex, 1, 1.0f, 5e-3);
+    result_free(&r1);
+    result_free(&all);
+}
+
+// The shapes and schedules: chunks (one and several), vocabulary tiles, every option, bf16 and
+// fp32, d_h summed by flce or partial; P ranks on `devices` through `comms`.
+static void vp_gpu_cases(const char *how, int P, const int *devices, const flce_comm *comms) {
+    RandomCase rc;
+    random_case(&rc, 700, 128, 5003, 5120, FLCE_FP32, 4321, 1);
+    const flce_config base = rc.pb.cfg;
+    for (int dti = 0; dti < 2; dti++) {
+        const flce_dtype dt = dti ? FLCE_BF16 : FLCE_FP32;
+        rc.pb.cfg = base;
+        rc.pb.cfg.dtype = rc.pb.cfg.d_hidden_dtype = dt;
+        char label[300];
+        snprintf(label, sizeof(label), "%s, %s, all options, one chunk", how, dti ? "bf16" : "fp32");
+        vp_gpu_check(label, &rc, P, devices, comms, 0, 0);
+        rc.pb.cfg.max_chunk_tokens = 200;
+        snprintf(label, sizeof(label), "%s, %s, all options, chunks of 200", how, dti ? "bf16" : "fp32");
+        vp_gpu_check(label, &rc, P, devices, comms, 0, 0);
+        rc.pb.cfg.max_vocab_tile = 512;
+        snprintf(label, sizeof(label), "%s, %s, all options, chunks of 200 x tiles of 512", how,
+                 dti ? "bf16" : "fp32");
+        vp_gpu_check(label, &rc, P, devices, comms, 0, 0);
+        rc.pb.cfg.d_hidden_dtype = FLCE_FP32;
+        rc.pb.cfg.accumulate_d_weight = 0;
+        snprintf(label, sizeof(label), "%s, %s, fp32 d_h, tiles", how, dti ? "bf16" : "fp32");
+        vp_gpu_check(label, &rc, P, devices, comms, 0, 0);
+        // a partial d_h in fp32 (a bf16 partial would round each rank's part before the sum)
+        snprintf(label, sizeof(label), "%s, %s, fp32 d_h, tiles", how, dti ? "bf16" : "fp32");
+        vp_gpu_check(label, &rc, P, devices, comms, 0, 1);
+    }
+    random_case_free(&rc);
+}
+
+static void test_vocab_parallel(void) {
+    // one GPU: ranks as threads on device 0, an emulated communicator
+    for (int P = 2; P <= 3; P++) {
+        vp_world w;
+        vp_rank ranks[VP_MAX_RANKS];
+        flce_comm comms[VP_MAX_RANKS];
+        int devices[VP_MAX_RANKS] = {0};
+        if (!test_check(vp_world_init(&w, P) == 0, "emulated communicator of %d ranks", P)) return;
+        w.to_host = vp_to_host;
+        w.from_host = vp_from_host;
+        for (int q = 0; q < P; q++) {
+            ranks[q].w = &w;
+            ranks[q].rank = q;
+            comms[q] = vp_comm_of(&ranks[q]);
+            devices[q] = 0;
+        }
+        vp_gpu_cases("emulated, one GPU", P, devices, comms);
+        vp_world_destroy(&w);
+    }
+    // no communicator: refused with FLCE_ERR_COMM
+    {
+        RandomCase rc;
+        random_case(&rc, 64, 64, 1000, 1024, FLCE_BF16, 7, 0);
+        rc.pb.cfg.vocab_parallel = 1;
+        rc.pb.cfg.vocab_offset = 0;
+        rc.pb.cfg.vocab_total = 2000;
+        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        test_check(r.status == FLCE_ERR_COMM && strstr(flce_last_error(g_ctx), "flce_set_comm") != NULL,
+                   "vocab parallel without a communicator: %s (%s)", flce_status_string(r.status),
+                   flce_last_error(g_ctx));
+        result_free(&r);
+        random_case_free(&rc);
+    }
+    int n_dev = 0;
+    cudaCheck(cudaGetDeviceCount(&n_dev));
+#ifdef FLCE_TEST_NCCL
+    if (n_dev < 2) {
+        printf("  (vocab parallel on 2 GPUs through NCCL skipped: %d GPU)\n", n_dev);
+        return;
+    }
+    ncclComm_t nc[2];
+    int devices[2] = {0, 1};
+    if (!test_check(ncclCommInitAll(nc, 2, devices) == ncclSuccess, "ncclCommInitAll on GPUs 0 and 1")) return;
+    flce_comm comms[2];
+    for (int q = 0; q < 2; q++) {
+        comms[q].user = nc[q];
+        comms[q].allreduce = vp_nccl_allreduce;
+    }
+    vp_gpu_cases("NCCL, 2 GPUs", 2, devices, comms);
+    for (int q = 0; q < 2; q++) ncclCommDestroy(nc[q]);
+    cudaCheck(cudaSetDevice(0));
+#else
+    printf("  (vocab parallel on 2 GPUs skipped: this build has no NCCL; %d GPU(s))\n", n_dev);
+#endif
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "test/fixtures";
     int dev_count = 0;
@@ -693,6 +979,7 @@ int main(int argc, char **argv) {
         test_random_shapes();
         test_bad_inputs();
         test_large_offsets();
+        test_vocab_parallel();
         flce_destroy(g_ctx);
     }
     cudaCheck(cudaStreamDestroy(g_stream));
