@@ -69,6 +69,8 @@ the trainer's cudaCheck, or SIGKILL (no message at all).
 #include <time.h>
 #include <unistd.h>
 
+#include "../flce/flce.h"  // flce_comm: the LM head's collectives under -tp 1
+
 #if defined(USE_MPI) && !defined(MULTI_GPU)
 #error "USE_MPI (mpirun's ranks) needs MULTI_GPU (NCCL)"
 #endif
@@ -1380,6 +1382,75 @@ static inline void multi_gpu_average(MultiGpu *mg, float *buf, size_t n, void *s
 #else
     (void)mg; (void)buf; (void)n; (void)stream;
 #endif
+}
+
+// Waits (polling, as multi_gpu_average does) until stream's work so far is done: after
+// collectives enqueued without a wait (multi_gpu_flce_allreduce, the gathers below), before a
+// blocking CUDA call, so that a failed process cannot hang this one there.
+static inline void multi_gpu_wait(MultiGpu *mg, void *stream, const char *what) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1) return;
+    mg_wait_stream(mg, (cudaStream_t)stream, what);
+#else
+    (void)mg; (void)stream; (void)what;
+#endif
+}
+
+// In place, on stream: buf holds nproc blocks of `bytes` bytes, this rank's at rank * bytes;
+// afterwards every block is its rank's on every rank. Enqueued, not waited for (multi_gpu_wait).
+static inline void multi_gpu_all_gather(MultiGpu *mg, void *buf, size_t bytes, void *stream) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1) return;
+    const ncclResult_t r = ncclAllGather((char *)buf + (size_t)mg->rank * bytes, buf, bytes, ncclChar, mg->comm,
+                                         (cudaStream_t)stream);
+    mg_nccl_settle(mg, r, "ncclAllGather", mg_now() + mg->timeout_s);
+#else
+    (void)mg; (void)buf; (void)bytes; (void)stream;
+#endif
+}
+
+// In place, on stream: buf holds nproc blocks of n floats; afterwards this rank's block (at
+// rank * n) is the sum over the ranks of theirs. Enqueued, not waited for (multi_gpu_wait).
+static inline void multi_gpu_reduce_scatter_sum(MultiGpu *mg, float *buf, size_t n, void *stream) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1) return;
+    const ncclResult_t r = ncclReduceScatter(buf, buf + (size_t)mg->rank * n, n, ncclFloat, ncclSum, mg->comm,
+                                             (cudaStream_t)stream);
+    mg_nccl_settle(mg, r, "ncclReduceScatter", mg_now() + mg->timeout_s);
+#else
+    (void)mg; (void)buf; (void)n; (void)stream;
+#endif
+}
+
+// flce_comm's allreduce over this run's communicator (user: the MultiGpu), for flce's
+// vocab_parallel calls (-tp 1): ncclAllReduce in place on the call's stream. Its enqueue is
+// polled (a nonblocking communicator: NCCL errors and the deadline end the process with a
+// message, never a hang); its completion is not waited for, so that flce's chunks stay
+// asynchronous: the caller waits with multi_gpu_wait before its next blocking CUDA call. Device
+// fp32 buffers only (what flce's GPU calls pass): -1 for anything else.
+static inline int multi_gpu_flce_allreduce(void *user, void *buf, size_t count, flce_comm_dtype dtype, flce_comm_op op,
+                                           void *cuda_stream) {
+    MultiGpu *mg = (MultiGpu *)user;
+    if (mg == NULL || dtype != FLCE_COMM_FP32) return -1;
+    if (mg->nproc <= 1 || count == 0) return 0;
+#ifdef MULTI_GPU
+    if (!mg->comm_ready) return -1;
+    const ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, op == FLCE_COMM_MAX ? ncclMax : ncclSum, mg->comm,
+                                         (cudaStream_t)cuda_stream);
+    mg_nccl_settle(mg, r, "ncclAllReduce of flce's vocab-parallel statistics", mg_now() + mg->timeout_s);
+    return 0;
+#else
+    (void)buf; (void)op; (void)cuda_stream;
+    return -1;
+#endif
+}
+
+// The flce_comm of multi_gpu_flce_allreduce over mg (for flce_set_comm).
+static inline flce_comm multi_gpu_flce_comm(MultiGpu *mg) {
+    flce_comm c;
+    c.user = mg;
+    c.allreduce = multi_gpu_flce_allreduce;
+    return c;
 }
 
 // A host value summed over the ranks (NCCL on a small device buffer: no MPI needed).

@@ -34,6 +34,7 @@ typedef struct {
     int B, T, total_batch, max_steps, warmup;
     int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
     int vocab, flce_mib, flce_fp32_logits, flce_autotune;
+    int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -80,6 +81,9 @@ static const TrainFlag train_flags[] = {
      "              (default 0)"},
     {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
      "              (faster; a run's bits can then differ from another's); default 0"},
+    {"-tp", 'i', TRAIN_FIELD_(tp), 0, 1, "1: the LM head vocabulary-parallel over the processes (flce's vocab_parallel:\n"
+     "              each rank computes the logits of its 1/P of wte's rows for every rank's tokens;\n"
+     "              wte stays replicated); several processes only; default 0 (data parallel)"},
     {"-pn", 'i', TRAIN_FIELD_(proc_num), 1, 65536, "processes (one per GPU) without mpirun (default: srun's SLURM_NTASKS\n"
      "              with -pi fs|tcp, else 1)"},
     {"-pr", 'i', TRAIN_FIELD_(proc_rank), 0, 65535, "this process's rank, 0..pn-1 (default: srun's SLURM_PROCID with -pi fs|tcp)"},
@@ -249,6 +253,11 @@ static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_
         llmc_set_error(err, err_len, "-n %d writes checkpoints into -o <dir>, and no -o is given", c->ckpt_every);
         return -1;
     }
+    if (c->tp && nproc < 2) {
+        llmc_set_error(err, err_len, "-tp 1 splits the LM head's vocabulary over several processes, and this run has "
+                       "%d (mpirun -np N, or -pn N with -pi fs|tcp)", nproc);
+        return -1;
+    }
     if (c->vocab != 0 && !gpt2_is_descriptor(c->model)) {
         llmc_set_error(err, err_len, "-V %d sets the vocabulary of a fresh model (-e d6..d48); the model file "
                        "'%s' has its own", c->vocab, c->model);
@@ -268,6 +277,31 @@ static inline int train_config_check_model(const TrainConfig *c, const GPT2Confi
     if (m->channels % 8 != 0 || (hs != 16 && hs != 32 && hs != 64 && hs != 128)) {
         llmc_set_error(err, err_len, "model '%s': channels %d with %d heads; the trainer's kernels need channels "
                        "a multiple of 8 and a head size of 16, 32, 64 or 128", c->model, m->channels, m->num_heads);
+        return -1;
+    }
+    return 0;
+}
+
+// -tp 1: rank's rows of the padded vocabulary Vp, [*v0, *v0 + *rows), and how many of them are
+// real classes (*real, the rest padding), for nproc ranks. The rows are cut at multiples of 128
+// (alignment; llm.c pads Vp to one) into nearly equal ranges, the last rank also taking any rest
+// of Vp beyond a multiple of 128. 0, or -1 with a message: fewer 128-row blocks than ranks, or a
+// rank whose rows would all be padding.
+static inline int train_tp_shard(int V, int Vp, int nproc, int rank, int *v0, int *rows, int *real, char *err,
+                                 size_t err_len) {
+    const long long blocks = Vp / 128;
+    if (nproc < 1 || rank < 0 || rank >= nproc || blocks < nproc) {
+        llmc_set_error(err, err_len, "-tp 1: the padded vocabulary of %d rows is fewer than 128 rows for each of %d "
+                       "processes", Vp, nproc);
+        return -1;
+    }
+    const long long b0 = blocks * rank / nproc, b1 = blocks * (rank + 1) / nproc;
+    *v0 = (int)(b0 * 128);
+    *rows = rank == nproc - 1 ? Vp - *v0 : (int)((b1 - b0) * 128);
+    *real = V - *v0 < 0 ? 0 : V - *v0 > *rows ? *rows : V - *v0;
+    if (*real < 1) {
+        llmc_set_error(err, err_len, "-tp 1: rank %d's rows [%d, %d) of the vocabulary are all padding (%d real "
+                       "classes): use fewer processes", rank, *v0, *v0 + *rows, V);
         return -1;
     }
     return 0;

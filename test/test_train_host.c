@@ -130,6 +130,11 @@ static const BadLine bad_lines[] = {
     {"-y 1", "-y 1 resumes from the checkpoints in -o <dir>, and no -o is given", 0},
     {"-n 10", "-n 10 writes checkpoints into -o <dir>, and no -o is given", 0},
     {"-w 0", "-w 0: this trainer always keeps fp32 master weights", 0},
+    // -tp: 0 or 1, and 1 only with several processes
+    {"-tp 2", "-tp 2: out of range [0, 1]", 0},
+    {"-tp -1", "-tp -1: out of range [0, 1]", 0},
+    {"-tp 1", "-tp 1 splits the LM head's vocabulary over several processes, and this run has 1", 0},
+    {"-tp 1 -pn 1", "-tp 1 splits the LM head's vocabulary over several processes, and this run has 1", 0},
     // a path that starts like a descriptor is a path (defect 1)
     {"-e d12/model_00005000.bin", "cannot open model file 'd12/model_00005000.bin'", 1},
     {"-e d7", "unknown depth descriptor 'd7'", 1},
@@ -296,6 +301,47 @@ static void test_train_config(void) {
     test_check(rc < 0 && contains(err, "4096 processes: 4294967296 tokens per micro-step"),
                "B*T*processes >= 2^32 is an error, not a wrap to 0: %s", err);
     test_check(parse_and_check("-x 5 -h", 1, &c, err, sizeof(err)) == 1, "-h anywhere asks for the usage");
+    err[0] = 0;
+    rc = parse_and_check("-tp 1 -b 2 -t 64", 2, &c, err, sizeof(err));
+    test_check(rc == 0 && c.tp == 1 && c.total_batch == 256 && c.grad_accum == 1, "-tp 1 on 2 processes%s", err);
+    rc = parse_and_check("", 1, &c, err, sizeof(err));
+    test_check(rc == 0 && c.tp == 0, "-tp: 0 by default (data parallel)");
+    rc = parse_and_check("-tp 0", 1, &c, err, sizeof(err));
+    test_check(rc == 0 && c.tp == 0, "-tp 0 on one process%s", err);
+
+    // -tp 1's shards of the vocabulary: every row once, in order, cut at multiples of 128 (the
+    // last rank takes any rest), the real classes V over the ranks, no rank all padding
+    {
+        int v0 = -1, rows = -1, real = -1;
+        int ok = train_tp_shard(50257, 50304, 2, 0, &v0, &rows, &real, err, sizeof(err)) == 0 && v0 == 0 &&
+                 rows == 25088 && real == 25088;
+        ok = ok && train_tp_shard(50257, 50304, 2, 1, &v0, &rows, &real, err, sizeof(err)) == 0 && v0 == 25088 &&
+             rows == 25216 && real == 25169;
+        test_check(ok, "GPT-2 on 2 ranks: rows [0, 25088) and [25088, 50304), 25169 real on rank 1%s", err);
+        const int cases[][3] = {{50257, 50304, 3}, {50257, 50304, 8}, {151936, 151936, 8}, {176245, 176256, 7},
+                                {290, 300, 2}, {128, 128, 1}, {1000, 1024, 8}, {176245, 176256, 64}};
+        ok = 1;
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+            const int V = cases[k][0], Vp = cases[k][1], P = cases[k][2];
+            int next = 0, real_sum = 0, min_rows = Vp, max_rows = 0;
+            for (int r = 0; r < P && ok; r++) {
+                ok = train_tp_shard(V, Vp, P, r, &v0, &rows, &real, err, sizeof(err)) == 0 && v0 == next &&
+                     v0 % 128 == 0 && rows >= 128 && real >= 1 && real <= rows && (r == P - 1 || rows % 128 == 0);
+                next = v0 + rows;
+                real_sum += real;
+                if (r < P - 1 && rows < min_rows) min_rows = rows;
+                if (r < P - 1 && rows > max_rows) max_rows = rows;
+            }
+            ok = ok && next == Vp && real_sum == V && (P < 3 || max_rows - min_rows <= 128);
+            if (!ok) printf("  (V %d, Vp %d, P %d: rank shard wrong: %s)\n", V, Vp, P, err);
+        }
+        test_check(ok, "shards of V = 50257 .. 176245 over 1 .. 64 ranks: contiguous, whole, 128-aligned, nearly equal");
+        test_check(train_tp_shard(100, 128, 2, 0, &v0, &rows, &real, err, sizeof(err)) < 0 &&
+                   contains(err, "fewer than 128 rows for each of 2 processes"), "Vp 128 on 2 ranks: refused: %s", err);
+        test_check(train_tp_shard(100, 384, 3, 2, &v0, &rows, &real, err, sizeof(err)) < 0 &&
+                   contains(err, "rank 2's rows [256, 384) of the vocabulary are all padding"),
+                   "a rank whose rows are all padding: refused: %s", err);
+    }
 
     // against the model
     GPT2Config d12, odd = {64, 397, 448, 2, 4, 72};
