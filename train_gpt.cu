@@ -86,6 +86,13 @@ typedef struct {
     void *flce_ws;
     size_t flce_ws_bytes;
     size_t act_bytes;                     // for the memory report
+    // -tp 1 (gpt2_alloc_activations with a MultiGpu of several processes): the LM head
+    // vocabulary-parallel, see gpt2_tp_head. NULL / 0 otherwise.
+    MultiGpu *tp;
+    int tp_v0;                            // this rank's first row of wte (flce_cfg.vocab_offset)
+    floatX *tp_lnf;                       // (P, B*T, C): every rank's lnf; acts.lnf is this rank's block
+    int *tp_targets;                      // (P, B*T): every rank's targets; acts.targets is this rank's
+    float *tp_dh;                         // (P, B*T, C) fp32: this rank's partial d(lnf) of every token
 } GPT2;
 
 // Parameters on the device: bf16 (as uploaded, the bits of a model file) and fp32 master weights.
@@ -145,18 +152,46 @@ static float *alloc_actf(GPT2 *m, size_t elems) {
     return p;
 }
 
-// flce's configuration for the LM head over B*T positions, tied to wte (rows V..Vp are padding),
-// and its workspace within budget. Host only, so that main() checks it before the GPU.
-static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits, size_t budget,
-                            flce_config *fc, size_t *ws_bytes, char *err, size_t err_len) {
-    flce_config_init(fc, (int64_t)B * T, (int64_t)c->channels, c->vocab_size);
-    fc->vocab_padded = c->padded_vocab_size;
+// One rank's flce configuration for the LM head, tied to wte (rows V..Vp are padding), and its
+// workspace within budget. tp_nproc 1: data parallel, this rank's B*T positions over all Vp
+// rows. tp_nproc P > 1 (-tp 1): vocabulary parallel, every rank's P*B*T positions over this
+// rank's rows of wte (train_tp_shard), d_hidden this rank's fp32 partial sum (gpt2_tp_head sums it).
+static int gpt2_flce_config_rank(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits,
+                                 size_t budget, int tp_nproc, int tp_rank, int64_t max_chunk, flce_config *fc,
+                                 size_t *ws_bytes, char *err, size_t err_len) {
+    const int P = tp_nproc > 1 ? tp_nproc : 1;
+    int v0 = 0, rows = c->padded_vocab_size, real = c->vocab_size;
+    if (P > 1 && train_tp_shard(c->vocab_size, c->padded_vocab_size, P, tp_rank, &v0, &rows, &real, err, err_len) != 0)
+        return -1;
+    flce_config_init(fc, (int64_t)P * B * T, (int64_t)c->channels, real);
+    fc->vocab_padded = rows;
     fc->dtype = FLCE_BF16;
     fc->d_hidden_dtype = FLCE_BF16;
     fc->d_weight_dtype = FLCE_FP32;
     fc->accumulate_d_weight = 1;  // onto the encoder's part of d(wte), over micro-steps too
     fc->grad_scale = 1.0f / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
     fc->bf16_logits = bf16_logits;
+    fc->max_chunk_tokens = max_chunk;
+    if (P > 1) {
+        fc->vocab_parallel = 1;
+        fc->vocab_offset = v0;
+        fc->vocab_total = c->vocab_size;
+        fc->d_hidden_partial = 1;
+        fc->d_hidden_dtype = FLCE_FP32;
+        // The gradient scale of -tp 1, P / grad_accum (the data-parallel one times P). flce's loss
+        // L is the mean over all P*B*T tokens, i.e. the mean over the ranks of each rank's mean L_r
+        // (every rank's batch has B*T real targets), what data parallel's loss is. Data parallel:
+        // rank r's d(lnf) of its token i is dL_r/dh_i and its d(wte) dL_r/dW; the all-reduce with
+        // ncclAvg then averages: d(wte) = (1/P) sum_r (dL_r/dW + E_r), E_r the encoder's part.
+        // -tp 1 with the factor P: d(lnf) of token i summed over the ranks (the reduce-scatter) is
+        // P dL/dh_i = dL_r/dh_i, data parallel's, so the whole body's gradients are the same and
+        // ncclAvg averages them as before. d(wte): flce writes the rows of this rank only (the
+        // others' flce adds 0 there) with P dL/dW_v, a sum over every rank's tokens; ncclAvg
+        // makes it (1/P) (P dL/dW_v + sum_r E_r) = dL/dW_v + (1/P) sum_r E_r, data parallel's
+        // (1/P) sum_r (dL_r/dW_v + E_r) since (1/P) sum_r dL_r/dW_v = dL/dW_v. The factor P is
+        // the SUM semantics those rows need under the average; no other buffer changes.
+        fc->grad_scale = (float)P / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
+    }
     char why[512];
     if (flce_config_check(fc, why, sizeof(why)) != FLCE_OK) {
         llmc_set_error(err, err_len, "flce: %s", why);
@@ -171,12 +206,57 @@ static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_st
     return 0;
 }
 
+// flce's configuration for the LM head and its workspace within budget (gpt2_flce_config_rank).
+// Host only, so that main() checks it before the GPU (and gpt2_alloc_activations makes it again
+// on the GPU, where the planner knows the GEMM path). -tp 1: every rank must cut the P*B*T
+// tokens into the same chunks (each chunk's collectives count its rows), and the ranks' row
+// counts can differ by 128 (Vp / 128 blocks over P): the chunk is the smallest any rank's plan
+// takes, imposed on all (max_chunk_tokens) and checked to be what every rank's plan then takes.
+static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits, size_t budget,
+                            flce_config *fc, size_t *ws_bytes, char *err, size_t err_len, int tp_nproc = 1,
+                            int tp_rank = 0) {
+    if (tp_nproc <= 1)
+        return gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, 1, 0, 0, fc, ws_bytes, err,
+                                     err_len);
+    int64_t chunk = 0;
+    for (int q = 0; q < tp_nproc; q++) {
+        flce_config qc;
+        size_t qb = 0;
+        if (gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, 0, &qc, &qb, err,
+                                  err_len) != 0)
+            return -1;
+        const int64_t k = flce_chunk_tokens(&qc, qb);
+        if (q == 0 || k < chunk) chunk = k;
+    }
+    for (int q = 0; q < tp_nproc; q++) {
+        flce_config qc;
+        size_t qb = 0;
+        if (gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, chunk, &qc, &qb, err,
+                                  err_len) != 0)
+            return -1;
+        const int64_t k = flce_chunk_tokens(&qc, qb);
+        if (k != chunk) {
+            llmc_set_error(err, err_len, "-tp 1: flce's plan for rank %d takes chunks of %lld tokens, the others' "
+                           "%lld: the ranks would not make the same collectives (try another -f)", q, (long long)k,
+                           (long long)chunk);
+            return -1;
+        }
+        if (q == tp_rank) {
+            *fc = qc;
+            *ws_bytes = qb;
+        }
+    }
+    return 0;
+}
+
 // Activations for batches of up to B x T tokens, and flce's workspace within flce_budget.
 // recompute (-r): 1 keeps one GELU output buffer and recomputes it per layer in the backward;
 // 0 keeps every layer's (L x B x T x 4C bf16 more, counted in act_bytes), so the backward
 // reads it instead of recomputing it.
+// tp: -tp 1's processes (several; NULL or one process: the data-parallel head): the LM head
+// runs vocabulary-parallel through tp's communicator (gpt2_tp_head).
 static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps,
-                                   int bf16_logits, int recompute = 1) {
+                                   int bf16_logits, int recompute = 1, MultiGpu *tp = NULL) {
     const GPT2Config *c = &m->config;
     const size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers;
     const int NH = c->num_heads;
@@ -198,7 +278,11 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     a->att_saved_bytes = attention_saved_bytes(B, T, (int)C, NH);
     cudaCheck(cudaMalloc(&a->att_saved, L * a->att_saved_bytes));
     m->act_bytes += L * a->att_saved_bytes;
-    a->lnf = alloc_act(m, BT * C);
+    m->tp = tp != NULL && tp->nproc > 1 ? tp : NULL;
+    const int P = m->tp ? m->tp->nproc : 1, rank = m->tp ? m->tp->rank : 0;
+    // -tp 1: lnf and the targets are this rank's blocks of every rank's (gathered in place)
+    m->tp_lnf = alloc_act(m, (size_t)P * BT * C);
+    a->lnf = m->tp_lnf + (size_t)rank * BT * C;
     a->lnf_mean = alloc_actf(m, BT);
     a->lnf_rstd = alloc_actf(m, BT);
     a->recompute = recompute != 0;
@@ -213,7 +297,9 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     cudaCheck(cudaMalloc(&a->att_scratch, att_scratch > 0 ? att_scratch : 16));
     m->act_bytes += att_scratch;
     cudaCheck(cudaMalloc(&a->inputs, BT * sizeof(int)));
-    cudaCheck(cudaMalloc(&a->targets, BT * sizeof(int)));
+    cudaCheck(cudaMalloc(&m->tp_targets, (size_t)P * BT * sizeof(int)));
+    a->targets = m->tp_targets + (size_t)rank * BT;
+    if (m->tp) m->tp_dh = alloc_actf(m, (size_t)P * BT * C);
     cudaCheck(cudaMalloc(&a->losses, (size_t)(grad_accum_steps > 0 ? grad_accum_steps : 1) * sizeof(float)));
     cudaCheck(cudaMalloc(&a->norm_sq, sizeof(float)));
     cudaCheck(cudaMalloc(&a->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
@@ -230,11 +316,16 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     flce_set_autotune(m->flce, 0);
     char err[1024];
     if (gpt2_flce_config(c, B, T, grad_accum_steps, bf16_logits, flce_budget, &m->flce_cfg, &m->flce_ws_bytes, err,
-                         sizeof(err)) != 0) {
+                         sizeof(err), P, rank) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
     cudaCheck(cudaMalloc(&m->flce_ws, m->flce_ws_bytes));
+    if (m->tp) {
+        m->tp_v0 = (int)m->flce_cfg.vocab_offset;
+        const flce_comm comm = multi_gpu_flce_comm(m->tp);
+        flce_set_comm(m->flce, &comm);
+    }
 }
 
 static void flce_check_at(flce_status st, GPT2 *m, int line) {
@@ -275,6 +366,47 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, (int)BT, C, s);
 }
 
+// fp32 -> bf16 (round to nearest even), n elements
+__global__ void floats_to_bf16_kernel(floatX *out, const float *in, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (floatX)in[i];
+}
+
+// -tp 1's LM head (train: grads 1; eval: 0, reduction sum into loss_dev). wte stays replicated:
+// it is also the input embedding, whose gradient every rank has for its own tokens, and the one
+// all-reduce of the gradients (ncclAvg) stays as in data parallel; only the head's work is split.
+// Every rank's lnf and targets are gathered in place (P*B*T tokens, the same on every rank), flce
+// runs them against this rank's rows of wte (vocab_parallel, its row statistics combined through
+// multi_gpu_flce_allreduce) and writes the loss over all tokens (the same on every rank), the
+// d(wte) of this rank's rows and its fp32 partial d(lnf) of every token; a reduce-scatter sums
+// those and leaves this rank's B*T rows, rounded to bf16 into dln as the backward expects.
+// The collectives are enqueued on s, not waited for (the caller's multi_gpu_wait does).
+static void gpt2_tp_head(GPT2 *m, int grads, float *loss_dev, cudaStream_t s) {
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->config.channels;
+    MultiGpu *mg = m->tp;
+    multi_gpu_all_gather(mg, m->tp_lnf, BT * C * sizeof(floatX), s);
+    multi_gpu_all_gather(mg, m->tp_targets, BT * sizeof(int), s);
+    flce_config cfg = m->flce_cfg;
+    flce_tensors t;
+    memset(&t, 0, sizeof(t));
+    t.hidden = m->tp_lnf;
+    t.weight = m->params.wte + (size_t)m->tp_v0 * C;
+    t.targets = m->tp_targets;
+    t.loss = loss_dev;
+    if (!grads) {
+        cfg.reduction = FLCE_REDUCTION_SUM;
+        flceCheck(flce_forward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
+        return;
+    }
+    t.d_hidden = m->tp_dh;
+    t.d_weight = m->grads.wte + (size_t)m->tp_v0 * C;
+    flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
+    float *own = m->tp_dh + (size_t)mg->rank * BT * C;
+    multi_gpu_reduce_scatter_sum(mg, m->tp_dh, BT * C, s);
+    floats_to_bf16_kernel<<<(unsigned)((BT * C + 255) / 256), 256, 0, s>>>(m->acts.dln, own, BT * C);
+    cudaCheck(cudaGetLastError());
+}
+
 // Copies a batch to the device (and the encoder's token buckets for the backward).
 static void gpt2_set_batch(GPT2 *m, const int *inputs, const int *targets, int B, int T, int with_buckets,
                            cudaStream_t s) {
@@ -292,6 +424,15 @@ static void gpt2_set_batch(GPT2 *m, const int *inputs, const int *targets, int B
 static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s) {
     gpt2_forward_body(m, B, T, s);
     step_profile_mark("transformer forward", s);
+    if (m->tp) {  // -tp 1: every rank's full micro-batch (the gathers count B*T tokens per rank)
+        if (B != m->B || T != m->T) {
+            fprintf(stderr, "Error: -tp 1 trains on full micro-batches only (%d x %d, not %d x %d)\n", m->B, m->T, B, T);
+            exit(EXIT_FAILURE);
+        }
+        gpt2_tp_head(m, 1, m->acts.losses + micro, s);
+        step_profile_mark("flce head, vocab parallel: gathers, loss, d(lnf), d(wte), reduce-scatter", s);
+        return;
+    }
     flce_config cfg = m->flce_cfg;
     cfg.n_tokens = (int64_t)B * T;
     flce_tensors t;
@@ -307,8 +448,17 @@ static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s)
 }
 
 // Evaluation: mean loss over the non-ignored targets into *loss_dev (and the count via flce).
+// -tp 1: the sum over every rank's batch (the same on every rank), no token_loss.
 static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *token_loss, cudaStream_t s) {
     gpt2_forward_body(m, B, T, s);
+    if (m->tp) {
+        if (B != m->B || T != m->T) {
+            fprintf(stderr, "Error: -tp 1 evaluates full batches only (%d x %d, not %d x %d)\n", m->B, m->T, B, T);
+            exit(EXIT_FAILURE);
+        }
+        gpt2_tp_head(m, 0, loss_dev, s);
+        return;
+    }
     flce_config cfg = m->flce_cfg;
     cfg.n_tokens = (int64_t)B * T;
     cfg.reduction = FLCE_REDUCTION_SUM;
@@ -404,9 +554,9 @@ static void gpt2_free(GPT2 *m) {
     Activations *a = &m->acts;
     void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, a->encoded, a->ln1, a->qkv, a->atty,
                     a->residual2, a->ln2, a->fch_pre, a->residual3, a->ln1_mean, a->ln1_rstd, a->ln2_mean,
-                    a->ln2_rstd, a->att_saved, a->lnf, a->lnf_mean, a->lnf_rstd, a->fch_gelu, a->dresidual,
+                    a->ln2_rstd, a->att_saved, m->tp_lnf, a->lnf_mean, a->lnf_rstd, a->fch_gelu, a->dresidual,
                     a->dln, a->datty, a->dqkv, a->dfch, a->ln_scratch, a->att_scratch, a->inputs,
-                    a->targets, a->losses, a->norm_sq, a->norm_scratch, a->logits_row, m->flce_ws};
+                    m->tp_targets, a->losses, a->norm_sq, a->norm_scratch, a->logits_row, m->flce_ws, m->tp_dh};
     for (size_t k = 0; k < sizeof(ptrs) / sizeof(ptrs[0]); k++) cudaCheck(cudaFree(ptrs[k]));
     if (m->flce) flce_destroy(m->flce);
     if (m->B > 0) {
@@ -549,8 +699,10 @@ int main(int argc, char **argv) {
                train_config_check_model(&cfg, &config, err, sizeof(err)) == 0, err);
     flce_config flce_cfg;  // checked now; gpt2_alloc_activations makes the same one on the GPU
     size_t flce_ws_bytes = 0;
+    // -tp 1: every rank's shard of the vocabulary and the chunks they share, checked now
+    const int tp_nproc = cfg.tp ? mg.nproc : 1;
     require_ok(gpt2_flce_config(&config, B, T, grad_accum, !cfg.flce_fp32_logits, (size_t)cfg.flce_mib << 20, &flce_cfg,
-                                &flce_ws_bytes, err, sizeof(err)) == 0, err);
+                                &flce_ws_bytes, err, sizeof(err), tp_nproc, mg.rank) == 0, err);
     DataLoader train_loader, val_loader;
     require_ok(dataloader_init_checked(&train_loader, cfg.train_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 1, 0,
                                        err, sizeof(err)) == 0 &&
@@ -616,7 +768,8 @@ int main(int argc, char **argv) {
     else gpt2_upload_params(&model, init_params);
     free(init_params);
     checkpoint_free(&ck);
-    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute);
+    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute,
+                           cfg.tp ? &mg : NULL);
     flce_set_autotune(model.flce, cfg.flce_autotune);
 
     const GPT2Config *c = &model.config;
@@ -653,6 +806,11 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50zu |\n", "parameters", np);
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
+        char head_text[64];
+        if (model.tp) snprintf(head_text, sizeof(head_text), "vocab parallel (-tp 1): rank 0 rows 0..%lld of %d",
+                               (long long)model.flce_cfg.vocab_padded, c->padded_vocab_size);
+        else snprintf(head_text, sizeof(head_text), "%s", mg.nproc > 1 ? "data parallel (-tp 0)" : "one GPU");
+        printf("| %-21s | %-50s |\n", "LM head", head_text);
         printf("| %-21s | %-50s |\n", "flce logits", cfg.flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
         printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
                cfg.flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
@@ -660,9 +818,10 @@ int main(int argc, char **argv) {
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);
         printf("memory: parameters %.2f GiB (bf16 + fp32 master), gradients %.2f GiB, AdamW %.2f GiB, activations %.2f GiB,\n"
-               "        flce workspace %.2f GiB (chunks of %lld tokens); full bf16 logits would have been %.2f GiB more\n",
+               "        flce workspace %.2f GiB (chunks of %lld tokens%s); full bf16 logits would have been %.2f GiB more\n",
                np * 6.0 / gib, np * 4.0 / gib, np * 8.0 / gib, model.act_bytes / gib, model.flce_ws_bytes / gib,
-               (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes), full_logits / gib);
+               (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes),
+               model.tp ? " of every rank's, over this rank's rows" : "", full_logits / gib);
     }
     FILE *log = NULL;
     if (out_dir != NULL && main_rank) {
@@ -690,13 +849,15 @@ int main(int argc, char **argv) {
                 dataloader_next_batch(&val_loader);
                 gpt2_set_batch(&model, val_loader.inputs, val_loader.targets, B, T, 0, s);
                 gpt2_forward_eval(&model, B, T, val_sum, val_token_loss, s);
+                if (model.tp) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives (eval)");
                 float batch_sum = 0.0f;
                 cudaCheck(cudaMemcpyAsync(&batch_sum, val_sum, sizeof(float), cudaMemcpyDeviceToHost, s));
                 cudaCheck(cudaStreamSynchronize(s));
                 loss_sum += batch_sum;
                 n_targets += val_loader.num_targets;
             }
-            loss_sum = multi_gpu_sum(&mg, loss_sum);
+            // -tp 1: each batch's sum is already over every rank's tokens (the same on every rank)
+            if (!model.tp) loss_sum = multi_gpu_sum(&mg, loss_sum);
             const double all_targets = multi_gpu_sum(&mg, (double)n_targets);
             const double val_loss = all_targets > 0 ? loss_sum / all_targets : 0.0;
             if (main_rank) printf("val loss %f (%.0f tokens)\n", val_loss, all_targets);
@@ -722,6 +883,9 @@ int main(int argc, char **argv) {
             gpt2_forward_train(&model, B, T, micro, s);
             gpt2_backward(&model, B, T, s);
             step_profile_mark("transformer backward", s);
+            // -tp 1: the head's collectives done (polled) before the next micro-step's uploads,
+            // which may block; the last one's are waited for with the gradients' all-reduce
+            if (model.tp && micro + 1 < grad_accum) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives");
         }
         multi_gpu_average(&mg, model.grads_memory, model.num_parameters, s);
         step_profile_mark("gradient all-reduce", s);
@@ -744,6 +908,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "Error: %s\n", flce_last_error(model.flce));
             return 1;
         }
+        // -tp 1: each micro-step's loss is already the mean over every rank's tokens (the same
+        // on every rank), and so is the mean of the ranks' below: data parallel's mean of the
+        // ranks' means, as every batch has B*T real targets
         double loss = 0.0;
         for (int k = 0; k < grad_accum; k++) loss += losses[k];
         loss = multi_gpu_sum(&mg, loss / grad_accum) / mg.nproc;
