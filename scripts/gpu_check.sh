@@ -5,14 +5,16 @@
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
-#                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
+#                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs] [train-tp]
 #   (default: all but the multi-GPU steps, which need 2 GPUs: train-mpi (mpirun -np 2); train-fs, train-tcp:
 #   ranks 0 and 1 started with & (-pn 2 -pr 0|1, -pi fs -pf DIR | -pi tcp -ps 127.0.0.1), both must exit 0
 #   and print train-mpi's losses (run train-mpi first, or they run their own mpirun reference);
 #   train-nompi: the same tcp pair with a build without MPI (make NO_USE_MPI=1, into build/train_gpt_nompi);
 #   train-fault: mpirun -np 2 with TRAIN_FAULT=1:3 (rank 1 exits at step 3): mpirun must exit non-zero
 #   within 30 s (timeout 60); train-fault-tcp, train-fault-fs: the pair with a fault on rank 1 (tcp: a
-#   CUDA error, then a SIGKILL; fs: an exit), both ranks non-zero within 30 s, rank 0 with rank 1's message)
+#   CUDA error, then a SIGKILL; fs: an exit), both ranks non-zero within 30 s, rank 0 with rank 1's message);
+#   train-tp: mpirun -np 2 with -tp 0 (data-parallel head) and -tp 1 (vocab-parallel head), otherwise the
+#   same run: every step's and val loss within 1e-3, both exit 0; tok/s and memory of each reported)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
@@ -75,6 +77,43 @@ mg_build_nompi() {
     if ldd build/train_gpt_nompi | grep -q libmpi; then echo "FAIL: build/train_gpt_nompi links MPI"; return 1; fi
     build/train_gpt_nompi -h | grep "This build"
     echo "OK: build/train_gpt_nompi (NCCL, no MPI)"
+}
+# -tp 0 and -tp 1 under mpirun -np 2, otherwise the same run ($MG_ARGS): both exit 0, the same
+# step and val lines, every loss within 1e-3 of the other's; tok/s (the last step's average) and
+# memory (the trainer's report and what rank 0 holds at the end) of each
+mg_tp() {
+    local tp log rc
+    for tp in 0 1; do
+        log="$OUT/train_tp${tp}.log"
+        timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt $MG_ARGS -tp $tp > "$log" 2>&1
+        rc=$?
+        echo "== -tp $tp: exit code $rc ($log)"
+        grep -E "^\| LM head|^memory|^ +flce workspace|device memory in use" "$log"
+        grep -E "^step +[0-9]+/" "$log" | tail -1
+        if [ $rc -ne 0 ]; then echo "FAIL: -tp $tp exited $rc"; tail -5 "$log"; return 1; fi
+    done
+    local a="$OUT/train_tp0.log" b="$OUT/train_tp1.log"
+    if [ "$(mg_losses "$a" | grep -c "^step")" -lt 20 ]; then echo "FAIL: fewer than 20 steps in $a"; return 1; fi
+    if ! diff <(mg_losses "$a" | sed -E 's/[-0-9.naif]+$//') <(mg_losses "$b" | sed -E 's/[-0-9.naif]+$//') \
+            > "$OUT/train_tp.diff"; then
+        echo "FAIL: -tp 0 and -tp 1 print different step / val lines ($OUT/train_tp.diff)"; return 1
+    fi
+    local tok0 tok1 mem0 mem1 cmp
+    tok0=$(grep -E "^step +[0-9]+/" "$a" | tail -1 | grep -oE "[0-9]+ tok/s")
+    tok1=$(grep -E "^step +[0-9]+/" "$b" | tail -1 | grep -oE "[0-9]+ tok/s")
+    mem0=$(grep -oE "in use at the end \(rank 0\): [0-9]+ MiB" "$a" | grep -oE "[0-9]+ MiB")
+    mem1=$(grep -oE "in use at the end \(rank 0\): [0-9]+ MiB" "$b" | grep -oE "[0-9]+ MiB")
+    cmp=$(paste <(mg_losses "$a" | awk '{print $NF}') <(mg_losses "$b" | awk '{print $NF}') |
+          awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; if (!(d <= 1e-3) || $1 !~ /^[0-9]/ || $2 !~ /^[0-9]/) bad++; n++}
+               END {printf "%d %d %.2e", n, bad + 0, m}')
+    read -r n bad maxd <<< "$cmp"
+    local perf="tok/s: -tp 0 $tok0, -tp 1 $tok1; rank 0 at the end: -tp 0 $mem0, -tp 1 $mem1"
+    if [ "$bad" -eq 0 ]; then
+        echo "OK: -tp 1's losses within 1e-3 of -tp 0's ($n lines, max |diff| $maxd); $perf"
+    else
+        echo "FAIL: $bad of $n losses of -tp 1 differ from -tp 0's by more than 1e-3 (max $maxd); $perf"
+        paste <(mg_losses "$a") <(mg_losses "$b") | head -30; return 1
+    fi
 }
 # Seconds from the first time FILE shows PATTERN (polled every 0.1 s) until now; "?" if never.
 mg_since() {
@@ -190,6 +229,7 @@ for s in $steps; do
     train-fault-fs) rm -rf /tmp/train_fs_dir && mkdir -p /tmp/train_fs_dir
                     run_step train_fault_fs mg_fault_pair fault_fs "-pi fs -pf /tmp/train_fs_dir" 1:3 \
                         "TRAIN_FAULT: rank 1 stops at step 3" ;;
+    train-tp) run_step train_tp mg_tp ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
@@ -209,6 +249,7 @@ for f in train_fs train_tcp train_nompi; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^step +[0-9]+/|val loss" "$OUT/${f}_r0.log" | tail -3;
                               grep -E "^== |^OK|^MISMATCH|^FAIL" "$OUT/$f.log"; }
 done
+[ -f "$OUT/train_tp.log" ] && { echo "== train_tp =="; grep -E "^== |^\||^memory|^ +flce|device memory|^step|^OK|^FAIL" "$OUT/train_tp.log"; }
 for f in train_fault train_fault_tcp train_fault_tcp_kill train_fault_fs; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^== |^OK|^FAIL|stopped the run" "$OUT/$f.log" | tail -4; }
 done
