@@ -807,7 +807,7 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
         char head_text[64];
-        if (model.tp) snprintf(head_text, sizeof(head_text), "vocab parallel (-tp 1): rank 0 rows 0..%lld of %d",
+        if (model.tp) snprintf(head_text, sizeof(head_text), "vocab parallel: rank 0 has %lld of %d rows",
                                (long long)model.flce_cfg.vocab_padded, c->padded_vocab_size);
         else snprintf(head_text, sizeof(head_text), "%s", mg.nproc > 1 ? "data parallel (-tp 0)" : "one GPU");
         printf("| %-21s | %-50s |\n", "LM head", head_text);
