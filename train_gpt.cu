@@ -219,7 +219,7 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     cudaCheck(cudaMalloc(&a->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
     cudaCheck(cudaMalloc(&a->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
     matmul_init(&m->mm);
-    encoder_buckets_init(&m->buckets, B, T);
+    encoder_buckets_init(&m->buckets, B, T, c->channels);
 
     // the LM head: flce over the B*T positions, tied to wte (rows V..Vp are padding)
     if (flce_create(&m->flce) != FLCE_OK) {

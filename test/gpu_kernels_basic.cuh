@@ -141,14 +141,22 @@ static inline int gkb_same_bytes(const void *a, const void *b, size_t bytes) { r
 
 // --- encoder --------------------------------------------------------------------------------
 
-static void gkb_test_encoder(int B, int T, int C, uint64_t *st) {
+// edges: 0 random tokens with one long bucket; 1 buckets at the segment edges as well (tokens 1,
+// 2, 3 at exactly ENCODER_SEGMENT, + 1 and 2x positions: one segment, two, two full ones)
+static void gkb_test_encoder(int B, int T, int C, uint64_t *st, int edges = 0) {
     const int V = 200, maxT = T + 3, BT = B * T;
     const size_t nout = (size_t)BT * C;
     int *inp = (int *)gkb_xmalloc((size_t)BT * sizeof(int));
     for (int i = 0; i < BT; i++) {
         *st = *st * 6364136223846793005ULL + 1442695040888963407ULL;
         inp[i] = (int)((*st >> 33) % (uint64_t)V);
-        if (i % 3 == 0) inp[i] = 7;  // one long bucket (B*T/3 positions), not a multiple of 4
+        if (edges) inp[i] = 4 + inp[i] % (V - 4);
+        else if (i % 3 == 0) inp[i] = 7;  // one long bucket (B*T/3 positions), not a multiple of 4
+    }
+    if (edges) {
+        require(BT >= 2 * (4 * ENCODER_SEGMENT + 1), "gkb_test_encoder: B*T too small for the edge buckets");
+        for (int i = 0; i < 4 * ENCODER_SEGMENT + 1; i++)  // every other position
+            inp[2 * i] = i < ENCODER_SEGMENT ? 1 : i < 2 * ENCODER_SEGMENT + 1 ? 2 : 3;
     }
     float *wte = gkb_random((size_t)V * C, 1.0f, 1, st), *wpe = gkb_random((size_t)maxT * C, 1.0f, 1, st);
     float *dout = gkb_random(nout, 1.0f, 1, st);
@@ -190,7 +198,7 @@ static void gkb_test_encoder(int B, int T, int C, uint64_t *st) {
     }
     // the rows that no position touches: their increment must be exactly zero
     EncoderBuckets eb;
-    encoder_buckets_init(&eb, B, T);
+    encoder_buckets_init(&eb, B, T, C);
     gkb_put_f32(d_dwte, dwte0, (size_t)V * C);
     gkb_put_f32(d_dwpe, dwpe0, (size_t)maxT * C);
     encoder_buckets_build(&eb, inp, B, T, gkb_stream);
@@ -739,6 +747,7 @@ static void test_basic_kernels(void) {
     gkb_test_encoder(3, 37, 64, &st);
     gkb_test_encoder(3, 37, 768, &st);
     gkb_test_encoder(8, 64, 64, &st);
+    gkb_test_encoder(2, 150, 64, &st, 1);
 
     gkb_test_layernorm(299, 64, &st);    // 299 rows: 37 blocks of 8 rows and 3 more
     gkb_test_layernorm(299, 768, &st);
