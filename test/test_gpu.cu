@@ -246,14 +246,24 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
     // Liger share, held to 1e-2, the bound dev/flce_bench -c holds every version to.
     const int bf16 = c->dtype == FLCE_BF16, bf16_logits = bf16 && c->bf16_logits;
+    // The Hopper path keeps the logits only as bf16 e = 2^(z2 - m); where dz needs z itself
+    // (softcap's 1 - tanh^2, the entropy gradient, weighted smoothing) it takes z back from e,
+    // good to ~2^-9: one more bf16 rounding in dz than the cuBLASLt path's fp32 logits, so the
+    // random problems' bound (5e-3; measured 3.9e-3 on options_combined_none_gtl, cap 3).
+    const int hopper_xf = g_hopper && bf16 && !c->bf16_logits &&
+                          (c->softcap > 0.0f || pb->grad_entropy != NULL || c->has_class_weights);
+    if (hopper_xf && grad_tol_bf16 < 5e-3) grad_tol_bf16 = 5e-3;
     const double tol_grad = bf16_logits ? 1e-2 : bf16 ? grad_tol_bf16 : 2e-5;
     const double tol_tok = bf16_logits ? 1e-2 : bf16 ? 1e-4 : 2e-5;
     const double tol_loss = bf16_logits ? 2e-3 : bf16 ? 1e-4 : 2e-5;
     if (!test_check(r->status == FLCE_OK, "%s: status %s", label, flce_status_string(r->status)))
         return;
     double loss_err = fabs((double)r->loss - (double)ex->loss);
-    // a large summed loss is held to a relative bound
+    // a large summed loss is held to a relative bound; with bf16 logits each token's loss
+    // carries its rounded target logit divided by the temperature (measured: 2.0e-4 relative
+    // at T = 0.6 on verl_t0.6_none)
     double loss_tol = tol_loss * fmax(1.0, fabs((double)ex->loss) / 10.0);
+    if (bf16_logits && c->temperature > 0.0f && c->temperature < 1.0f) loss_tol /= c->temperature;
     test_check(isfinite(r->loss) && loss_err <= loss_tol, "%s: loss %.7f vs %.7f (abs err %.2e)",
                label, r->loss, ex->loss, loss_err);
     double e1 = rel_l2_f32(r->token_loss, ex->token_loss, N);
