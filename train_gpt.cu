@@ -482,9 +482,11 @@ static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
     }
     if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->norm_partials, sizeof(float), s);
     sum_in_order(m->acts.norm_sq, m->norm_partials, z->nproc, s);
-    float norm_sq = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
+    // the wait first: a copy into pageable memory would block the host until the stream got
+    // there, which a collective with a failed process never does
     gpt2_sync(m, s, "the gradients' reduction and norm");
+    float norm_sq = 0.0f;
+    cudaCheck(cudaMemcpy(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
     return sqrtf(norm_sq);
 }
 
@@ -867,10 +869,12 @@ int main(int argc, char **argv) {
         const float grad_scale = norm > clip ? clip / norm : 1.0f;
         const float step_lr = learning_rate(cfg.schedule, step, max_steps, cfg.warmup, cfg.lr, cfg.final_frac);
         gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
-        cudaCheck(cudaMemcpyAsync(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(e1, s));
-        step_profile_mark("AdamW, losses to the host", s);
+        step_profile_mark("AdamW (ZeRO-1: and the parameters' all-gather)", s);
+        // the wait (polling) before the copy into pageable memory, which would block behind the
+        // all-gather: see gpt2_grad_norm
         gpt2_sync(&model, s, "the step (AdamW, the parameters' all-gather)");
+        cudaCheck(cudaMemcpy(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost));
         step_profile_end_step(step == start_step);
         float ms = 0.0f;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
