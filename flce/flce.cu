@@ -116,6 +116,7 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
     cfg->d_hidden_dtype = FLCE_BF16;
     cfg->d_weight_dtype = FLCE_FP32;  // fp32 accumulation of d_W needs no extra buffer
     cfg->d_bias_dtype = FLCE_FP32;
+    cfg->temperature = 1.0f;
 }
 
 static size_t flce_dtype_size(flce_dtype t) { return t == FLCE_FP32 ? 4 : 2; }
@@ -191,6 +192,13 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
     if (cfg->max_chunk_tokens < 0)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "max_chunk_tokens = %lld must be >= 0",
                          (long long)cfg->max_chunk_tokens);
+    if (!(cfg->temperature > 0.0f && isfinite(cfg->temperature)))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "temperature = %g must be finite and > 0 (flce_config_init sets 1)",
+                         (double)cfg->temperature);
+    if (!flce_is_flag(cfg->has_class_weights))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "has_class_weights = %d must be 0 or 1",
+                         cfg->has_class_weights);
     if (cfg->max_vocab_tile != 0 && cfg->max_vocab_tile < FLCE_VOCAB_ALIGN)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
                          "max_vocab_tile = %lld must be 0 (the planner's choice) or >= %d",
@@ -306,7 +314,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->off_dh32 = o;          o = flce_append(o, p->dh_accumulator ? flce_bytes(C, H, 4) : 0);
     p->off_tile_stats = o;    o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
     p->off_tile_grad = o;     o = flce_append(o, tiled && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
-    p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
+    // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
+    // the config does not say, and it is 4 bytes a row per 256 columns)
+    p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
     p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
@@ -652,7 +662,16 @@ static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
     if (t->token_loss != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_loss, "token_loss", 4));
     if (t->token_lse != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_lse, "token_lse", 4));
     if (t->loss != NULL) FLCE_TRY(flce_check_ptr(ctx, t->loss, "loss", 4));
+    if (cfg->has_class_weights)
+        FLCE_TRY(flce_check_ptr(ctx, t->class_weights, "class_weights (has_class_weights = 1)", 4));
+    else if (t->class_weights != NULL)
+        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_INVALID_VALUE,
+                         "class_weights is given but has_class_weights = 0");
+    if (t->token_entropy != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_entropy, "token_entropy", 4));
+    if (t->token_logprob != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_logprob, "token_logprob", 4));
     if (!backward) return FLCE_OK;
+    if (t->grad_entropy != NULL) FLCE_TRY(flce_check_ptr(ctx, t->grad_entropy, "grad_entropy", 4));
+    if (t->grad_logprob != NULL) FLCE_TRY(flce_check_ptr(ctx, t->grad_logprob, "grad_logprob", 4));
     if (t->grad_token_loss != NULL) {
         if (cfg->reduction != FLCE_REDUCTION_NONE)
             return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_INVALID_VALUE,
@@ -708,7 +727,10 @@ template <typename T, typename TL, typename Tgt, int MODE>
 static cudaError_t flce_launch_rows(cudaStream_t stream, TL *logits, int64_t rows,
                                     const flce_rows_args<T, Tgt> &a) {
     const unsigned threads = a.ncols <= FLCE_CE_NARROW_COLS ? FLCE_CE_THREADS_NARROW : FLCE_CE_THREADS;
-    if (a.bias == NULL && a.p.softcap == 0.0f)
+    // a temperature, and class weights without smoothing, cost SIMPLE nothing per logit; the
+    // entropy and weighted smoothing do
+    const int weighted_smoothing = a.class_weights != NULL && a.p.label_smoothing > 0.0f;
+    if (a.bias == NULL && a.p.softcap == 0.0f && !a.p.want_entropy && !weighted_smoothing)
         flce_ce_rows_kernel<T, TL, Tgt, MODE, true><<<(unsigned)rows, threads, 0, stream>>>(logits, a);
     else
         flce_ce_rows_kernel<T, TL, Tgt, MODE, false><<<(unsigned)rows, threads, 0, stream>>>(logits, a);
@@ -918,7 +940,7 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
     a.want_sum = s->cfg->label_smoothing > 0.0f;
     FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
         FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
-        if (a.bias != NULL || a.r.cap > 0.0f)
+        if (a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL)
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
         else
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
@@ -970,7 +992,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
-            FLCE_HOPPER_TRY("d_hidden GEMM", cfg->softcap > 0.0f
+            FLCE_HOPPER_TRY("d_hidden GEMM", r->xf
                                                   ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
                                                   : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
             if (p->dh_accumulator) {  // bf16 d_h over several tiles: summed in fp32, rounded once
@@ -1009,7 +1031,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
-            if (cfg->softcap > 0.0f)
+            if (r->xf)
                 err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
                           : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
             else
@@ -1047,10 +1069,18 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     r.stat_m = (float *)(s->ws + p->off_stat);
     r.stat_s = r.stat_m + p->n_stat * p->ldc;
     r.stat_sz = r.stat_s + p->n_stat * p->ldc;
+    r.stat_q = r.stat_sz + p->n_stat * p->ldc;
     r.coef = (float *)(s->ws + p->off_rec);
     r.ld = p->ldc;
     r.V = (int)V;
     r.cap = cfg->softcap;
+    r.k = s->ra.p.k;
+    r.temp = cfg->temperature;
+    // class weights enter dz (and the epilogue's sum) only through the smoothing term
+    r.cw = s->ra.class_weights != NULL && cfg->label_smoothing > 0.0f ? s->ra.class_weights : NULL;
+    r.want_q = s->ra.p.want_entropy;
+    // the general transform: a softcap, an entropy gradient, weighted smoothing
+    r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;
@@ -1104,6 +1134,16 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     ra.p.softcap = cfg->softcap;
     ra.p.grad_scale = cfg->grad_scale;
     ra.p.reduction = (int)cfg->reduction;
+    // the temperature as a factor on the logits: log2(e) / T is log2(e) itself at T = 1
+    ra.p.temperature = cfg->temperature;
+    ra.p.inv_temp = 1.0f / cfg->temperature;
+    ra.p.k = FLCE_LOG2E * ra.p.inv_temp;
+    ra.class_weights = cfg->has_class_weights ? t->class_weights : NULL;
+    ra.token_entropy = t->token_entropy;
+    ra.token_logprob = t->token_logprob;
+    ra.grad_entropy = backward ? t->grad_entropy : NULL;
+    ra.grad_logprob = backward ? t->grad_logprob : NULL;
+    ra.p.want_entropy = ra.token_entropy != NULL || ra.grad_entropy != NULL;
     ra.token_loss = token_loss;
     ra.token_lse = t->token_lse ? t->token_lse : (float *)(ws + p->off_token_lse);
     ra.tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
@@ -1118,6 +1158,11 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.ignore_index,
             target_logit, scalars);
         FLCE_LAUNCH_CHECK("flce_prepare_kernel");
+        if (ra.class_weights != NULL) {
+            flce_weight_sum_kernel<Tgt><<<1, 1024, 0, stream>>>(targets, N, V, ra.ignore_index, ra.class_weights,
+                                                                scalars);
+            FLCE_LAUNCH_CHECK("flce_weight_sum_kernel");
+        }
         if (backward && t->d_bias != NULL && !p->sm90) {
             flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>((T *)(ws + p->off_ones), p->chunk);
             FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
@@ -1128,8 +1173,9 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     }
     if (!p->sm90) FLCE_TRY(p->n_vtiles > 1 ? flce_run_tiles(&s) : flce_run_chunks(&s));
     FLCE_PHASE(ctx, stream, FLCE_T_FINALIZE, {
-        flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
-                                                           targets, t->loss, ctx->host_status_device);
+        flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction,
+                                                           ra.class_weights != NULL, scalars, targets, t->loss,
+                                                           ctx->host_status_device);
         FLCE_LAUNCH_CHECK("flce_finalize_kernel");
         if (backward && t->d_weight != NULL && p->dw_accumulator) {
             flce_add_f32_kernel<<<1024, 256, 0, stream>>>((__nv_bfloat16 *)t->d_weight,

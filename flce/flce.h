@@ -6,9 +6,18 @@ classes, an optional bias b (Vp) and integer targets y (N):
 
     z      = h @ W^T + b                      (N, V)   never stored whole
     z      = softcap * tanh(z / softcap)               if softcap > 0
+    z      = z / temperature                           (default 1; after the softcap, as
+                                                       verl and vLLM apply it last)
     lse_i  = log sum_j exp(z_ij)                       over the V real classes only
-    loss_i = (1 - eps) (lse_i - z_i,y_i) + eps (lse_i - mean_j z_ij) + zl * lse_i^2
+    loss_i = (1 - eps) w_y (lse_i - z_i,y) + (eps / V) sum_j w_j (lse_i - z_ij) + zl * lse_i^2
     loss   = mean over non-ignored tokens | sum | none (per-token)
+with class weights w (all 1 unless has_class_weights: F.cross_entropy's `weight`, its
+label-smoothing term included); a mean divides by sum_i w_{y_i} over the non-ignored tokens
+(PyTorch's weighted mean; the count of them without weights; 0 when that is 0). The z-loss
+term is not weighted (as Liger). Optional per-token outputs: the entropy
+H_i = lse_i - sum_j p_ij z_ij and the target log-probability z_i,y - lse_i, each with an
+optional upstream gradient (grad_entropy, grad_logprob) that adds to the loss's:
+    d H_i / d z_ij = -p_ij (z_ij - sum_k p_ik z_ik),  d logprob_i / d z_ij = [j == y] - p_ij.
 
 and, in the same call, d_hidden = dL/dh, d_weight = dL/dW, d_bias = dL/db, without ever
 holding the (N, V) logits. Two schedules, chosen from the caller's workspace by a cost model:
@@ -110,6 +119,10 @@ typedef struct {
     // exact LSE. The Hopper path needs neither: its statistics come from the fp32
     // accumulators and its buffer holds bf16 exp(z - tile max).
     int bf16_logits;
+    // --- since 1.1 (flce_config_init sets these; a config made without it must set
+    // temperature = 1) ---
+    float temperature;          // finite > 0; default 1: logits divided by it after the softcap
+    int has_class_weights;      // class_weights (V, fp32) is given; default 0 (all weights 1)
 } flce_config;
 
 typedef struct {
@@ -126,6 +139,15 @@ typedef struct {
     void *d_hidden;             // (N, H) d_hidden_dtype, 16-byte aligned
     void *d_weight;             // (Vp, H) d_weight_dtype, 16-byte aligned; rows >= V get 0
     void *d_bias;               // (Vp) d_bias_dtype; requires has_bias
+    // --- since 1.1 (a tensors struct zeroed as `= {0}` leaves them off) ---
+    const float *class_weights; // (V) fp32 per-class weights, finite; required iff has_class_weights
+    float *token_entropy;       // (N) optional output: entropy of every token's softmax (ignored too)
+    float *token_logprob;       // (N) optional output: z_y - lse (0 for ignored tokens)
+    // optional upstream gradients (times grad_scale, like every gradient), used by
+    // flce_forward_backward only: of token_entropy (every token) and of token_logprob (the
+    // non-ignored ones); they add to the loss's gradient whatever the reduction
+    const float *grad_entropy;  // (N)
+    const float *grad_logprob;  // (N)
 } flce_tensors;
 
 typedef struct flce_context flce_context;
@@ -199,7 +221,7 @@ its size too, so an old binding refuses the new library even if the version was 
 flce/python's CPU test also compares every field's offset and every enum value with this header.
 */
 #define FLCE_VERSION_MAJOR 1
-#define FLCE_VERSION_MINOR 0
+#define FLCE_VERSION_MINOR 1
 #define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
 
 int flce_version(void);             // FLCE_VERSION of the library's build

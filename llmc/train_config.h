@@ -34,6 +34,8 @@ typedef struct {
     int B, T, total_batch, max_steps, warmup;
     int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
     int vocab, flce_mib, flce_fp32_logits, flce_autotune;
+    int zero_stage;  // -z: 0 every rank keeps the whole optimizer state, 1 its slice (llmc/zero.h)
+    int overlap;     // -ov: 1 reduces gradients in buckets while the backward runs
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -80,6 +82,10 @@ static const TrainFlag train_flags[] = {
      "              (default 0)"},
     {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
      "              (faster; a run's bits can then differ from another's); default 0"},
+    {"-z", 'i', TRAIN_FIELD_(zero_stage), 0, 1, "ZeRO stage (several GPUs): 0 every GPU keeps the fp32 master weights and AdamW's\n"
+     "              m, v (default); 1 each GPU keeps its 1/N slice of them (stages 2, 3: not supported)"},
+    {"-ov", 'i', TRAIN_FIELD_(overlap), 0, 1, "several GPUs: 1 reduces the gradients layer by layer while the backward runs\n"
+     "              (default); 0 in one call after it (for measurement)"},
     {"-pn", 'i', TRAIN_FIELD_(proc_num), 1, 65536, "processes (one per GPU) without mpirun (default: srun's SLURM_NTASKS\n"
      "              with -pi fs|tcp, else 1)"},
     {"-pr", 'i', TRAIN_FIELD_(proc_rank), 0, 65535, "this process's rank, 0..pn-1 (default: srun's SLURM_PROCID with -pi fs|tcp)"},
@@ -110,6 +116,7 @@ static inline void train_config_defaults(TrainConfig *c) {
     c->gen_tokens = 64;
     c->recompute = 1;
     c->master_weights = 1;
+    c->overlap = 1;
     c->flce_mib = 1024;
     c->lr = 3e-4f;
     c->final_frac = 1.0f;

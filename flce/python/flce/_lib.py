@@ -21,7 +21,8 @@ import threading
 # --- flce.h's ABI: keep in step with the header (the CPU test compares every offset) ---------
 
 VERSION_MAJOR = 1   # FLCE_VERSION_MAJOR this binding mirrors
-VERSION_MINOR = 0   # FLCE_VERSION_MINOR it needs at least
+VERSION_MINOR = 1   # FLCE_VERSION_MINOR it needs at least (1.1: temperature, class weights,
+                    # entropy and log-probabilities)
 
 
 class Status(enum.IntEnum):
@@ -81,6 +82,9 @@ class Config(ctypes.Structure):
         ("max_chunk_tokens", ctypes.c_int64),
         ("max_vocab_tile", ctypes.c_int64),
         ("bf16_logits", ctypes.c_int),
+        # 1.1
+        ("temperature", ctypes.c_float),
+        ("has_class_weights", ctypes.c_int),
     ]
 
 
@@ -98,6 +102,12 @@ class Tensors(ctypes.Structure):
         ("d_hidden", ctypes.c_void_p),
         ("d_weight", ctypes.c_void_p),
         ("d_bias", ctypes.c_void_p),
+        # 1.1
+        ("class_weights", ctypes.c_void_p),
+        ("token_entropy", ctypes.c_void_p),
+        ("token_logprob", ctypes.c_void_p),
+        ("grad_entropy", ctypes.c_void_p),
+        ("grad_logprob", ctypes.c_void_p),
     ]
 
 

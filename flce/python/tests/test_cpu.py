@@ -192,7 +192,7 @@ def test_config_init():
         cfg.z_loss_scale == 0.0 and cfg.softcap == 0.0 and cfg.has_bias == 0 and \
         cfg.d_hidden_dtype == Dtype.BF16 and cfg.d_weight_dtype == Dtype.FP32 and \
         cfg.d_bias_dtype == Dtype.FP32 and cfg.max_chunk_tokens == 0 and cfg.max_vocab_tile == 0 and \
-        cfg.bf16_logits == 0
+        cfg.bf16_logits == 0 and cfg.temperature == 1.0 and cfg.has_class_weights == 0
     check(ok, "flce_config_init fills flce.h's defaults into the ctypes struct")
 
 
@@ -225,6 +225,11 @@ def _bad_configs():
         ("bf16_logits 3", mk(bf16_logits=3), Status.ERR_INVALID_VALUE, "bf16_logits"),
         ("max_chunk_tokens -1", mk(max_chunk_tokens=-1), Status.ERR_INVALID_VALUE, "max_chunk_tokens"),
         ("max_vocab_tile 63", mk(max_vocab_tile=63), Status.ERR_INVALID_VALUE, "max_vocab_tile"),
+        ("temperature 0", mk(temperature=0.0), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature -1", mk(temperature=-1.0), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature NaN", mk(temperature=math.nan), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature inf", mk(temperature=math.inf), Status.ERR_INVALID_VALUE, "temperature"),
+        ("has_class_weights 2", mk(has_class_weights=2), Status.ERR_INVALID_VALUE, "has_class_weights"),
     ]
 
 
