@@ -13,7 +13,11 @@ Files and flags follow llm.c (./train_gpt -h). The host side lives in the .h hea
 file holds the GPU side and main(), which checks every flag and input file before the GPU.
 Several GPUs: built with MULTI_GPU (the Makefile does when OpenMPI and NCCL are installed) and
 run as `mpirun -np N ./train_gpt`: data parallel, each rank its slice of every batch (llm.c's
-order), gradients averaged with one NCCL all-reduce per step.
+order). The gradients are averaged in buckets, one per layer, on a second stream while the
+backward pass goes on (-ov 0: in one call after it); with -z 1 (ZeRO-1, llmc/zero.h) each rank
+keeps the fp32 master weights and AdamW's m, v of its 1/N slice of the parameters only: the
+gradients are reduce-scattered instead of all-reduced, each rank updates its slice, and the
+bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 give the same steps.
 */
 #include "llmc/utils.h"  // first: it sets the POSIX feature macros
 #include "llmc/checkpoint.h"
@@ -26,6 +30,7 @@ order), gradients averaged with one NCCL all-reduce per step.
 #include "llmc/step_profile.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
+#include "llmc/zero.h"
 
 #include <math.h>
 
@@ -74,9 +79,20 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params;              // named, into params_memory
     GPT2FloatTensors grads;               // named, into grads_memory
-    floatX *params_memory;                // bf16, the table's order
-    float *grads_memory;                  // fp32
-    float *master, *m, *v;                // fp32 master weights and AdamW moments
+    floatX *params_memory;                // bf16, the table's order; zero.padded elements (padding 0)
+    float *grads_memory;                  // fp32; zero.padded elements (padding 0)
+    float *master, *m, *v;                // fp32 master weights and AdamW moments: zero.opt_count
+                                          // elements, those of parameters [zero.opt_lo, ...)
+    // the ranks: the slices of the flat vector, the gradient buckets
+    MultiGpu *mg;                         // NULL: one process
+    ZeroLayout zero;
+    int overlap;                          // buckets reduced during the last micro-step's backward
+    int buckets_pending;                  // the backward launched them: gpt2_reduce_grads waits
+    ZeroPiece *pieces;                    // bucket b: pieces[bucket_first[b] .. bucket_first[b + 1])
+    int *bucket_first;
+    cudaStream_t comm;                    // the buckets' stream
+    cudaEvent_t grads_ready, comm_done;
+    float *norm_partials;                 // per rank: the squared norm of its slice of the gradients
     int B, T;                             // activation sizes
     Activations acts;
     MatmulContext mm;
@@ -95,47 +111,83 @@ typedef struct {
     float *tp_dh;                         // (P, B*T, C) fp32: this rank's partial d(lnf) of every token
 } GPT2;
 
-// Parameters on the device: bf16 (as uploaded, the bits of a model file) and fp32 master weights.
-static void gpt2_upload(GPT2 *m, const uint16_t *params_bf16, const float *master) {
-    const size_t n = m->num_parameters;
-    cudaCheck(cudaMemcpy(m->master, master, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->params_memory, params_bf16, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+// Parameters on the device: bf16 (all of them, as uploaded: the bits of a model file) and this
+// rank's share of the fp32 master weights (zero.opt_count of them).
+static void gpt2_upload(GPT2 *m, const uint16_t *params_bf16, const float *master_share) {
+    cudaCheck(cudaMemcpy(m->master, master_share, m->zero.opt_count * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->params_memory, params_bf16, m->num_parameters * sizeof(uint16_t), cudaMemcpyHostToDevice));
 }
 
-// Parameters on the device from an fp32 host copy: master weights and their bf16 rounding.
+// Parameters on the device from an fp32 host copy of all of them: the bf16 rounding, and the
+// share of master weights.
 static void gpt2_upload_params(GPT2 *m, const float *host) {
     uint16_t *bf = (uint16_t *)malloc_check(m->num_parameters * sizeof(uint16_t));
     floats_to_bf16(host, bf, m->num_parameters);
-    gpt2_upload(m, bf, host);
+    gpt2_upload(m, bf, host + m->zero.opt_lo);
     free(bf);
 }
 
-// The model of config (checked: gpt2_load_checked) on the device: gradients and AdamW moments
-// zero, the parameters for gpt2_upload_params or gpt2_upload_checkpoint to fill.
-static void gpt2_build(GPT2 *m, const GPT2Config *config) {
+static void *gpt2_alloc_zeroed(size_t bytes) {
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes > 0 ? bytes : 16));  // a ZeRO-1 rank may own padding alone
+    cudaCheck(cudaMemset(p, 0, bytes > 0 ? bytes : 16));
+    return p;
+}
+
+// The model of config (checked: gpt2_load_checked) on the device, for rank mg->rank of
+// mg->nproc processes (mg NULL: one process) at ZeRO stage zero_stage (-z), reducing gradients
+// in buckets during the backward when overlap (-ov; several processes only): gradients and
+// AdamW moments zero, the parameters for gpt2_upload_params or gpt2_upload_checkpoint to fill.
+static void gpt2_build(GPT2 *m, const GPT2Config *config, MultiGpu *mg = NULL, int zero_stage = 0, int overlap = 1) {
     memset(m, 0, sizeof(*m));
     m->config = *config;
     gpt2_parameter_tensors(&m->config, m->tensors);
     m->num_parameters = gpt2_num_parameters(&m->config);
-    const size_t n = m->num_parameters;
-    cudaCheck(cudaMalloc(&m->params_memory, n * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&m->master, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&m->grads_memory, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&m->m, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&m->v, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->m, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->v, 0, n * sizeof(float)));
+    m->mg = mg;
+    char err[256];
+    require(zero_layout(&m->zero, m->num_parameters, mg ? mg->nproc : 1, mg ? mg->rank : 0, zero_stage, err,
+                        sizeof(err)) == 0, err);
+    const ZeroLayout *z = &m->zero;
+    // the flat buffers are nproc slices long, so that the collectives see equal slices; their
+    // padding is zero and stays so (no kernel writes past the parameters)
+    m->params_memory = (floatX *)gpt2_alloc_zeroed(z->padded * sizeof(floatX));
+    m->grads_memory = (float *)gpt2_alloc_zeroed(z->padded * sizeof(float));
+    m->master = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
+    m->m = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
+    m->v = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
+    m->norm_partials = (float *)gpt2_alloc_zeroed((size_t)z->nproc * sizeof(float));
     gpt2_point_params(&m->params, m->params_memory, m->tensors);
     gpt2_point_floats(&m->grads, m->grads_memory, m->tensors);
+    if (z->nproc > 1 && overlap) {
+        const int nb = zero_num_buckets(config);
+        m->overlap = 1;
+        m->pieces = (ZeroPiece *)malloc_check((size_t)nb * zero_bucket_pieces_max(z) * sizeof(ZeroPiece));
+        m->bucket_first = (int *)malloc_check((size_t)(nb + 1) * sizeof(int));
+        int k = 0;
+        for (int b = 0; b < nb; b++) {
+            m->bucket_first[b] = k;
+            k += zero_bucket_pieces(z, config, m->tensors, b, m->pieces + k);
+        }
+        m->bucket_first[nb] = k;
+        // the highest priority: a bucket's reduction takes SMs as soon as the backward's kernels
+        // free some, so that it finishes under the backward rather than after it
+        int least = 0, greatest = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&m->comm, cudaStreamNonBlocking, greatest));
+        cudaCheck(cudaEventCreateWithFlags(&m->grads_ready, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&m->comm_done, cudaEventDisableTiming));
+    }
 }
 
-// A loaded checkpoint on the device: parameters, master weights and AdamW moments.
+// A loaded checkpoint on the device: parameters, this rank's share of master weights and AdamW
+// moments (checkpoint_load_checked read it for the same layout).
 static void gpt2_upload_checkpoint(GPT2 *m, const Checkpoint *ck) {
-    const size_t n = m->num_parameters;
+    const size_t share = m->zero.opt_count;
+    require(ck->zero.opt_lo == m->zero.opt_lo && ck->zero.opt_count == share,
+            "gpt2_upload_checkpoint: the checkpoint was loaded for another ZeRO layout (a bug)");
     gpt2_upload(m, ck->params, ck->master);
-    cudaCheck(cudaMemcpy(m->m, ck->state.m, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->v, ck->state.v, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->m, ck->state.m, share * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->v, ck->state.v, share * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 static floatX *alloc_act(GPT2 *m, size_t elems) {
@@ -189,7 +241,8 @@ static int gpt2_flce_config_rank(const GPT2Config *c, int B, int T, int grad_acc
         // others' flce adds 0 there) with P dL/dW_v, a sum over every rank's tokens; ncclAvg
         // makes it (1/P) (P dL/dW_v + sum_r E_r) = dL/dW_v + (1/P) sum_r E_r, data parallel's
         // (1/P) sum_r (dL_r/dW_v + E_r) since (1/P) sum_r dL_r/dW_v = dL/dW_v. The factor P is
-        // the SUM semantics those rows need under the average; no other buffer changes.
+        // the SUM semantics those rows need under the average; no other buffer changes. (The
+        // same under -z 1 and -ov 1: their reduce-scatter and buckets' reduces are ncclAvg too.)
         fc->grad_scale = (float)P / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
     }
     char why[512];
@@ -305,7 +358,7 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     cudaCheck(cudaMalloc(&a->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
     cudaCheck(cudaMalloc(&a->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
     matmul_init(&m->mm);
-    encoder_buckets_init(&m->buckets, B, T);
+    encoder_buckets_init(&m->buckets, B, T, c->channels);
 
     // the LM head: flce over the B*T positions, tied to wte (rows V..Vp are padding)
     if (flce_create(&m->flce) != FLCE_OK) {
@@ -472,13 +525,25 @@ static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *tok
     flceCheck(flce_forward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
 }
 
+// Bucket b of the gradients (llmc/zero.h: layer b, or the global tensors for b = L), final in
+// s's work so far, averaged over the ranks on the comm stream while s goes on.
+static void gpt2_reduce_bucket(GPT2 *m, int b, cudaStream_t s) {
+    cudaCheck(cudaEventRecord(m->grads_ready, s));
+    cudaCheck(cudaStreamWaitEvent(m->comm, m->grads_ready, 0));
+    const int first = m->bucket_first[b];
+    multi_gpu_reduce_bucket(m->mg, m->grads_memory, m->pieces + first, m->bucket_first[b + 1] - first, m->comm);
+}
+
 // Training micro-step, backward half: from d(lnf) (in dln) down to the embeddings. Every
 // parameter gradient is accumulated (+=). The biases of the two projections that write the
 // residual stream (attprojb, fcprojb) get their gradient, the column sums of dresidual, from
 // the layernorm backward that leaves dresidual at its final value (the lnf one for the last
 // layer's fcprojb, ln1 of layer l + 1 for layer l's, ln2 of layer l for attprojb), so their
-// matmul_backward skips it.
-static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s) {
+// matmul_backward skips it. last_micro: the step's last micro-step, whose gradients are final
+// layer by layer: with several processes and overlap each layer's bucket is reduced as soon as
+// its backward is done, and the global tensors' (wte: the flce head and the encoder) last.
+static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s, int last_micro = 0) {
+    const int bucketed = last_micro && m->overlap;
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;
@@ -516,42 +581,102 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s) {
         layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,
                                   a->ln_scratch, a->dln, residual, p->ln1w + lc, a->ln1_mean + ml, a->ln1_rstd + ml,
                                   (int)BT, C, s);
+        if (bucketed) gpt2_reduce_bucket(m, l, s);  // layer l's gradients are final
     }
     encoder_backward(g->wte, g->wpe, a->dresidual, &m->buckets, B, T, C, s);
+    if (bucketed) {
+        gpt2_reduce_bucket(m, L, s);  // wte, wpe, lnfw, lnfb
+        m->buckets_pending = 1;
+    }
 }
 
 static void gpt2_zero_grad(GPT2 *m, cudaStream_t s) {
-    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), s));
+    cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->zero.padded * sizeof(float), s));
 }
 
-// Global gradient norm (waits for the stream: the host needs it for clipping and the log).
-static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
-    global_norm_squared(m->acts.norm_sq, m->grads_memory, m->num_parameters, m->acts.norm_scratch, 0, s);
-    float norm_sq = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
+// Returns once s's work so far is done: with several processes by polling (so that a process
+// that failed in a collective cannot hang this one), with one by a plain synchronize.
+static void gpt2_sync(GPT2 *m, cudaStream_t s, const char *what) {
+    if (m->zero.nproc > 1) multi_gpu_wait(m->mg, s, what);
     cudaCheck(cudaStreamSynchronize(s));
+}
+
+// The gradients averaged over the ranks, on s (a no-op for one process): every gradient on every
+// rank under ZeRO-0, each rank's slice on it under ZeRO-1. When the backward reduced them in
+// buckets (gpt2_backward's last micro-step with overlap), s waits for the last bucket;
+// otherwise one collective over all of them now.
+static void gpt2_reduce_grads(GPT2 *m, cudaStream_t s) {
+    const ZeroLayout *z = &m->zero;
+    if (z->nproc <= 1) return;
+    if (m->buckets_pending) {
+        m->buckets_pending = 0;
+        cudaCheck(cudaEventRecord(m->comm_done, m->comm));
+        cudaCheck(cudaStreamWaitEvent(s, m->comm_done, 0));
+        return;
+    }
+    if (z->stage == 1) multi_gpu_reduce_scatter_avg(m->mg, m->grads_memory, z->slice, s);
+    else multi_gpu_all_reduce_avg(m->mg, m->grads_memory, m->num_parameters, s);
+}
+
+// Global gradient norm of the reduced gradients (waits for the stream: the host needs it for
+// clipping and the log). The squared norm is summed per slice of the flat vector and the
+// slices' sums added in rank order (global_norm.cuh): under ZeRO-1 each rank sums its own slice
+// and the sums are all-gathered, under ZeRO-0 each rank sums every slice, so that both give the
+// same bits; one process has one slice, whose sum is that of the whole vector (its padding
+// adds zeros).
+static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
+    const ZeroLayout *z = &m->zero;
+    for (int r = 0; r < z->nproc; r++) {
+        if (z->stage == 1 && r != z->rank) continue;
+        global_norm_squared(m->norm_partials + r, m->grads_memory + (size_t)r * z->slice, z->slice,
+                            m->acts.norm_scratch, 0, s);
+    }
+    if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->norm_partials, sizeof(float), s);
+    sum_in_order(m->acts.norm_sq, m->norm_partials, z->nproc, s);
+    // the wait first: a copy into pageable memory would block the host until the stream got
+    // there, which a collective with a failed process never does
+    gpt2_sync(m, s, "the gradients' reduction and norm");
+    float norm_sq = 0.0f;
+    cudaCheck(cudaMemcpy(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
     return sqrtf(norm_sq);
 }
 
 // AdamW on every tensor (weight decay on the 2-D ones only), gradients scaled to clip the
-// global norm at grad_clip; step t counts from 1. Stochastic rounding is seeded by (t, tensor).
-// One launch for all the tensors (adamw_update_multi): bitwise one adamw_update per tensor.
+// global norm at grad_clip; step t counts from 1. Stochastic rounding is seeded by (t, tensor)
+// and hashes each element's index within its tensor. One launch (adamw_update_multi) over this
+// rank's share (llmc/zero.h): every tensor under ZeRO-0, the parts of the tensors within the
+// rank's slice under ZeRO-1, each element getting bitwise its ZeRO-0 update; then the ranks
+// all-gather their slices of the bf16 parameters.
 static void gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int t, cudaStream_t s) {
+    const ZeroLayout *z = &m->zero;
+    ZeroRange ranges[NUM_PARAMETER_TENSORS];
+    const int nr = zero_optimizer_ranges(z, m->tensors, NUM_PARAMETER_TENSORS, ranges);
     AdamWTensor tensors[NUM_PARAMETER_TENSORS];
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParameterTensor *pt = &m->tensors[i];
-        tensors[i].offset = pt->offset;
-        tensors[i].numel = pt->numel;
-        tensors[i].weight_decay = pt->weight_decay ? weight_decay : 0.0f;
-        tensors[i].seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
+    for (int k = 0; k < nr; k++) {
+        const int i = ranges[k].tensor;
+        tensors[k].offset = ranges[k].offset;
+        tensors[k].numel = ranges[k].numel;
+        tensors[k].state_offset = ranges[k].state_offset;
+        tensors[k].index0 = ranges[k].index0;
+        tensors[k].weight_decay = m->tensors[i].weight_decay ? weight_decay : 0.0f;
+        tensors[k].seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
     }
-    adamw_update_multi(m->params_memory, m->master, m->grads_memory, m->m, m->v, tensors, NUM_PARAMETER_TENSORS, lr,
-                       beta1, beta2, t, eps, grad_scale, NULL, s);
+    adamw_update_multi(m->params_memory, m->master, m->grads_memory, m->m, m->v, tensors, nr, lr, beta1, beta2, t,
+                       eps, grad_scale, NULL, s);
+    if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->params_memory, z->slice * sizeof(floatX), s);
 }
 
 static void gpt2_free(GPT2 *m) {
     Activations *a = &m->acts;
+    cudaCheck(cudaFree(m->norm_partials));
+    if (m->overlap) {
+        cudaCheck(cudaStreamDestroy(m->comm));
+        cudaCheck(cudaEventDestroy(m->grads_ready));
+        cudaCheck(cudaEventDestroy(m->comm_done));
+    }
+    free(m->pieces);
+    free(m->bucket_first);
     void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, a->encoded, a->ln1, a->qkv, a->atty,
                     a->residual2, a->ln2, a->fch_pre, a->residual3, a->ln1_mean, a->ln1_rstd, a->ln2_mean,
                     a->ln2_rstd, a->att_saved, m->tp_lnf, a->lnf_mean, a->lnf_rstd, a->fch_gelu, a->dresidual,
@@ -604,10 +729,11 @@ static void download_floats(float *dst, const float *src, size_t n) {
     cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
-// This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state.
+// This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
+// (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1).
 static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
     char err[1024];
-    const size_t n = m->num_parameters;
+    const size_t n = m->num_parameters, share = m->zero.opt_count;
     uint16_t *params = NULL;
     if (mg->rank == 0) {
         params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
@@ -618,14 +744,15 @@ static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir,
     st.num_processes = mg->nproc;
     st.process_rank = mg->rank;
     st.use_master_weights = 1;
+    st.zero_stage = m->zero.stage;
     st.step = step;
-    st.num_parameters = n;
-    st.m = (float *)malloc_check(n * sizeof(float));
-    st.v = (float *)malloc_check(n * sizeof(float));
-    st.master_weights = (float *)malloc_check(n * sizeof(float));
-    download_floats(st.m, m->m, n);
-    download_floats(st.v, m->v, n);
-    download_floats(st.master_weights, m->master, n);
+    st.num_parameters = share;
+    st.m = (float *)malloc_check((share ? share : 1) * sizeof(float));
+    st.v = (float *)malloc_check((share ? share : 1) * sizeof(float));
+    st.master_weights = (float *)malloc_check((share ? share : 1) * sizeof(float));
+    download_floats(st.m, m->m, share);
+    download_floats(st.v, m->v, share);
+    download_floats(st.master_weights, m->master, share);
     if (dataloader_get_state(loader, &st.loader) != 0) {
         fprintf(stderr, "Error: cannot capture the data loader state\n");
         exit(EXIT_FAILURE);
@@ -724,7 +851,8 @@ int main(int argc, char **argv) {
     memset(&ck, 0, sizeof(ck));
     int resumed = 0;
     if (cfg.resume) {
-        resumed = checkpoint_load_checked(out_dir, &config, mg.rank, mg.nproc, &train_loader, &ck, err, sizeof(err));
+        resumed = checkpoint_load_checked(out_dir, &config, mg.rank, mg.nproc, cfg.zero_stage, &train_loader, &ck, err,
+                                          sizeof(err));
         require_ok(resumed >= 0, err);
         if (main_rank && resumed && err[0]) printf("note: %s\n", err);  // a newer checkpoint was incomplete
         if (main_rank && !resumed) printf("%s: starting fresh\n", err);
@@ -763,7 +891,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&s));
     step_profile_init();
     GPT2 model;
-    gpt2_build(&model, &config);
+    gpt2_build(&model, &config, &mg, cfg.zero_stage, cfg.overlap);
     if (resumed) gpt2_upload_checkpoint(&model, &ck);
     else gpt2_upload_params(&model, init_params);
     free(init_params);
@@ -811,16 +939,26 @@ int main(int argc, char **argv) {
                                (long long)model.flce_cfg.vocab_padded, c->padded_vocab_size);
         else snprintf(head_text, sizeof(head_text), "%s", mg.nproc > 1 ? "data parallel (-tp 0)" : "one GPU");
         printf("| %-21s | %-50s |\n", "LM head", head_text);
+        char zero_text[64], reduce_text[64];
+        if (model.zero.stage == 1) snprintf(zero_text, sizeof(zero_text), "1 (master, m, v: 1/%d each)", mg.nproc);
+        else snprintf(zero_text, sizeof(zero_text), "0");
+        snprintf(reduce_text, sizeof(reduce_text), mg.nproc == 1 ? "none (one process)"
+                 : model.overlap ? "per layer, under the backward (-ov 1)" : "after the backward (-ov 0)");
+        printf("| %-21s | %-50s |\n", "ZeRO stage", zero_text);
+        printf("| %-21s | %-50s |\n", "gradient reduction", reduce_text);
         printf("| %-21s | %-50s |\n", "flce logits", cfg.flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
         printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
                cfg.flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
         printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", peak_text);
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);
-        printf("memory: parameters %.2f GiB (bf16 + fp32 master), gradients %.2f GiB, AdamW %.2f GiB, activations %.2f GiB,\n"
-               "        flce workspace %.2f GiB (chunks of %lld tokens%s); full bf16 logits would have been %.2f GiB more\n",
-               np * 6.0 / gib, np * 4.0 / gib, np * 8.0 / gib, model.act_bytes / gib, model.flce_ws_bytes / gib,
-               (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes),
+        const ZeroLayout *z = &model.zero;
+        const double opt = z->opt_count * 4.0 / gib;
+        printf("memory per GPU: params %.3f GiB (bf16), grads %.3f GiB, master %.3f GiB, m %.3f GiB, v %.3f GiB (fp32%s),\n"
+               "        activations %.3f GiB, flce workspace %.3f GiB (chunks of %lld tokens%s); full bf16 logits "
+               "would have been %.2f GiB more\n", z->padded * 2.0 / gib, z->padded * 4.0 / gib, opt, opt, opt,
+               z->stage == 1 ? ": master, m, v of this GPU's slice alone" : "", model.act_bytes / gib,
+               model.flce_ws_bytes / gib, (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes),
                model.tp ? " of every rank's, over this rank's rows" : "", full_logits / gib);
     }
     FILE *log = NULL;
@@ -881,24 +1019,27 @@ int main(int argc, char **argv) {
             gpt2_set_batch(&model, train_loader.inputs, train_loader.targets, B, T, 1, s);
             step_profile_mark("batch: load, upload (host)", s);
             gpt2_forward_train(&model, B, T, micro, s);
-            gpt2_backward(&model, B, T, s);
+            gpt2_backward(&model, B, T, s, micro == grad_accum - 1);
             step_profile_mark("transformer backward", s);
             // -tp 1: the head's collectives done (polled) before the next micro-step's uploads,
-            // which may block; the last one's are waited for with the gradients' all-reduce
+            // which may block; the last one's are waited for with the gradients' reduction
+            // (gpt2_grad_norm's wait)
             if (model.tp && micro + 1 < grad_accum) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives");
         }
-        multi_gpu_average(&mg, model.grads_memory, model.num_parameters, s);
-        step_profile_mark("gradient all-reduce", s);
+        gpt2_reduce_grads(&model, s);
+        step_profile_mark("gradient reduction (what the backward left)", s);
         const float norm = gpt2_grad_norm(&model, s);
         step_profile_mark("gradient norm (host waits)", s);
         const float clip = 1.0f;
         const float grad_scale = norm > clip ? clip / norm : 1.0f;
         const float step_lr = learning_rate(cfg.schedule, step, max_steps, cfg.warmup, cfg.lr, cfg.final_frac);
         gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
-        cudaCheck(cudaMemcpyAsync(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(e1, s));
-        step_profile_mark("AdamW, losses to the host", s);
-        cudaCheck(cudaEventSynchronize(e1));
+        step_profile_mark("AdamW (ZeRO-1: and the parameters' all-gather)", s);
+        // the wait (polling) before the copy into pageable memory, which would block behind the
+        // all-gather: see gpt2_grad_norm
+        gpt2_sync(&model, s, "the step (AdamW, the parameters' all-gather)");
+        cudaCheck(cudaMemcpy(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost));
         step_profile_end_step(step == start_step);
         float ms = 0.0f;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));

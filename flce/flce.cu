@@ -118,6 +118,7 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
     cfg->d_hidden_dtype = FLCE_BF16;
     cfg->d_weight_dtype = FLCE_FP32;  // fp32 accumulation of d_W needs no extra buffer
     cfg->d_bias_dtype = FLCE_FP32;
+    cfg->temperature = 1.0f;
 }
 
 static size_t flce_dtype_size(flce_dtype t) { return t == FLCE_FP32 ? 4 : 2; }
@@ -193,6 +194,13 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
     if (cfg->max_chunk_tokens < 0)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "max_chunk_tokens = %lld must be >= 0",
                          (long long)cfg->max_chunk_tokens);
+    if (!(cfg->temperature > 0.0f && isfinite(cfg->temperature)))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "temperature = %g must be finite and > 0 (flce_config_init sets 1)",
+                         (double)cfg->temperature);
+    if (!flce_is_flag(cfg->has_class_weights))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "has_class_weights = %d must be 0 or 1",
+                         cfg->has_class_weights);
     if (cfg->max_vocab_tile != 0 && cfg->max_vocab_tile < FLCE_VOCAB_ALIGN)
         return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
                          "max_vocab_tile = %lld must be 0 (the planner's choice) or >= %d",
@@ -325,7 +333,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
     p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
-    p->off_target_logit = o;  o = flce_append(o, n * sizeof(float));
+    // (vocab_parallel with class weights: the targets' weights and the weights' sum follow the
+    // target logits, in the one buffer the ranks sum)
+    p->off_target_logit = o;  o = flce_append(o, (vp && cfg->has_class_weights ? 2 * n + 1 : n) * sizeof(float));
     p->off_db32 = o;          o = flce_append(o, cfg->has_bias ? (size_t)Vp * 4 : 0);
     p->off_dw32 = o;          o = flce_append(o, dw_accumulator ? flce_bytes((size_t)Vp, H, 4) : 0);
     p->off_ones = o;          o = flce_append(o, cfg->has_bias && !p->sm90 ? flce_bytes(C, es, 1) : 0);
@@ -333,10 +343,12 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (vocab_parallel's cuBLASLt chunks run the tile schedule's row passes over one tile)
     p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
     p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
-    p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
+    // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
+    // the config does not say, and it is 4 bytes a row per 256 columns)
+    p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
     p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
-    p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(4, C, 4) : 0);  // the exchange buffer
+    p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;
     p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
@@ -708,7 +720,16 @@ static flce_status flce_check_tensors(flce_context *ctx, const flce_config *cfg,
     if (t->token_loss != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_loss, "token_loss", 4));
     if (t->token_lse != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_lse, "token_lse", 4));
     if (t->loss != NULL) FLCE_TRY(flce_check_ptr(ctx, t->loss, "loss", 4));
+    if (cfg->has_class_weights)
+        FLCE_TRY(flce_check_ptr(ctx, t->class_weights, "class_weights (has_class_weights = 1)", 4));
+    else if (t->class_weights != NULL)
+        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_INVALID_VALUE,
+                         "class_weights is given but has_class_weights = 0");
+    if (t->token_entropy != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_entropy, "token_entropy", 4));
+    if (t->token_logprob != NULL) FLCE_TRY(flce_check_ptr(ctx, t->token_logprob, "token_logprob", 4));
     if (!backward) return FLCE_OK;
+    if (t->grad_entropy != NULL) FLCE_TRY(flce_check_ptr(ctx, t->grad_entropy, "grad_entropy", 4));
+    if (t->grad_logprob != NULL) FLCE_TRY(flce_check_ptr(ctx, t->grad_logprob, "grad_logprob", 4));
     if (t->grad_token_loss != NULL) {
         if (cfg->reduction != FLCE_REDUCTION_NONE)
             return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_INVALID_VALUE,
@@ -764,7 +785,10 @@ template <typename T, typename TL, typename Tgt, int MODE>
 static cudaError_t flce_launch_rows(cudaStream_t stream, TL *logits, int64_t rows,
                                     const flce_rows_args<T, Tgt> &a) {
     const unsigned threads = a.ncols <= FLCE_CE_NARROW_COLS ? FLCE_CE_THREADS_NARROW : FLCE_CE_THREADS;
-    if (a.bias == NULL && a.p.softcap == 0.0f)
+    // a temperature, and class weights without smoothing, cost SIMPLE nothing per logit; the
+    // entropy and weighted smoothing do
+    const int weighted_smoothing = a.class_weights != NULL && a.p.label_smoothing > 0.0f;
+    if (a.bias == NULL && a.p.softcap == 0.0f && !a.p.want_entropy && !weighted_smoothing)
         flce_ce_rows_kernel<T, TL, Tgt, MODE, true><<<(unsigned)rows, threads, 0, stream>>>(logits, a);
     else
         flce_ce_rows_kernel<T, TL, Tgt, MODE, false><<<(unsigned)rows, threads, 0, stream>>>(logits, a);
@@ -802,8 +826,10 @@ static flce_status flce_rows_tile(flce_call_state<T, TL, Tgt> *s, int64_t c0, in
 
 // vocab_parallel: the statistics of the chunk's `rows` rows over this rank's columns, in the
 // exchange buffer (flce_kernels.cuh, flce_vp_*), combined over the ranks: the maxima by one
-// all-reduce (max), then each rank's sum of exp rescaled to them and its sum of logits by
-// another (sum). After it the buffer holds at rows .. 4 rows the statistics every rank shares.
+// all-reduce (max), then each rank's sum of exp and entropy sum q rescaled to them and its sum
+// of logits by another (sum; q is 0 unless the call wants the entropy, but always sent: the
+// count is the same on every rank whatever the outputs). After it the buffer holds at
+// rows .. 5 rows the statistics every rank shares.
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_vp_exchange(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows) {
     flce_context *ctx = s->ctx;
@@ -813,8 +839,8 @@ static flce_status flce_vp_exchange(flce_call_state<T, TL, Tgt> *s, int64_t c0, 
         FLCE_TRY(flce_allreduce(ctx, vp + rows, (size_t)rows, FLCE_COMM_MAX, s->stream, "the rows' maxima"));
         flce_vp_rescale_kernel<<<grid, 256, 0, s->stream>>>(vp, rows);
         FLCE_LAUNCH_CHECK("flce_vp_rescale_kernel");
-        FLCE_TRY(flce_allreduce(ctx, vp + 2 * rows, 2 * (size_t)rows, FLCE_COMM_SUM, s->stream,
-                                "the rows' sums of exp and of logits"));
+        FLCE_TRY(flce_allreduce(ctx, vp + 2 * rows, 3 * (size_t)rows, FLCE_COMM_SUM, s->stream,
+                                "the rows' sums of exp, of logits and the entropy's"));
     });
     (void)c0;
     return FLCE_OK;
@@ -1039,7 +1065,7 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
     a.want_sum = s->cfg->label_smoothing > 0.0f;
     FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
         FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
-        if (a.bias != NULL || a.r.cap > 0.0f)
+        if (a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL)
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
         else
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
@@ -1110,7 +1136,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
-            FLCE_HOPPER_TRY("d_hidden GEMM", cfg->softcap > 0.0f
+            FLCE_HOPPER_TRY("d_hidden GEMM", r->xf
                                                   ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
                                                   : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
             if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
@@ -1145,7 +1171,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
-            if (cfg->softcap > 0.0f)
+            if (r->xf)
                 err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
                           : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
             else
@@ -1183,10 +1209,18 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     r.stat_m = (float *)(s->ws + p->off_stat);
     r.stat_s = r.stat_m + p->n_stat * p->ldc;
     r.stat_sz = r.stat_s + p->n_stat * p->ldc;
+    r.stat_q = r.stat_sz + p->n_stat * p->ldc;
     r.coef = (float *)(s->ws + p->off_rec);
     r.ld = p->ldc;
     r.V = (int)V;
     r.cap = cfg->softcap;
+    r.k = s->ra.p.k;
+    r.temp = cfg->temperature;
+    // class weights enter dz (and the epilogue's sum) only through the smoothing term
+    r.cw = s->ra.class_weights != NULL && cfg->label_smoothing > 0.0f ? s->ra.class_weights : NULL;
+    r.want_q = s->ra.p.want_entropy;
+    // the general transform: a softcap, an entropy gradient, weighted smoothing
+    r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;
@@ -1240,6 +1274,16 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     ra.p.softcap = cfg->softcap;
     ra.p.grad_scale = cfg->grad_scale;
     ra.p.reduction = (int)cfg->reduction;
+    // the temperature as a factor on the logits: log2(e) / T is log2(e) itself at T = 1
+    ra.p.temperature = cfg->temperature;
+    ra.p.inv_temp = 1.0f / cfg->temperature;
+    ra.p.k = FLCE_LOG2E * ra.p.inv_temp;
+    ra.class_weights = cfg->has_class_weights ? t->class_weights : NULL;
+    ra.token_entropy = t->token_entropy;
+    ra.token_logprob = t->token_logprob;
+    ra.grad_entropy = backward ? t->grad_entropy : NULL;
+    ra.grad_logprob = backward ? t->grad_logprob : NULL;
+    ra.p.want_entropy = ra.token_entropy != NULL || ra.grad_entropy != NULL;
     ra.token_loss = token_loss;
     ra.token_lse = t->token_lse ? t->token_lse : (float *)(ws + p->off_token_lse);
     ra.tile_stats = (flce_row_stats *)(ws + p->off_tile_stats);
@@ -1249,6 +1293,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     ra.v_off = vp ? cfg->vocab_offset : 0;
     ra.V_total = vp ? cfg->vocab_total : V;
     ra.vp_stats = NULL;
+    ra.target_weight = vp && ra.class_weights != NULL ? target_logit + N : NULL;
 
     FLCE_PHASE(ctx, stream, FLCE_T_PREPARE, {
         FLCE_CUDA_TRY(cudaMemsetAsync(scalars, 0, sizeof(flce_call_scalars), stream));
@@ -1259,8 +1304,22 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
             (const T *)t->hidden, (const T *)t->weight, ra.bias, targets, N, H, V, ra.v_off, ra.V_total,
             ra.ignore_index, target_logit, scalars);
         FLCE_LAUNCH_CHECK("flce_prepare_kernel");
-        // each target's logit comes from the one rank that holds its row (the others gave 0)
-        if (vp) FLCE_TRY(flce_allreduce(ctx, target_logit, (size_t)N, FLCE_COMM_SUM, stream, "the target logits"));
+        if (vp && ra.class_weights != NULL) {  // each target's weight, from the rank that holds it
+            flce_vp_weights_kernel<Tgt><<<1, 1024, 0, stream>>>(targets, N, V, ra.v_off, ra.V_total, ra.ignore_index,
+                                                                ra.class_weights, target_logit + N);
+            FLCE_LAUNCH_CHECK("flce_vp_weights_kernel");
+        }
+        // each target's logit comes from the one rank that holds its row (the others gave 0);
+        // with class weights the targets' weights and the ranks' weight sums in the same buffer
+        if (vp)
+            FLCE_TRY(flce_allreduce(ctx, target_logit, ra.class_weights != NULL ? 2 * (size_t)N + 1 : (size_t)N,
+                                    FLCE_COMM_SUM, stream,
+                                    ra.class_weights != NULL ? "the target logits and weights" : "the target logits"));
+        if (ra.class_weights != NULL) {
+            flce_weight_sum_kernel<Tgt><<<1, 1024, 0, stream>>>(targets, N, ra.V_total, ra.ignore_index,
+                                                                ra.class_weights, ra.target_weight, scalars);
+            FLCE_LAUNCH_CHECK("flce_weight_sum_kernel");
+        }
         if (backward && t->d_bias != NULL && !p->sm90) {
             flce_fill_ones_kernel<T><<<64, 256, 0, stream>>>((T *)(ws + p->off_ones), p->chunk);
             FLCE_LAUNCH_CHECK("flce_fill_ones_kernel");
@@ -1271,8 +1330,9 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     }
     if (!p->sm90) FLCE_TRY(p->n_vtiles > 1 || vp ? flce_run_tiles(&s) : flce_run_chunks(&s));
     FLCE_PHASE(ctx, stream, FLCE_T_FINALIZE, {
-        flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction, scalars,
-                                                           targets, t->loss, ctx->host_status_device);
+        flce_finalize_kernel<Tgt><<<1, 1024, 0, stream>>>(token_loss, N, (int)cfg->reduction,
+                                                           ra.class_weights != NULL, scalars, targets, t->loss,
+                                                           ctx->host_status_device);
         FLCE_LAUNCH_CHECK("flce_finalize_kernel");
         if (backward && t->d_weight != NULL && p->dw_accumulator) {
             flce_add_f32_kernel<<<1024, 256, 0, stream>>>((__nv_bfloat16 *)t->d_weight,

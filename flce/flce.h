@@ -6,9 +6,18 @@ classes, an optional bias b (Vp) and integer targets y (N):
 
     z      = h @ W^T + b                      (N, V)   never stored whole
     z      = softcap * tanh(z / softcap)               if softcap > 0
+    z      = z / temperature                           (default 1; after the softcap, as
+                                                       verl and vLLM apply it last)
     lse_i  = log sum_j exp(z_ij)                       over the V real classes only
-    loss_i = (1 - eps) (lse_i - z_i,y_i) + eps (lse_i - mean_j z_ij) + zl * lse_i^2
+    loss_i = (1 - eps) w_y (lse_i - z_i,y) + (eps / V) sum_j w_j (lse_i - z_ij) + zl * lse_i^2
     loss   = mean over non-ignored tokens | sum | none (per-token)
+with class weights w (all 1 unless has_class_weights: F.cross_entropy's `weight`, its
+label-smoothing term included); a mean divides by sum_i w_{y_i} over the non-ignored tokens
+(PyTorch's weighted mean; the count of them without weights; 0 when that is 0). The z-loss
+term is not weighted (as Liger). Optional per-token outputs: the entropy
+H_i = lse_i - sum_j p_ij z_ij and the target log-probability z_i,y - lse_i, each with an
+optional upstream gradient (grad_entropy, grad_logprob) that adds to the loss's:
+    d H_i / d z_ij = -p_ij (z_ij - sum_k p_ik z_ik),  d logprob_i / d z_ij = [j == y] - p_ij.
 
 and, in the same call, d_hidden = dL/dh, d_weight = dL/dW, d_bias = dL/db, without ever
 holding the (N, V) logits. Two schedules, chosen from the caller's workspace by a cost model:
@@ -111,11 +120,16 @@ typedef struct {
     // exact LSE. The Hopper path needs neither: its statistics come from the fp32
     // accumulators and its buffer holds bf16 exp(z - tile max).
     int bf16_logits;
+    // --- since 1.1 (flce_config_init sets these; a config made without it must set
+    // temperature = 1) ---
+    float temperature;          // finite > 0; default 1: logits divided by it after the softcap
+    int has_class_weights;      // class_weights (V, fp32) is given; default 0 (all weights 1)
+    // --- since 2.0 (flce_config_init sets them 0) ---
     // Vocabulary parallelism (see "Vocabulary parallel" below). 1: W, bias, d_weight and d_bias
     // are this rank's rows, global classes [vocab_offset, vocab_offset + vocab_padded), of
-    // which `vocab` are real; targets are global ids in [0, vocab_total); hidden and targets
-    // are the same on every rank. Needs a communicator (flce_set_comm). Default 0: the three
-    // fields below must then be 0.
+    // which `vocab` are real (and class_weights this rank's `vocab` classes); targets are
+    // global ids in [0, vocab_total); hidden and targets are the same on every rank. Needs a
+    // communicator (flce_set_comm). Default 0: the three fields below must then be 0.
     int vocab_parallel;
     int d_hidden_partial;       // vocab_parallel: 1 = d_hidden is this rank's partial sum (the
                                 // caller reduces it); 0 (default) = summed over the ranks by flce
@@ -137,6 +151,16 @@ typedef struct {
     void *d_hidden;             // (N, H) d_hidden_dtype, 16-byte aligned
     void *d_weight;             // (Vp, H) d_weight_dtype, 16-byte aligned; rows >= V get 0
     void *d_bias;               // (Vp) d_bias_dtype; requires has_bias
+    // --- since 1.1 (a tensors struct zeroed as `= {0}` leaves them off) ---
+    const float *class_weights; // (V) fp32 per-class weights, finite; required iff has_class_weights
+                                // (vocab_parallel: this rank's V classes, as bias)
+    float *token_entropy;       // (N) optional output: entropy of every token's softmax (ignored too)
+    float *token_logprob;       // (N) optional output: z_y - lse (0 for ignored tokens)
+    // optional upstream gradients (times grad_scale, like every gradient), used by
+    // flce_forward_backward only: of token_entropy (every token) and of token_logprob (the
+    // non-ignored ones); they add to the loss's gradient whatever the reduction
+    const float *grad_entropy;  // (N)
+    const float *grad_logprob;  // (N)
 } flce_tensors;
 
 typedef struct flce_context flce_context;
@@ -144,10 +168,16 @@ typedef struct flce_context flce_context;
 /*
 Vocabulary parallel: P ranks (processes or GPUs) each hold a slice of the vocabulary's rows
 of W, the same hidden states and targets. Per chunk of tokens each rank computes its columns'
-row statistics (max, sum of exp relative to it, sum of logits) and they are combined through
-the caller's all-reduce in two collectives: MAX of the maxima, then SUM of each rank's sum of
-exp rescaled to the global max (with the sums of logits in the same buffer). The exact target
-logits are summed once per call (each target lies on exactly one rank; the others give 0).
+row statistics (max, sum of exp relative to it, sum of logits, and the entropy's sum of
+p (max - z) relative to it) and they are combined through the caller's all-reduce in two
+collectives: MAX of the maxima, then SUM of each rank's sum of exp and entropy sum rescaled to
+the global max (with the sums of logits in the same buffer). The exact target logits are
+summed once per call (each target lies on exactly one rank; the others give 0); with class
+weights, in the same collective, each target's weight (from the rank that holds it) and the
+ranks' sums of their classes' weights. Every option of flce 1.1 applies as without
+vocab_parallel: the temperature and the softcap per logit, class weights (this rank's
+classes; the weighted sum of logits of label smoothing is the summed statistic), the entropy
+and log-probability outputs and their gradients (from the combined statistics).
 Every rank then has bitwise the same LSE and loss, forms the gradients of its own columns,
 d_W and d_bias of its rows locally, and a partial d_hidden that is summed in fp32 per chunk
 (another collective) unless d_hidden_partial = 1. Two collectives and not one packed
@@ -241,6 +271,9 @@ signature change (a binding must be updated); FLCE_VERSION_MINOR when something 
 (a function, a trailing enum value). A field added to flce_config or flce_tensors changes
 its size too, so an old binding refuses the new library even if the version was not bumped;
 flce/python's CPU test also compares every field's offset and every enum value with this header.
+History: 1.0; 1.1 the temperature, class weights, entropy and log-probability (fields appended
+to flce_config and flce_tensors); 2.0 vocabulary parallelism (flce_config's fields appended
+after 1.1's, FLCE_ERR_COMM, flce_comm, flce_set_comm), with every option of 1.1.
 */
 #define FLCE_VERSION_MAJOR 2
 #define FLCE_VERSION_MINOR 0

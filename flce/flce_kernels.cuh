@@ -10,6 +10,12 @@ flce_kernels.cuh - the CUDA kernels of the fused linear cross-entropy, apart fro
                         max / sum-exp / LSE / loss, and (backward) dlogits = dL/dz written
                         in place of the logits; in the tile schedule, a statistics pass and a
                         gradient pass per tile, with flce_tile_finish_kernel between them.
+  flce_weight_sum_kernel  with class weights, once per call after prepare: the weighted
+                        mean's divisor (the targets' weights) and the weights' sum, in a fixed
+                        order (deterministic); under vocab_parallel from the targets' weights
+                        and the ranks' sums that flce_vp_weights_kernel's exchange combined.
+  flce_vp_*             vocab_parallel: the rows' statistics in the exchange buffer, and
+                        rescaled to the ranks' common max between the two all-reduces.
   flce_finalize_kernel  once per call: the loss scalar from the per-token losses (fixed order,
                         deterministic), NaN and a host-visible error record on a bad target.
   flce_add_f32_kernel   bf16 gradient outputs from their fp32 accumulators.
@@ -35,6 +41,8 @@ typedef struct {
     unsigned long long first_bad_token;  // smallest token index with an out-of-range target
     int n_valid;                         // tokens whose target is not ignore_index (nor bad)
     int pad;
+    double target_weight_sum;            // class weights: sum of the valid targets' weights
+    double class_weight_sum;             // class weights: sum over the V classes
 } flce_call_scalars;
 
 // What the host sees of a device-side error; lives in mapped pinned memory of the context.
@@ -52,6 +60,10 @@ typedef struct {
     float softcap;                       // 0 = off
     float grad_scale;
     int reduction;                       // flce_reduction
+    float temperature;
+    float inv_temp;                      // 1 / temperature
+    float k;                             // log2(e) / temperature: raw (capped) logit -> base 2
+    int want_entropy;                    // the statistics carry q (entropy output or gradient)
 } flce_loss_params;
 
 // target ids come as int32 or int64; out-of-range ones must never be used as an index
@@ -130,19 +142,31 @@ __device__ __forceinline__ float flce_exp2(float x) {
     return y;
 }
 
-// running (max, sum of 2^(z2 - max), sum of z2) of a set of logits in base 2 (z2 = z log2 e)
+// running (max, sum of 2^(z2 - max), sum of z2 (or of w_j z2 with class weights), and for the
+// entropy q = sum of 2^(z2 - max) (max - z2)) of a set of logits in base 2 (z2 = z log2 e).
+// q is a sum of non-negative terms, and so is the entropy formed from it,
+//     H = ln 2 (log2(s) + q / s)     (= sum_j p_j (lse - z_j)),
+// where lse - sum_j p_j z_j would cancel catastrophically for a peaked row.
 struct flce_row_stats {
-    float m, s, sz;
+    float m, s, sz, q;
 };
+
+// q of a set rescaled from max m to max mn >= m (s its sum of exp): 2^(m - mn) (q + s (mn - m))
+__device__ __forceinline__ float flce_q_rescale(float q, float s, float m, float mn, float f) {
+    return s == 0.0f ? 0.0f : f * (q + s * (mn - m));
+}
 
 __device__ __forceinline__ flce_row_stats flce_stats_merge(flce_row_stats a, flce_row_stats b) {
     flce_row_stats r;
     r.m = fmaxf(a.m, b.m);
     // an empty side has m = -inf and s = 0; skip it rather than form 2^(-inf - -inf)
-    const float sa = a.s == 0.0f ? 0.0f : a.s * flce_exp2(a.m - r.m);
-    const float sb = b.s == 0.0f ? 0.0f : b.s * flce_exp2(b.m - r.m);
+    const float fa = a.s == 0.0f ? 0.0f : flce_exp2(a.m - r.m);
+    const float fb = b.s == 0.0f ? 0.0f : flce_exp2(b.m - r.m);
+    const float sa = a.s == 0.0f ? 0.0f : a.s * fa;
+    const float sb = b.s == 0.0f ? 0.0f : b.s * fb;
     r.s = sa + sb;
     r.sz = a.sz + b.sz;
+    r.q = flce_q_rescale(a.q, a.s, a.m, r.m, fa) + flce_q_rescale(b.q, b.s, b.m, r.m, fb);
     return r;
 }
 
@@ -152,6 +176,7 @@ __device__ __forceinline__ flce_row_stats flce_warp_reduce_stats(flce_row_stats 
         o.m = __shfl_xor_sync(0xffffffffu, st.m, off);
         o.s = __shfl_xor_sync(0xffffffffu, st.s, off);
         o.sz = __shfl_xor_sync(0xffffffffu, st.sz, off);
+        o.q = __shfl_xor_sync(0xffffffffu, st.q, off);
         st = flce_stats_merge(st, o);
     }
     return st;
@@ -165,7 +190,7 @@ static __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
     if (lane == 0) warp_stats[warp] = st;
     __syncthreads();
     if (warp == 0) {
-        st = lane < n_warps ? warp_stats[lane] : flce_row_stats{-INFINITY, 0.0f, 0.0f};
+        st = lane < n_warps ? warp_stats[lane] : flce_row_stats{-INFINITY, 0.0f, 0.0f, 0.0f};
         st = flce_warp_reduce_stats(st);
         if (lane == 0) result = st;
     }
@@ -173,100 +198,171 @@ static __device__ flce_row_stats flce_block_reduce_stats(flce_row_stats st) {
     return result;
 }
 
-// Logit j (< V) as the loss sees it, in base 2: bias added, softcapped.
+// Logit j (< V) as the loss sees it, in base 2: bias added, softcapped, divided by the
+// temperature (k = log2(e) / temperature: the temperature costs nothing per logit).
 template <typename T, bool SIMPLE>
-__device__ __forceinline__ float flce_logit2(float z, const T *bias, int j, float cap) {
+__device__ __forceinline__ float flce_logit2(float z, const T *bias, int j, float cap, float k) {
     if (!SIMPLE) {
         if (bias != NULL) z += to_float(bias[j]);
         z = flce_softcap(z, cap);
     }
-    return z * FLCE_LOG2E;
+    return z * k;
 }
+
+// What the statistics pass folds in besides the logits (none of it under SIMPLE).
+struct flce_stats_opts {
+    float cap, k;       // softcap (0 = off), log2(e) / temperature
+    int want_sum;       // label smoothing: the sum of the logits
+    const float *w;     // class weights of the buffer's column 0 when they weight that sum, or NULL
+    int want_q;         // the entropy's q
+};
 
 // Folds one vector of logits (columns j0 .. j0+VEC; those >= V are skipped) into the running
 // base-2 stats. zt2 replaces the target's own logit (column t) by its exact value.
 template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const Packed128<TL> &x,
                                                    int j0, int V, const T *bias, int t, float zt2,
-                                                   float cap, int want_sum) {
+                                                   const flce_stats_opts &o) {
     constexpr int VEC = Packed128<TL>::size;
     float z2[VEC];
     float vmax = -INFINITY;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         const int j = j0 + e;
-        z2[e] = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, cap) : -INFINITY;
+        z2[e] = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, o.cap, o.k) : -INFINITY;
         z2[e] = j == t ? zt2 : z2[e];
-        if (want_sum && j < V) st.sz += z2[e];
+        if (o.want_sum && j < V) st.sz += !SIMPLE && o.w != NULL ? o.w[j] * z2[e] : z2[e];
         vmax = fmaxf(vmax, z2[e]);
     }
     // one rescale per vector rather than per element; 2^(-inf) = 0 drops columns >= V
     const float m_new = fmaxf(st.m, vmax);
-    float s = st.s == 0.0f ? 0.0f : st.s * flce_exp2(st.m - m_new);
+    const float f = st.s == 0.0f ? 0.0f : flce_exp2(st.m - m_new);
+    float s = st.s == 0.0f ? 0.0f : st.s * f;
+    if (!SIMPLE && o.want_q) {
+        float q = flce_q_rescale(st.q, st.s, st.m, m_new, f);
 #pragma unroll
-    for (int e = 0; e < VEC; e++) s += flce_exp2(z2[e] - m_new);
+        for (int e = 0; e < VEC; e++) {
+            const float ex = flce_exp2(z2[e] - m_new);
+            s += ex;
+            // a column >= V has ex = 0 and m_new - z2 = inf (NaN if m_new = -inf): 256 instead
+            q += ex * fminf(m_new - z2[e], 256.0f);
+        }
+        st.q = q;
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++) s += flce_exp2(z2[e] - m_new);
+    }
     st.m = m_new;
     st.s = s;
 }
 
-// What the gradient of a row needs, besides its logits.
+// What the gradient of a row needs, besides its logits. Every coefficient already carries
+// 1 / temperature (dz/d(capped logit)), and
+//   dL/dz_j = p_j (coef_p + coef_e (mu2 - z2_j)) - coef_smooth w_j - coef_target [j == t]
+// with p_j = 2^(z2_j - lse2), times 1 - tanh^2 under a softcap.
 struct flce_row_grad {
     int t;                       // target column, -1 if none
     float zt2, lse2, cap;        // base 2: target logit, log2-sum-exp2
+    float k, temp;               // log2(e) / temperature, temperature
     float coef_p, coef_smooth, coef_target;  // all 0 for an ignored row
+    float coef_e, mu2;           // entropy gradient: g_H ln 2 / T, sum_j p_j z2_j
 };
 
-// The row's loss (written by one thread) and its gradient coefficients:
-// d loss_i / d z_j = g * [ p_j (1 + 2 zl lse) - eps / V - (1 - eps) [j == t] ] * dcap_j
-// (V: every class, over all ranks under vocab_parallel; st: the statistics over all of them)
-__device__ __forceinline__ flce_row_grad flce_row_finish(
-    flce_row_stats st, int valid, int t, float zt, int64_t i, int V,
-    const float *grad_token_loss, const flce_call_scalars *scalars, const flce_loss_params &p,
-    int write_loss, float *token_loss, float *token_lse) {
+// The row's loss, LSE, entropy and log-probability (written by one thread) and its gradient
+// coefficients, with g the token's weight in the reduced loss, w the class weights (1 without),
+// W their sum, and g_H, g_P the upstream gradients of the entropy and log-probability:
+//   d loss_i / d z_j = g [ p_j ((1 - eps) w_t + eps W / V + 2 zl lse) - eps w_j / V
+//                          - (1 - eps) w_t [j == t] ]
+//                      + g_H p_j (mu - z_j) + g_P ([j == t] - p_j)
+// Without weights (1 - eps) w_t + eps W / V is 1, computed as before (bitwise the results of
+// flce 1.0 at temperature 1). V: every class, over all ranks under vocab_parallel, and st the
+// statistics over all of them (combined over the ranks); w_t from the per-token target_weight
+// there (the rank that holds the target's weight gave it to the others).
+template <typename T, typename Tgt> struct flce_rows_args;
+
+template <typename T, typename Tgt>
+__device__ __forceinline__ flce_row_grad flce_row_finish(flce_row_stats st, int valid, int t, float zt, int64_t i,
+                                                         const flce_rows_args<T, Tgt> &a, int write_loss) {
+    const flce_loss_params &p = a.p;
+    const int V = (int)a.V_total;
     flce_row_grad rg;
     rg.t = t;
     rg.zt2 = zt * FLCE_LOG2E;
     rg.cap = p.softcap;
+    rg.k = p.k;
+    rg.temp = p.temperature;
     rg.lse2 = st.m + log2f(st.s);
     const float lse = rg.lse2 * FLCE_LN2;
+    const float *cw = a.class_weights;
+    // (t is this rank's column of the target, -1 on another rank's: vocab_parallel reads w_t from
+    // the target weights summed over the ranks)
+    const float wt = valid && cw != NULL ? (a.target_weight != NULL ? a.target_weight[i] : cw[t]) : 1.0f;
+    const float w_all = cw != NULL ? (float)a.scalars->class_weight_sum : 0.0f;
+    // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
+    const float nll = valid ? fmaxf(lse - zt, 0.0f) : 0.0f;
+    float ent = 0.0f;
+    if (p.want_entropy) ent = FLCE_LN2 * (log2f(st.s) + st.q / st.s);
+    rg.mu2 = rg.lse2 - ent * FLCE_LOG2E;
     if (write_loss) {
         float loss = 0.0f;
-        if (valid) {
-            // lse >= zt holds exactly (zt is one of the summed terms); clamp fp32 rounding
-            const float nll = fmaxf(lse - zt, 0.0f);
+        if (valid && cw != NULL) {
+            // (eps / V) sum_j w_j (lse - z_j); weights may be negative, so no clamp
+            const float smooth = (w_all * lse - st.sz * FLCE_LN2) / (float)V;
+            loss = (1.0f - p.label_smoothing) * wt * nll + p.label_smoothing * smooth +
+                   p.z_loss_scale * lse * lse;
+        } else if (valid) {
             const float smooth = fmaxf(lse - st.sz * FLCE_LN2 / (float)V, 0.0f);
             loss = (1.0f - p.label_smoothing) * nll + p.label_smoothing * smooth +
                    p.z_loss_scale * lse * lse;
         }
-        token_loss[i] = loss;
-        token_lse[i] = lse;
+        a.token_loss[i] = loss;
+        a.token_lse[i] = lse;
+        if (a.token_entropy != NULL) a.token_entropy[i] = ent;
+        if (a.token_logprob != NULL) a.token_logprob[i] = -nll;
     }
-    float g = 0.0f;
+    float g = 0.0f, g_p = 0.0f;
     if (valid) {
         g = p.grad_scale;
-        if (p.reduction == 0) g /= (float)scalars->n_valid;  // n_valid >= 1 here
-        if (p.reduction == 2 && grad_token_loss != NULL) g *= grad_token_loss[i];
+        if (p.reduction == 0) {  // n_valid >= 1 here; a weight sum may be 0 (then no gradient)
+            if (cw == NULL) g /= (float)a.scalars->n_valid;
+            else g = a.scalars->target_weight_sum != 0.0 ? g / (float)a.scalars->target_weight_sum : 0.0f;
+        }
+        if (p.reduction == 2 && a.grad_token_loss != NULL) g *= a.grad_token_loss[i];
+        if (a.grad_logprob != NULL) g_p = p.grad_scale * a.grad_logprob[i];
     }
-    rg.coef_p = g * (1.0f + 2.0f * p.z_loss_scale * lse);
-    rg.coef_smooth = g * p.label_smoothing / (float)V;
-    rg.coef_target = g * (1.0f - p.label_smoothing);
+    const float g_h = a.grad_entropy != NULL ? p.grad_scale * a.grad_entropy[i] : 0.0f;
+    const float pw = cw != NULL ? (1.0f - p.label_smoothing) * wt + p.label_smoothing * w_all / (float)V : 1.0f;
+    rg.coef_p = p.inv_temp * (g * (pw + 2.0f * p.z_loss_scale * lse) - g_p);
+    rg.coef_smooth = p.inv_temp * (g * p.label_smoothing / (float)V);
+    rg.coef_target = p.inv_temp * (g * (1.0f - p.label_smoothing) * wt - g_p);
+    rg.coef_e = p.inv_temp * (g_h * FLCE_LN2);
     return rg;
 }
 
-// dL/dz of one vector of logits (columns j0 .. j0+VEC; 0 at columns >= V)
+// dL/dz of one vector of logits (columns j0 .. j0+VEC; 0 at columns >= V); w: the class
+// weights of column 0 when they weight the smoothing term, else NULL (never under SIMPLE)
 template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ void flce_grad_vec(float *d, const Packed128<TL> &x, int j0, int V,
-                                              const T *bias, const flce_row_grad &rg) {
+                                              const T *bias, const float *w, const flce_row_grad &rg) {
     constexpr int VEC = Packed128<TL>::size;
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         const int j = j0 + e;
-        float z2 = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, rg.cap) : 0.0f;
+        float z2 = j < V ? flce_logit2<T, SIMPLE>(to_float(x.v[e]), bias, j, rg.cap, rg.k) : 0.0f;
         z2 = j == rg.t ? rg.zt2 : z2;
-        float de = rg.coef_p * flce_exp2(z2 - rg.lse2) - rg.coef_smooth;
+        const float pj = flce_exp2(z2 - rg.lse2);
+        float de;
+        if (SIMPLE) {
+            de = rg.coef_p * pj - rg.coef_smooth;
+        } else {
+            const float wj = w != NULL && j < V ? w[j] : 1.0f;
+            de = rg.coef_p * pj - rg.coef_smooth * wj;
+            // + g_H p_j (mu - z_j); exactly + 0 without an entropy gradient
+            de += rg.coef_e * pj * (rg.mu2 - z2);
+        }
         de -= j == rg.t ? rg.coef_target : 0.0f;
         if (!SIMPLE && rg.cap > 0.0f) {
-            const float c = z2 * FLCE_LN2 / rg.cap;  // tanh of the capped logit
+            const float c = z2 * FLCE_LN2 * rg.temp / rg.cap;  // tanh of the capped logit
             de *= 1.0f - c * c;
         }
         d[e] = j < V ? de : 0.0f;
@@ -291,12 +387,12 @@ __device__ __forceinline__ void flce_store_vec(T *p, const float *d) {
 template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int Vl,
                                                               const T *bias_l, int tl, float zt2,
-                                                              float cap, int want_sum) {
+                                                              const flce_stats_opts &o) {
     constexpr int VEC = Packed128<TL>::size, U = FLCE_CE_UNROLL_ELEMS / VEC;
     const int v_end = (Vl + VEC - 1) / VEC * VEC;  // <= the row stride: it is padded
     const int stride = (int)blockDim.x * VEC;
     // U loads in flight per thread before their first use
-    flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
+    flce_row_stats st = {-INFINITY, 0.0f, 0.0f, 0.0f};
     for (int j0 = (int)threadIdx.x * VEC; j0 < v_end; j0 += U * stride) {
         Packed128<TL> x[U];
 #pragma unroll
@@ -305,8 +401,7 @@ __device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (j0 + u * stride < v_end)
-                flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], j0 + u * stride, Vl, bias_l, tl, zt2,
-                                                  cap, want_sum);
+                flce_stats_add_vec<T, TL, SIMPLE>(st, x[u], j0 + u * stride, Vl, bias_l, tl, zt2, o);
     }
     return flce_block_reduce_stats(st);
 }
@@ -318,12 +413,12 @@ __device__ __forceinline__ flce_row_stats flce_row_stats_pass(const TL *row, int
 // overlaps it.
 template <typename T, typename TL, bool SIMPLE>
 __device__ __forceinline__ void flce_row_grad_pass(TL *row, int Vl, int w_end, const T *bias_l,
-                                                   const flce_row_grad &rg) {
+                                                   const float *w_l, const flce_row_grad &rg) {
     constexpr int VEC = Packed128<TL>::size, U = FLCE_CE_UNROLL_ELEMS / VEC;
     const int v_end = (Vl + VEC - 1) / VEC * VEC;
     const int stride = (int)blockDim.x * VEC;
     T *drow = reinterpret_cast<T *>(row);
-    const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f;
+    const int live = rg.coef_p != 0.0f || rg.coef_target != 0.0f || rg.coef_smooth != 0.0f || rg.coef_e != 0.0f;
     for (int base = 0; base < w_end; base += U * stride) {
         const int j0 = base + (int)threadIdx.x * VEC;
         Packed128<TL> x[U];
@@ -336,7 +431,7 @@ __device__ __forceinline__ void flce_row_grad_pass(TL *row, int Vl, int w_end, c
 #pragma unroll
             for (int e = 0; e < VEC; e++) d[u][e] = 0.0f;  // pad columns, and all of an ignored row
             if (live && j0 + u * stride < v_end)
-                flce_grad_vec<T, TL, SIMPLE>(d[u], x[u], j0 + u * stride, Vl, bias_l, rg);
+                flce_grad_vec<T, TL, SIMPLE>(d[u], x[u], j0 + u * stride, Vl, bias_l, w_l, rg);
         }
         if (sizeof(T) != sizeof(TL)) __syncthreads();  // this tile read before it is overwritten
 #pragma unroll
@@ -366,12 +461,17 @@ template <typename T, typename Tgt> struct flce_rows_args {
     const flce_call_scalars *scalars;
     flce_loss_params p;
     float *token_loss, *token_lse;
+    // flce 1.1: class weights (V) or NULL; optional outputs and upstream gradients (N)
+    const float *class_weights;
+    const float *target_weight;   // vocab_parallel with class weights: (N) each token's w_t; else NULL
+    float *token_entropy, *token_logprob;
+    const float *grad_entropy, *grad_logprob;
     flce_row_stats *tile_stats;   // (rows) statistics over the tiles so far (TILE_STATS)
     flce_row_grad *tile_grad;     // (rows) written by flce_tile_finish_kernel, read by TILE_GRAD
     int first_tile;               // TILE_STATS: the first tile overwrites tile_stats
     // vocab_parallel: the buffer's columns are classes v_off .. v_off + V of V_total (else
     // v_off = 0, V_total = V), and the finish reads the rows' statistics combined over the
-    // ranks from vp_stats (max, sum of exp, sum of logits: three arrays of the chunk's rows,
+    // ranks from vp_stats (max, sum of exp, sum of logits, q: four arrays of the chunk's rows,
     // flce_vp_*); NULL: from tile_stats
     int64_t v_off, V_total;
     const float *vp_stats;
@@ -388,7 +488,7 @@ __device__ __forceinline__ int flce_row_target(const flce_rows_args<T, Tgt> &a, 
     const int valid = flce_target_state(tg, a.ignore_index, a.V_total) > 0;
     const long long tl = (long long)tg - a.v_off;
     *t = valid && tl >= 0 && tl < a.V ? (int)tl : -1;
-    *zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) : 0.0f;
+    *zt = valid ? flce_softcap(a.target_logit[i], a.p.softcap) * a.p.inv_temp : 0.0f;
     return valid;
 }
 
@@ -419,20 +519,26 @@ flce_ce_rows_kernel(TL *logits, flce_rows_args<T, Tgt> a) {
     const T *bias_l = a.bias != NULL ? a.bias + a.col0 : NULL;
     const int w_end = (a.ncols + VEC - 1) / VEC * VEC;  // <= ldl: the stride is padded
 
+    // class weights enter per column only through the label-smoothing term
+    const float *w_l = a.class_weights != NULL && a.p.label_smoothing > 0.0f ? a.class_weights + a.col0 : NULL;
     if (MODE != FLCE_ROWS_TILE_GRAD) {
-        const flce_row_stats st = flce_row_stats_pass<T, TL, SIMPLE>(
-            row, Vl, bias_l, tl, zt * FLCE_LOG2E, a.p.softcap, a.p.label_smoothing > 0.0f);
+        flce_stats_opts o;
+        o.cap = a.p.softcap;
+        o.k = a.p.k;
+        o.want_sum = a.p.label_smoothing > 0.0f;
+        o.w = w_l;
+        o.want_q = a.p.want_entropy;
+        const flce_row_stats st = flce_row_stats_pass<T, TL, SIMPLE>(row, Vl, bias_l, tl, zt * FLCE_LOG2E, o);
         if (MODE == FLCE_ROWS_TILE_STATS) {
             if (threadIdx.x == 0)
                 a.tile_stats[r] = a.first_tile ? st : flce_stats_merge(a.tile_stats[r], st);
             return;
         }
-        rg = flce_row_finish(st, valid, t, zt, i, (int)a.V_total, a.grad_token_loss, a.scalars, a.p,
-                             threadIdx.x == 0, a.token_loss, a.token_lse);
+        rg = flce_row_finish(st, valid, t, zt, i, a, threadIdx.x == 0);
         if (MODE == FLCE_ROWS_FORWARD) return;
     }
     rg.t = tl;
-    flce_row_grad_pass<T, TL, SIMPLE>(row, Vl, w_end, bias_l, rg);
+    flce_row_grad_pass<T, TL, SIMPLE>(row, Vl, w_end, bias_l, w_l, rg);
 }
 
 // The tile schedule, after the statistics pass over every tile: one thread per row of the
@@ -446,18 +552,19 @@ __global__ void flce_tile_finish_kernel(flce_rows_args<T, Tgt> a, int64_t rows) 
     int t;
     float zt;
     const int valid = flce_row_target(a, i, &t, &zt);
-    const flce_row_stats st = a.vp_stats != NULL
-                                  ? flce_row_stats{a.vp_stats[r], a.vp_stats[rows + r], a.vp_stats[2 * rows + r]}
-                                  : a.tile_stats[r];
-    a.tile_grad[r] = flce_row_finish(st, valid, t, zt, i, (int)a.V_total, a.grad_token_loss, a.scalars, a.p, 1,
-                                     a.token_loss, a.token_lse);
+    const flce_row_stats st = a.vp_stats != NULL ? flce_row_stats{a.vp_stats[r], a.vp_stats[rows + r],
+                                                                  a.vp_stats[2 * rows + r], a.vp_stats[3 * rows + r]}
+                                                 : a.tile_stats[r];
+    a.tile_grad[r] = flce_row_finish(st, valid, t, zt, i, a, 1);
 }
 
 // ----------------------------------------------------------------------------------------
 // vocab_parallel: the rows' statistics combined over the ranks. The exchange buffer of a
-// chunk of `rows` rows holds four arrays of rows floats: the local max (kept), then the three
+// chunk of `rows` rows holds five arrays of rows floats: the local max (kept), then the four
 // that go through the communicator: max (MAX over the ranks), sum of exp (rescaled to that
-// max, then SUM) and sum of logits (SUM); all base 2, as flce_row_stats.
+// max, then SUM), sum of logits (of w_j z_j with class weights; SUM) and the entropy's q
+// (rescaled to that max, then SUM; 0 unless the call wants the entropy); all base 2, as
+// flce_row_stats.
 
 // from the cuBLASLt path's merged statistics (the Hopper path's merge kernel writes them itself)
 static __global__ void flce_vp_local_kernel(const flce_row_stats *st, float *vp, int64_t rows) {
@@ -468,29 +575,86 @@ static __global__ void flce_vp_local_kernel(const flce_row_stats *st, float *vp,
     vp[rows + r] = s.m;
     vp[2 * rows + r] = s.s;
     vp[3 * rows + r] = s.sz;
+    vp[4 * rows + r] = s.q;
 }
 
-// after the MAX: each rank's sum of exp relative to the global max (a rank whose columns all
-// lie far below it contributes 0, never 0 * inf)
+// after the MAX: each rank's sum of exp and q relative to the global max (a rank whose
+// columns all lie far below it contributes 0, never 0 * inf)
 static __global__ void flce_vp_rescale_kernel(float *vp, int64_t rows) {
     const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    const float s = vp[2 * rows + r];
-    vp[2 * rows + r] = s == 0.0f ? 0.0f : s * flce_exp2(vp[r] - vp[rows + r]);
+    const float s = vp[2 * rows + r], m = vp[r], mg = vp[rows + r];
+    const float f = s == 0.0f ? 0.0f : flce_exp2(m - mg);
+    vp[2 * rows + r] = s == 0.0f ? 0.0f : s * f;
+    vp[4 * rows + r] = flce_q_rescale(vp[4 * rows + r], s, m, mg, f);
+}
+
+// ----------------------------------------------------------------------------------------
+// class weights
+
+// With class weights, once per call after prepare (one block): the weighted mean's divisor,
+// the sum of the valid targets' weights, and the sum of all V weights (the label-smoothing
+// term's), each in double in a fixed order. A bad target is left out (the call fails anyway).
+// vocab_parallel: V is vocab_total and tw holds each token's target weight and at [N] the sum
+// of every class's weight, both combined over the ranks (flce_vp_weights_kernel); else NULL.
+template <typename Tgt>
+__global__ void flce_weight_sum_kernel(const Tgt *targets, int64_t N, int64_t V, long long ignore_index,
+                                       const float *w, const float *tw, flce_call_scalars *scalars) {
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        const Tgt t = targets[i];
+        if (flce_target_state(t, ignore_index, V) > 0) acc += tw != NULL ? (double)tw[i] : (double)w[(int64_t)t];
+    }
+    const double targets_sum = block_sum_f64(acc);
+    __syncthreads();  // thread 0 has read block_sum_f64's shared partials before they are reused
+    double class_sum = 0.0;
+    if (tw != NULL) {
+        class_sum = (double)tw[N];
+    } else {
+        acc = 0.0;
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) acc += (double)w[j];
+        class_sum = block_sum_f64(acc);
+    }
+    if (threadIdx.x == 0) {
+        scalars->target_weight_sum = targets_sum;
+        scalars->class_weight_sum = class_sum;
+    }
+}
+
+// vocab_parallel with class weights, once per call before the exchange of the target logits
+// (one block): tw[i] = the weight of token i's target where this rank holds its class (V
+// classes from v_off; class_weights are this rank's), else 0, and tw[N] the sum of this rank's
+// weights (in double, rounded once). Summed over the ranks with the target logits, in whose
+// buffer tw follows them.
+template <typename Tgt>
+__global__ void flce_vp_weights_kernel(const Tgt *targets, int64_t N, int64_t V, int64_t v_off, int64_t V_total,
+                                       long long ignore_index, const float *w, float *tw) {
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        const Tgt t = targets[i];
+        const int64_t tl = (int64_t)t - v_off;
+        tw[i] = flce_target_state(t, ignore_index, V_total) > 0 && tl >= 0 && tl < V ? w[tl] : 0.0f;
+    }
+    double acc = 0.0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) acc += (double)w[j];
+    const double sum = block_sum_f64(acc);
+    if (threadIdx.x == 0) tw[N] = (float)sum;
 }
 
 // ----------------------------------------------------------------------------------------
 // finalize: one block
 
 template <typename Tgt>
-__global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int reduction,
+__global__ void flce_finalize_kernel(const float *token_loss, int64_t N, int reduction, int weighted,
                                      const flce_call_scalars *scalars, const Tgt *targets,
                                      float *loss_out, flce_host_status *host_status) {
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += (double)token_loss[i];
     double total = block_sum_f64(acc);
     if (threadIdx.x != 0) return;
-    if (reduction == 0) total = scalars->n_valid > 0 ? total / (double)scalars->n_valid : 0.0;
+    if (reduction == 0 && weighted)
+        total = scalars->target_weight_sum != 0.0 ? total / scalars->target_weight_sum : 0.0;
+    else if (reduction == 0)
+        total = scalars->n_valid > 0 ? total / (double)scalars->n_valid : 0.0;
     const unsigned long long bad = scalars->first_bad_token;
     if (bad != FLCE_NO_BAD_TOKEN) {
         // never a silently wrong loss: the bad rows were skipped, so the value is poisoned

@@ -6,10 +6,12 @@ being fast enough to run on test-sized problems (N=512, H=256, V=8000 in about a
 at -O2), not for speed.
 
 It implements every numerical option of flce_config (vocab_padded, has_bias,
-ignore_index, reduction, label_smoothing, z_loss_scale, softcap, grad_scale) with the
-exact math written at the top of flce.h. The storage options (dtype, d_*_dtype,
-accumulate_*, target_type, max_chunk_tokens) do not apply: inputs are float32, targets
-int32, outputs fp64 and always overwritten. A bf16 run is checked by giving the
+ignore_index, reduction, label_smoothing, z_loss_scale, softcap, grad_scale, temperature,
+has_class_weights, and vocab_parallel with its fields) and the optional per-token entropy
+and target log-probability with their upstream gradients (flce_reference_ex,
+flce_reference_vp_ex), with the exact math written at the top of flce.h. The storage
+options (dtype, d_*_dtype, accumulate_*, target_type, max_chunk_tokens) do not apply:
+inputs are float32, targets int32, outputs fp64 and always overwritten. A bf16 run is checked by giving the
 reference the bf16 values widened to float.
 */
 #ifndef FLCE_REF_H
@@ -51,13 +53,42 @@ flce_status flce_reference(const flce_config *cfg, const float *h, const float *
                            int64_t *bad_position);
 
 /*
+The options of flce 1.1 (host memory, every one optional unless stated):
+  class_weights   (V) per-class weights, finite; required iff cfg->has_class_weights, and
+                  refused (FLCE_ERR_INVALID_VALUE) without it
+  grad_entropy    (N) upstream gradient of token_entropy (every token)
+  grad_logprob    (N) upstream gradient of token_logprob (non-ignored tokens)
+  token_entropy   (N) output: lse - sum_j p_j z_j, for every token
+  token_logprob   (N) output: z_y - lse, 0 for ignored tokens
+The gradients returned are those of grad_scale * (reduced loss + sum_i grad_entropy_i H_i +
+sum_i grad_logprob_i logprob_i).
+*/
+typedef struct {
+    const float *class_weights;
+    const float *grad_entropy;
+    const float *grad_logprob;
+    double *token_entropy;
+    double *token_logprob;
+} flce_reference_extra;
+
+// flce_reference with the options above (extra may be NULL: flce_reference itself).
+flce_status flce_reference_ex(const flce_config *cfg, const float *h, const float *W,
+                              const float *bias, const int32_t *targets,
+                              const float *grad_token_loss, const flce_reference_extra *extra,
+                              double *loss, double *token_loss, double *token_lse, double *d_h,
+                              double *d_W, double *d_bias, int64_t *bad_position);
+
+/*
 The same with vocabulary parallelism (cfg->vocab_parallel = 1, see flce.h): W, bias, d_W and
-d_bias are this rank's vocab_padded rows (global ids vocab_offset ..), targets are global, and
-the row statistics (per block of tokens: MAX of the maxima, then SUM of the rescaled sums of
-exp, sums of logits and target logits) and d_h (SUM over the ranks, unless d_hidden_partial)
-go through comm->allreduce with FLCE_COMM_FP64 host buffers and a NULL stream. Ranks run it
-concurrently (threads, or processes), each with its own comm handle that meets the others in
-every collective. Without vocab_parallel comm is not used (flce_reference passes NULL).
+d_bias are this rank's vocab_padded rows (global ids vocab_offset ..), class_weights (of
+flce_reference_vp_ex) this rank's vocab classes, targets are global, and the row statistics
+(per block of tokens: MAX of the maxima, then SUM of the rescaled sums of exp, sums of logits,
+target logits and the entropy's rescaled q), d_h (SUM over the ranks, unless
+d_hidden_partial) and, with class weights, once per call every target's weight and the sum
+of all classes' weights (SUM) go through comm->allreduce with FLCE_COMM_FP64 host buffers and
+a NULL stream. Ranks run it concurrently (threads, or processes), each with its own comm
+handle that meets the others in every collective, with the same config apart from the shard
+and the same options (every rank makes the same collectives). Without vocab_parallel comm is not used (flce_reference passes NULL).
 FLCE_ERR_COMM: vocab_parallel without a comm, or an allreduce that returned non-zero.
 */
 flce_status flce_reference_vp(const flce_config *cfg, const flce_comm *comm, const float *h,
@@ -65,6 +96,14 @@ flce_status flce_reference_vp(const flce_config *cfg, const flce_comm *comm, con
                               const float *grad_token_loss, double *loss, double *token_loss,
                               double *token_lse, double *d_h, double *d_W, double *d_bias,
                               int64_t *bad_position);
+
+// Both: vocabulary parallelism with the options of flce 1.1 (comm and extra as above;
+// flce_reference_ex is this with comm NULL, flce_reference_vp with extra NULL).
+flce_status flce_reference_vp_ex(const flce_config *cfg, const flce_comm *comm, const float *h,
+                                 const float *W, const float *bias, const int32_t *targets,
+                                 const float *grad_token_loss, const flce_reference_extra *extra,
+                                 double *loss, double *token_loss, double *token_lse, double *d_h,
+                                 double *d_W, double *d_bias, int64_t *bad_position);
 
 #ifdef __cplusplus
 }

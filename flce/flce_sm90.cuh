@@ -22,6 +22,29 @@ workspace forces tiles):
   d_b          a column-sum kernel over E with the same transform.
 With tiles, a first logits GEMM over the whole vocabulary writes only the statistics; the
 second, per tile, recomputes the same accumulators bit for bit and stores E.
+
+The options of flce 1.1:
+  temperature  a scale on the accumulators (log2(e) / T in place of log2(e)); the gradient's
+               1 / T is in the merge's coefficients. Nothing per element.
+  class weights  w_t in the row's coefficients (merge); per element only with label smoothing
+               (dz has -cs w_j, and the epilogue sums w_j z_j).
+  entropy      the epilogue also sums q = sum e (m - z2) per tile (non-negative terms), the
+               merge forms H = ln 2 (log2 S + Q / S) of the row. Its gradient
+               g_H p_j (mu - z_j) needs z_j per element, which E gives back:
+               z2_j = m_t + log2(e_j), so that with the tile's u_t = 2^(m_t - lse2) g_H ln 2 / T
+               and s_t = 2^(m_t - lse2) (coef_p + g_H ln2 / T (mu2 - m_t)),
+                   dz = s_t e - u_t e log2(e) - ...
+               E holds e to 2^-9 relative, so log2(e) is good to ~2^-8.5 absolute: the term is
+               known to about p_j g_H 2^-9 absolute, the bf16 rounding of dz itself; where
+               z_j ~ mu the term is small and its relative error large, but not its absolute.
+  log-probability  a coefficient only (its gradient is [j == y] - p_j).
+The products whose dz needs more than the FFMA s e - cs (softcap, entropy gradient, weighted
+smoothing) run the general transform (XF), the softcap's variant before.
+
+vocab_parallel (flce.h): the tiles are this rank's columns (V its real classes, class weights
+its own); the merge runs twice around the exchange of the rows' statistics (m, S, the sum of
+(weighted) logits and Q, flce_kernels.cuh's flce_vp_*), and the second pass forms the LSE,
+entropy and coefficients from the combined ones, then this rank's tiles' scales as above.
 */
 #ifndef FLCE_SM90_CUH
 #define FLCE_SM90_CUH
@@ -43,7 +66,9 @@ __device__ __forceinline__ float flce_rcp(float x) {
 typedef struct {
     float *stat_m;        // (tiles, ld): base-2 max of the tile's logits per row (z log2 e)
     float *stat_s;        // (tiles, ld): sum of 2^(z2 - m); after the merge, the tile's scale
-    float *stat_sz;       // (tiles, ld): sum of z2 over the real classes (label smoothing)
+    float *stat_sz;       // (tiles, ld): sum of z2 (w_j z2 with class weights) over the real
+                          // classes (label smoothing); after the merge, under XF, the tile's u
+    float *stat_q;        // (tiles, ld): sum of e (m - z2) (entropy)
     // per row, in blocks of 64 rows (one copy per d_W stage): cs[64] = g eps / V (every
     // column's term), y[64] (int bits: the target column, -1 for none), ct[64] = g (1 - eps)
     // (the target's term); see flce_sm90_coef
@@ -53,6 +78,11 @@ typedef struct {
     int V;                // real classes
     int voff;             // vocabulary column of the E buffer's column 0 (a multiple of 256)
     float cap;            // softcap, 0 = off
+    float k;              // log2(e) / temperature: accumulator -> base-2 logit
+    float temp;           // temperature
+    const float *cw;      // class weights (V) when they weight the smoothing term, else NULL
+    int want_q;           // the epilogue sums q (entropy)
+    int xf;               // the gradient products run the general transform (merge writes u)
 } flce_sm90_rows;
 
 enum { FLCE_COEF_CS = 0, FLCE_COEF_Y = 1, FLCE_COEF_CT = 2 };
@@ -90,7 +120,7 @@ struct flce_sm90_logits : sm90_policy_base {
             const float e = flce_exp2(fminf(2.0f * FLCE_LOG2E * inv_cap * x, 126.0f));
             x = a.r.cap * (1.0f - 2.0f * flce_rcp(e + 1.0f));
         }
-        return x * FLCE_LOG2E;
+        return x * a.r.k;
     }
 
     __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
@@ -99,14 +129,15 @@ struct flce_sm90_logits : sm90_policy_base {
         const bool plain = !LOGIT;
         const bool simple = plain && a.r.voff + tile.n0 + SM90_BN <= a.r.V;
         float m0 = -INFINITY, m1 = -INFINITY;
+        const float k = a.r.k;  // log2(e) / temperature
         if (simple) {
 #pragma unroll
-            for (int i = 0; i < 128; i++) d[i] *= FLCE_LOG2E;
+            for (int i = 0; i < 128; i++) d[i] *= k;
         } else if (plain) {  // the last tile: columns past V drop out
 #pragma unroll
             for (int j = 0; j < 32; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] * FLCE_LOG2E : -INFINITY;
+                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] * k : -INFINITY;
         } else {
             const float inv_cap = a.r.cap > 0.0f ? flce_rcp(a.r.cap) : 0.0f;
 #pragma unroll
@@ -127,8 +158,18 @@ struct flce_sm90_logits : sm90_policy_base {
         m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-        float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f;
-        if (a.want_sum) {
+        float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
+        if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = col0 + 8 * j + e;
+                    const float w = col < a.r.V ? a.r.cw[col] : 0.0f;
+                    z0 += col < a.r.V ? w * d[4 * j + e] : 0.0f;
+                    z1 += col < a.r.V ? w * d[4 * j + 2 + e] : 0.0f;
+                }
+        } else if (a.want_sum) {
 #pragma unroll
             for (int j = 0; j < 32; j++)
 #pragma unroll
@@ -138,21 +179,41 @@ struct flce_sm90_logits : sm90_policy_base {
                     z1 += ok ? d[4 * j + 2 + e] : 0.0f;
                 }
         }
+        if (LOGIT && a.r.want_q) {
+            // q = sum e (m - z2): a column past V has e = 0 and m - z2 = inf, so 256 instead
 #pragma unroll
-        for (int j = 0; j < 32; j++)
+            for (int j = 0; j < 32; j++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
-                d[4 * j + e] = flce_exp2(d[4 * j + e] - m0);
-                d[4 * j + 2 + e] = flce_exp2(d[4 * j + 2 + e] - m1);
-                s0 += d[4 * j + e];
-                s1 += d[4 * j + 2 + e];
-            }
+                for (int e = 0; e < 2; e++) {
+                    const float x0 = d[4 * j + e] - m0, x1 = d[4 * j + 2 + e] - m1;
+                    d[4 * j + e] = flce_exp2(x0);
+                    d[4 * j + 2 + e] = flce_exp2(x1);
+                    s0 += d[4 * j + e];
+                    s1 += d[4 * j + 2 + e];
+                    q0 -= d[4 * j + e] * fmaxf(x0, -256.0f);
+                    q1 -= d[4 * j + 2 + e] * fmaxf(x1, -256.0f);
+                }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
+                    d[4 * j + e] = flce_exp2(d[4 * j + e] - m0);
+                    d[4 * j + 2 + e] = flce_exp2(d[4 * j + 2 + e] - m1);
+                    s0 += d[4 * j + e];
+                    s1 += d[4 * j + 2 + e];
+                }
+        }
 #pragma unroll
         for (int off = 1; off <= 2; off *= 2) {
             s0 += __shfl_xor_sync(0xffffffffu, s0, off);
             s1 += __shfl_xor_sync(0xffffffffu, s1, off);
             z0 += __shfl_xor_sync(0xffffffffu, z0, off);
             z1 += __shfl_xor_sync(0xffffffffu, z1, off);
+            if (LOGIT) {
+                q0 += __shfl_xor_sync(0xffffffffu, q0, off);
+                q1 += __shfl_xor_sync(0xffffffffu, q1, off);
+            }
         }
         if (a.want_stats && th.t == 0) {
             const int64_t base = (int64_t)((a.r.voff + tile.n0) / FLCE_SM90_TILE) * a.r.ld;
@@ -161,11 +222,13 @@ struct flce_sm90_logits : sm90_policy_base {
                 a.r.stat_m[base + r0] = m0;
                 a.r.stat_s[base + r0] = s0;
                 a.r.stat_sz[base + r0] = z0;
+                if (LOGIT && a.r.want_q) a.r.stat_q[base + r0] = q0;
             }
             if (r1 < a.r.rows) {
                 a.r.stat_m[base + r1] = m1;
                 a.r.stat_s[base + r1] = s1;
                 a.r.stat_sz[base + r1] = z1;
+                if (LOGIT && a.r.want_q) a.r.stat_q[base + r1] = q1;
             }
         }
         if (a.store_e) sm90_store_tile<__nv_bfloat16, false>(st, th, map_d, d, tile);
@@ -175,20 +238,46 @@ struct flce_sm90_logits : sm90_policy_base {
 // ---------------------------------------------------------------------------------------
 // dlogits from E, element by element
 
+// What the general transform (XF) needs beyond the plain one, per row and statistics tile
+// (u, the base-2 max m2), per column (the class weight w) and per call (kcap, th0).
+struct flce_sm90_xf_call {
+    float kcap;   // ln 2 temperature / softcap: base-2 logit -> tanh of the capped logit; 0 = no cap
+    float th0;    // the tanh taken where e == 0: -1 under a cap, else 0
+};
+
+__device__ __forceinline__ flce_sm90_xf_call flce_sm90_xf_init(const flce_sm90_rows &r) {
+    flce_sm90_xf_call x;
+    x.kcap = r.cap > 0.0f ? FLCE_LN2 * r.temp * flce_rcp(r.cap) : 0.0f;
+    x.th0 = r.cap > 0.0f ? -1.0f : 0.0f;
+    return x;
+}
+
 // dz of one element of E (e) at vocabulary column j of a row with scale s, target y and
-// coefficients ct = g (1 - eps), cs = g eps / V. CAP: under a softcap, m2 is the tile's base-2
-// max and inv_cap = 1 / softcap; the capped logit comes back from e = 2^(z2 - m2) (e == 0, below
-// 2^-133 of the max, happens only with a cap over ~44 and is taken as tanh = -1).
-template <bool CAP>
-__device__ __forceinline__ float flce_sm90_dz(float e, float s, int j, int y, float ct, float cs, float inv_cap,
-                                              float m2, int V) {
-    float dz = s * e - cs;
-    dz -= j == y ? ct : 0.0f;
-    if (CAP) {
-        const float th = e > 0.0f ? (m2 + __log2f(e)) * FLCE_LN2 * inv_cap : -1.0f;
+// coefficients ct (the target's term), cs = g eps / V / T. XF: u is the tile's entropy scale,
+// w the column's class weight (1 without), m2 the tile's base-2 max; the base-2 logit comes back
+// from e = 2^(z2 - m2) as m2 + log2(e) (for the entropy term and the softcap's tanh; e == 0,
+// below 2^-133 of the max, happens only with a cap over ~44 and is taken as tanh = -1, and it
+// adds no entropy term: e log2(max(e, 1e-30)) = 0).
+template <bool XF>
+__device__ __forceinline__ float flce_sm90_dz(float e, float s, int j, int y, float ct, float cs, float u, float w,
+                                              float m2, const flce_sm90_xf_call &x, int V) {
+    float dz;
+    if (XF) {
+        const float l = __log2f(fmaxf(e, 1e-30f));
+        dz = s * e - cs * w - u * e * l;
+        dz -= j == y ? ct : 0.0f;
+        const float th = e > 0.0f ? (m2 + l) * x.kcap : x.th0;
         dz *= 1.0f - th * th;
+    } else {
+        dz = s * e - cs;
+        dz -= j == y ? ct : 0.0f;
     }
     return j < V ? dz : 0.0f;
+}
+
+// The class weight of column j (< V, else the last: its dz is masked) when weights enter dz
+__device__ __forceinline__ float flce_sm90_weight(const flce_sm90_rows &r, int j) {
+    return r.cw != NULL ? r.cw[min(j, r.V - 1)] : 1.0f;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -199,14 +288,14 @@ struct flce_sm90_grad_args {
     flce_sm90_rows r;
 };
 
-template <bool CAP>
+template <bool XF>
 struct flce_sm90_dh : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
         int row[2];                // the thread's two chunk rows
         int y[2];                  // their targets (vocabulary column, -1 none)
         float ct[2], cs[2];
-        float s[2], m2[2];         // the current statistics tile's scale and max
+        float s[2], m2[2], u[2];   // the current statistics tile's scale, max and entropy scale
         int t;                     // that tile
     };
     static constexpr bool A_REGS = true;
@@ -222,6 +311,7 @@ struct flce_sm90_dh : sm90_policy_base {
             ts.cs[h] = in ? a.r.coef[flce_sm90_coef(ts.row[h], FLCE_COEF_CS)] : 0.0f;
             ts.s[h] = 0.0f;
             ts.m2[h] = 0.0f;
+            ts.u[h] = 0.0f;
         }
         ts.t = -1;
     }
@@ -236,7 +326,8 @@ struct flce_sm90_dh : sm90_policy_base {
             for (int h = 0; h < 2; h++)
                 if (ts.row[h] < a.r.rows) {
                     ts.s[h] = a.r.stat_s[(int64_t)t * a.r.ld + ts.row[h]];
-                    if (CAP) ts.m2[h] = a.r.stat_m[(int64_t)t * a.r.ld + ts.row[h]];
+                    if (XF) ts.m2[h] = a.r.stat_m[(int64_t)t * a.r.ld + ts.row[h]];
+                    if (XF) ts.u[h] = a.r.stat_sz[(int64_t)t * a.r.ld + ts.row[h]];
                 }
         }
         const int lane = th.lt % 32, mi = lane / 8;
@@ -244,10 +335,10 @@ struct flce_sm90_dh : sm90_policy_base {
         const uint32_t base = sm90_smem(sa);
         // the common case, decided for the whole warp: no target of its rows in these 64
         // columns, all of them real classes: dz = s e - cs, one FFMA
-        const bool plain = !CAP && __all_sync(0xffffffffu, j0 + SM90_BK <= a.r.V &&
-                                                               (unsigned)(ts.y[0] - j0) >= (unsigned)SM90_BK &&
-                                                               (unsigned)(ts.y[1] - j0) >= (unsigned)SM90_BK);
-        const float inv_cap = CAP ? flce_rcp(a.r.cap) : 0.0f;
+        const bool plain = !XF && __all_sync(0xffffffffu, j0 + SM90_BK <= a.r.V &&
+                                                              (unsigned)(ts.y[0] - j0) >= (unsigned)SM90_BK &&
+                                                              (unsigned)(ts.y[1] - j0) >= (unsigned)SM90_BK);
+        const flce_sm90_xf_call x = flce_sm90_xf_init(a.r);
         // one straight line of code per case: ptxas serializes the wgmmas (info C7513) when
         // their register operands come out of branches inside the K loop
         if (plain) {
@@ -269,10 +360,12 @@ struct flce_sm90_dh : sm90_policy_base {
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const int h = q & 1, j = j0 + 16 * kk + 8 * (q >> 1) + 2 * th.t;
-                    const float d0 = flce_sm90_dz<CAP>(sm90_bf16_lo(r[q]), ts.s[h], j, ts.y[h], ts.ct[h], ts.cs[h],
-                                                       inv_cap, ts.m2[h], a.r.V);
-                    const float d1 = flce_sm90_dz<CAP>(sm90_bf16_hi(r[q]), ts.s[h], j + 1, ts.y[h], ts.ct[h],
-                                                       ts.cs[h], inv_cap, ts.m2[h], a.r.V);
+                    const float w0 = XF ? flce_sm90_weight(a.r, j) : 1.0f;
+                    const float w1 = XF ? flce_sm90_weight(a.r, j + 1) : 1.0f;
+                    const float d0 = flce_sm90_dz<XF>(sm90_bf16_lo(r[q]), ts.s[h], j, ts.y[h], ts.ct[h], ts.cs[h],
+                                                      ts.u[h], w0, ts.m2[h], x, a.r.V);
+                    const float d1 = flce_sm90_dz<XF>(sm90_bf16_hi(r[q]), ts.s[h], j + 1, ts.y[h], ts.ct[h],
+                                                      ts.cs[h], ts.u[h], w1, ts.m2[h], x, a.r.V);
                     af[4 * kk + q] = sm90_pack_bf16(d0, d1);
                 }
             }
@@ -290,17 +383,18 @@ struct flce_sm90_dh : sm90_policy_base {
 // the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
 // stage brings the 64 rows' scales (for this tile's statistics tile), records and maxima
 
-// scale, cs, y, ct (and under a softcap m2) of 64 rows
-#define FLCE_SM90_DW_EXTRA(CAP) ((CAP ? 5 : 4) * 64 * 4)
+// scale, cs, y, ct (and for the general transform m2 and u) of 64 rows
+#define FLCE_SM90_DW_EXTRA(XF) ((XF ? 6 : 4) * 64 * 4)
 
-template <bool ADD, bool CAP>
+template <bool ADD, bool XF>
 struct flce_sm90_dw : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
         int v[2];                  // the thread's two vocabulary rows: 16 w + g, + 8
+        float w[2];                // XF: their class weights
     };
     static constexpr bool A_REGS = true;
-    static constexpr int STAGE_EXTRA = FLCE_SM90_DW_EXTRA(CAP);
+    static constexpr int STAGE_EXTRA = FLCE_SM90_DW_EXTRA(XF);
     // one staging box per warp leaves room for four stages beside the per-row data
     static constexpr int EPI_BUFFERS = 1;
 
@@ -310,12 +404,15 @@ struct flce_sm90_dw : sm90_policy_base {
         uint8_t *x = (uint8_t *)dst;
         sm90_bulk_load(x, a.r.stat_s + t * a.r.ld + k0, 256, bar);
         sm90_bulk_load(x + 256, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
-        if (CAP) sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
+        if (XF) sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
+        if (XF) sm90_bulk_load(x + 1280, a.r.stat_sz + t * a.r.ld + k0, 256, bar);
     }
 
     __device__ static void tile_begin(const Args &a, TileState &ts, const sm90_tile &tile, const sm90_thread &th) {
         ts.v[0] = a.r.voff + tile.m0 + 64 * th.wg + 16 * th.w + th.g;
         ts.v[1] = ts.v[0] + 8;
+        ts.w[0] = XF ? flce_sm90_weight(a.r, ts.v[0]) : 1.0f;
+        ts.w[1] = XF ? flce_sm90_weight(a.r, ts.v[1]) : 1.0f;
     }
 
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
@@ -323,14 +420,15 @@ struct flce_sm90_dw : sm90_policy_base {
         const float *sc = (const float *)sx, *cs = (const float *)(sx + 256);
         const int *ys = (const int *)(sx + 512);
         const float *ct = (const float *)(sx + 768), *mx = (const float *)(sx + 1024);
+        const float *us = (const float *)(sx + 1280);
         const int lane = th.lt % 32, mi = lane / 8;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the common case, decided for the warp: none of the 64 rows' targets among its 16
         // vocabulary rows, all of them real classes: dz = s e - cs, one FFMA
         const int vw = ts.v[0] - th.g;
-        const bool plain = !CAP && vw + 16 <= a.r.V &&
+        const bool plain = !XF && vw + 16 <= a.r.V &&
                            !__any_sync(0xffffffffu, (unsigned)(ys[lane] - vw) < 16u || (unsigned)(ys[lane + 32] - vw) < 16u);
-        const float inv_cap = CAP ? flce_rcp(a.r.cap) : 0.0f;
+        const flce_sm90_xf_call xc = flce_sm90_xf_init(a.r);
         // one straight line of code per case (see flce_sm90_dh)
         if (plain) {
 #pragma unroll
@@ -362,14 +460,15 @@ struct flce_sm90_dw : sm90_policy_base {
                     const float2 c2 = *reinterpret_cast<const float2 *>(cs + k);
                     const int2 y2 = *reinterpret_cast<const int2 *>(ys + k);
                     const float2 t2 = *reinterpret_cast<const float2 *>(ct + k);
-                    const float m0 = CAP ? mx[k] : 0.0f, m1 = CAP ? mx[k + 1] : 0.0f;
+                    const float m0 = XF ? mx[k] : 0.0f, m1 = XF ? mx[k + 1] : 0.0f;
+                    const float u0 = XF ? us[k] : 0.0f, u1 = XF ? us[k + 1] : 0.0f;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const uint32_t x = r[2 * kh + h];
-                        const float d0 = flce_sm90_dz<CAP>(sm90_bf16_lo(x), s2.x, ts.v[h], y2.x, t2.x, c2.x, inv_cap,
-                                                           m0, a.r.V);
-                        const float d1 = flce_sm90_dz<CAP>(sm90_bf16_hi(x), s2.y, ts.v[h], y2.y, t2.y, c2.y, inv_cap,
-                                                           m1, a.r.V);
+                        const float d0 = flce_sm90_dz<XF>(sm90_bf16_lo(x), s2.x, ts.v[h], y2.x, t2.x, c2.x, u0,
+                                                          ts.w[h], m0, xc, a.r.V);
+                        const float d1 = flce_sm90_dz<XF>(sm90_bf16_hi(x), s2.y, ts.v[h], y2.y, t2.y, c2.y, u1,
+                                                          ts.w[h], m1, xc, a.r.V);
                         af[4 * kk + 2 * kh + h] = sm90_pack_bf16(d0, d1);
                     }
                 }
@@ -402,17 +501,20 @@ template <typename T, typename Tgt>
 __global__ void __launch_bounds__(32 * FLCE_MERGE_WARPS)
 flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, int vp_mode, float *vp) {
     __shared__ float part_m[FLCE_MERGE_WARPS][32], part_s[FLCE_MERGE_WARPS][32], part_z[FLCE_MERGE_WARPS][32];
-    __shared__ float row_lse2[32], row_coef[32];
+    __shared__ float part_q[FLCE_MERGE_WARPS][32];
+    __shared__ float row_lse2[32], row_coef[32], row_ce[32], row_mu2[32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int64_t row = (int64_t)blockIdx.x * 32 + lane;
     const bool real = row < r.rows;
-    float m = -INFINITY, s = 0.0f, z = 0.0f;
+    float m = -INFINITY, s = 0.0f, z = 0.0f, q = 0.0f;
     if (real && vp_mode != FLCE_VP_GLOBAL) {
         for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
             const int64_t k = (int64_t)t * r.ld + row;
             const float mt = r.stat_m[k], st = r.stat_s[k];
             const float mx = fmaxf(m, mt);
-            s = s * flce_exp2(m - mx) + st * flce_exp2(mt - mx);
+            const float fa = flce_exp2(m - mx), fb = flce_exp2(mt - mx);
+            if (r.want_q) q = flce_q_rescale(q, s, m, mx, fa) + fb * (r.stat_q[k] + st * (mx - mt));
+            s = s * fa + st * fb;
             m = mx;
             z += r.stat_sz[k];
         }
@@ -420,33 +522,37 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
     part_m[w][lane] = m;
     part_s[w][lane] = s;
     part_z[w][lane] = z;
+    part_q[w][lane] = q;
     __syncthreads();
     if (w == 0 && real) {
-        flce_row_stats st = {-INFINITY, 0.0f, 0.0f};
+        flce_row_stats st = {-INFINITY, 0.0f, 0.0f, 0.0f};
         for (int k = 0; k < FLCE_MERGE_WARPS; k++)
             if (part_s[k][lane] > 0.0f)  // a warp with no tiles (n_tiles < warps) has s = 0
-                st = flce_stats_merge(st, flce_row_stats{part_m[k][lane], part_s[k][lane], part_z[k][lane]});
+                st = flce_stats_merge(st, flce_row_stats{part_m[k][lane], part_s[k][lane], part_z[k][lane],
+                                                         part_q[k][lane]});
         const int64_t rows = r.rows;
         if (vp_mode == FLCE_VP_LOCAL) {
             vp[row] = st.m;
             vp[rows + row] = st.m;
             vp[2 * rows + row] = st.s;
             vp[3 * rows + row] = st.sz;
+            vp[4 * rows + row] = st.q;
         } else if (vp_mode == FLCE_VP_GLOBAL) {
-            st = flce_row_stats{vp[rows + row], vp[2 * rows + row], vp[3 * rows + row]};
+            st = flce_row_stats{vp[rows + row], vp[2 * rows + row], vp[3 * rows + row], vp[4 * rows + row]};
         }
         if (vp_mode != FLCE_VP_LOCAL) {
             const int64_t i = a.row0 + row;
             int y;
             float zt;
             const int valid = flce_row_target(a, i, &y, &zt);
-            const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, (int)a.V_total, a.grad_token_loss,
-                                                    a.scalars, a.p, 1, a.token_loss, a.token_lse);
+            const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, a, 1);
             r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
             r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
             r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
             row_lse2[lane] = g.lse2;
             row_coef[lane] = g.coef_p;
+            row_ce[lane] = g.coef_e;
+            row_mu2[lane] = g.mu2;
         }
     } else if (w == 0 && row < r.ld && vp_mode != FLCE_VP_LOCAL) {
         r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(-1);
@@ -456,13 +562,18 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
     if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
     __syncthreads();
     if (row >= r.ld) return;
+    // s_t = 2^(m_t - lse2) (coef_p + coef_e (mu2 - m_t)), and under XF u_t = 2^(m_t - lse2) coef_e
+    // (in stat_sz, read by no one after this); see the top of this file
     for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
         const int64_t k = (int64_t)t * r.ld + row;
         if (real) {
-            r.stat_s[k] = row_coef[lane] * flce_exp2(r.stat_m[k] - row_lse2[lane]);
+            const float mt = r.stat_m[k], f = flce_exp2(mt - row_lse2[lane]);
+            r.stat_s[k] = f * (row_coef[lane] + row_ce[lane] * (row_mu2[lane] - mt));
+            if (r.xf) r.stat_sz[k] = f * row_ce[lane];
         } else {
             r.stat_s[k] = 0.0f;
             r.stat_m[k] = 0.0f;
+            if (r.xf) r.stat_sz[k] = 0.0f;
         }
     }
 }
@@ -478,18 +589,20 @@ __global__ void flce_sm90_dbias_kernel(const __nv_bfloat16 *E, int64_t lde, flce
     const int64_t t = j / FLCE_SM90_TILE;
     float acc0 = 0.0f, acc1 = 0.0f;
     if (c < w_e) {  // (c + 1 may be past w_e: the buffer's stride is padded, and dz masks j >= V)
+        const flce_sm90_xf_call x = flce_sm90_xf_init(r);
+        const float w0 = r.xf ? flce_sm90_weight(r, j) : 1.0f, w1 = r.xf ? flce_sm90_weight(r, j + 1) : 1.0f;
         for (int i = 0; i < r.rows; i++) {
             const uint32_t e2 = *reinterpret_cast<const uint32_t *>(E + (int64_t)i * lde + c);
             const float s = r.stat_s[t * r.ld + i];
             const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
             const float ct = r.coef[flce_sm90_coef(i, FLCE_COEF_CT)], cs = r.coef[flce_sm90_coef(i, FLCE_COEF_CS)];
-            if (r.cap > 0.0f) {
-                const float m2 = r.stat_m[t * r.ld + i], inv_cap = flce_rcp(r.cap);
-                acc0 += flce_sm90_dz<true>(sm90_bf16_lo(e2), s, j, y, ct, cs, inv_cap, m2, r.V);
-                acc1 += flce_sm90_dz<true>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, inv_cap, m2, r.V);
+            if (r.xf) {
+                const float m2 = r.stat_m[t * r.ld + i], u = r.stat_sz[t * r.ld + i];
+                acc0 += flce_sm90_dz<true>(sm90_bf16_lo(e2), s, j, y, ct, cs, u, w0, m2, x, r.V);
+                acc1 += flce_sm90_dz<true>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, u, w1, m2, x, r.V);
             } else {
-                acc0 += flce_sm90_dz<false>(sm90_bf16_lo(e2), s, j, y, ct, cs, 0.0f, 0.0f, r.V);
-                acc1 += flce_sm90_dz<false>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, 0.0f, 0.0f, r.V);
+                acc0 += flce_sm90_dz<false>(sm90_bf16_lo(e2), s, j, y, ct, cs, 0.0f, 1.0f, 0.0f, x, r.V);
+                acc1 += flce_sm90_dz<false>(sm90_bf16_hi(e2), s, j + 1, y, ct, cs, 0.0f, 1.0f, 0.0f, x, r.V);
             }
         }
     }

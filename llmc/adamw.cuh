@@ -24,7 +24,11 @@ bit for bit (the test does exactly that). The cost is nil: the kernel is memory 
 adamw_update_multi steps many tensors of the same flat buffers in one launch (a table of
 offset, size, decay and seed per tensor, passed by value), with the same per-element code and
 hence bitwise the same results as one adamw_update per tensor: the trainer's 16 tensors
-otherwise cost 16 launches, most of them too small to fill the GPU.
+otherwise cost 16 launches, most of them too small to fill the GPU. An entry may also be part
+of a tensor whose optimizer state lives elsewhere (ZeRO-1, llmc/zero.h: a rank keeps master,
+m and v of its slice of the flat vector only): state_offset places it in master, m and v, and
+index0, its first element's index within the whole tensor, keeps each element's random bits
+those of the unsliced update.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -156,12 +160,16 @@ static inline void adamw_update(floatX *params, float *master, const float *grad
 #define ADAMW_MULTI_BLOCK 256
 #define ADAMW_MULTI_ITEMS 8  // elements per thread: a block covers 2048 consecutive elements
 
-// One tensor of a multi-tensor step: its elements [offset, offset + numel) of the flat buffers,
-// its weight decay (0: none) and its stochastic-rounding seed.
+// One tensor (or part of one) of a multi-tensor step: its elements [offset, offset + numel) of
+// the flat params and grads, [state_offset, state_offset + numel) of master, m and v (the
+// same as offset when they are as long as params), its weight decay (0: none), its
+// stochastic-rounding seed and the index within its tensor of its first element (0 for a
+// whole tensor): element k is hashed as index0 + k.
 typedef struct {
     size_t offset, numel;
     float weight_decay;
     unsigned int seed;
+    size_t state_offset, index0;
 } AdamWTensor;
 
 // The kernel's table, passed by value (under 1.5 KiB of the 4 KiB of parameters): tensor t
@@ -177,14 +185,15 @@ typedef struct {
 // A thread loads all its elements before it computes and stores any, so that its loads are in
 // flight together (the stores could alias the loads of a later element for all the compiler
 // knows). Each element gets adamw_math with the tensor's decay and seed and its index within
-// the tensor: the same bits as adamw_update on that tensor alone, in any launch shape.
+// the tensor (index0 + its index in the entry): the same bits as adamw_update on that tensor
+// alone, in any launch shape and however the tensor is cut into entries.
 static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
     adamw_multi_kernel(floatX *params, float *master, const float *grads, float *m, float *v, AdamWTable tab,
                        AdamWConsts k, float grad_scale, const float *grad_scale_dev) {
     const float scale = grad_scale_dev != NULL ? __fmul_rn(grad_scale, *grad_scale_dev) : grad_scale;
     int t = 0;
     while (t + 1 < tab.n && blockIdx.x >= tab.first_block[t + 1]) t++;
-    const size_t o = tab.t[t].offset, n = tab.t[t].numel;
+    const size_t o = tab.t[t].offset, n = tab.t[t].numel, so = tab.t[t].state_offset, i0 = tab.t[t].index0;
     const float wd = tab.t[t].weight_decay;
     const unsigned int seed = tab.t[t].seed;
     const size_t base = (size_t)(blockIdx.x - tab.first_block[t]) * (ADAMW_MULTI_BLOCK * ADAMW_MULTI_ITEMS);
@@ -194,9 +203,9 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
         const size_t i = base + (size_t)it * ADAMW_MULTI_BLOCK + threadIdx.x;
         if (i < n) {
             g[it] = grads[o + i];
-            mi[it] = m[o + i];
-            vi[it] = v[o + i];
-            p[it] = master != NULL ? master[o + i] : __bfloat162float(params[o + i]);
+            mi[it] = m[so + i];
+            vi[it] = v[so + i];
+            p[it] = master != NULL ? master[so + i] : __bfloat162float(params[o + i]);
         }
     }
 #pragma unroll
@@ -205,18 +214,19 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
         if (i < n) {
             float pn;
             adamw_math(g[it], mi[it], vi[it], p[it], pn, k, wd, scale);
-            m[o + i] = mi[it];
-            v[o + i] = vi[it];
-            if (master != NULL) master[o + i] = pn;
-            params[o + i] = adamw_param(pn, master != NULL, seed, i);
+            m[so + i] = mi[it];
+            v[so + i] = vi[it];
+            if (master != NULL) master[so + i] = pn;
+            params[o + i] = adamw_param(pn, master != NULL, seed, i0 + i);
         }
     }
 }
 
 // One AdamW step (t >= 1) over n_tensors tensors of the flat buffers params (bf16), master (fp32
-// or NULL), grads, m, v, in one launch: tensors[i] gives each one's range, weight decay and seed.
-// The per-tensor constants are those of adamw_update_scaled; the result is bitwise that of one
-// adamw_update_scaled call per tensor (with tensor i's pointers at offset, its decay and seed).
+// or NULL), grads, m, v, in one launch: tensors[i] gives each one's ranges, weight decay, seed
+// and first index. The per-tensor constants are those of adamw_update_scaled; the result is
+// bitwise that of one adamw_update_scaled call per whole tensor (with tensor i's pointers at
+// offset, its decay and seed), the entries of a cut tensor together giving that tensor's.
 // grad_scale_dev as adamw_update_scaled (NULL: none). Ranges must not overlap.
 static inline void adamw_update_multi(floatX *params, float *master, const float *grads, float *m, float *v,
                                       const AdamWTensor *tensors, int n_tensors, float lr, float beta1, float beta2,

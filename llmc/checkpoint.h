@@ -7,20 +7,25 @@ field and the exact file size and names the file in its error.
 
 Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
     int32 header[256]: [0] = 20240527, [1] = 1, [2] = num_processes, [3] = process_rank,
-        [4] = use_master_weights, [5] = should_shuffle, [10] = step,
+        [4] = use_master_weights, [5] = should_shuffle, [6] = ZeRO stage (ours: a slot llm.c
+        leaves 0 and does not read), [10] = step,
         [20:22] = u64 rng_state, [22:24] = u64 rng_state_last_update,
         [30:32] = u64 current shard idx, [32:34] = u64 current sample idx, the rest 0
     fp32 m[P], fp32 v[P], fp32 master_weights[P] (only if use_master_weights)
     if should_shuffle: u64 num_shards, int32 shard_indices[num_shards],
         u64 shard_num_samples, int32 intra_shard_indices[shard_num_samples],
         the shuffle generator (llm.c's mt19937_state, 2520 bytes, see llmc/rand.h)
-  P (this rank's share of the optimizer state: num_parameters, or num_parameters / nproc
-  with ZeRO-1) is not in the header; the reader is given it and checks the file size
-  against it. Checked: magic, version, 0 <= rank < num_processes, the 0/1 flags,
-  step >= 0, the shuffle section's sizes, the generator, and the exact file size.
+  P (this rank's share of the optimizer state: num_parameters, or with ZeRO-1 the real
+  elements of the rank's slice of the flat vector, llmc/zero.h) is not in the header; the
+  reader is given it and checks the file size against it. Checked: magic, version,
+  0 <= rank < num_processes, the 0/1 flags, the ZeRO stage 0 or 1, step >= 0, the shuffle
+  section's sizes, the generator, and the exact file size. A ZeRO-1 state is ours: llm.c
+  cuts each tensor into nproc parts instead, so its ZeRO-1 files hold another layout.
 
 A checkpoint of step s in a directory: model_%08d.bin (rank 0), state_%08d_%05d.bin (every
-rank), then an empty DONE_%08d (rank 0) once all of them are written. checkpoint_find_latest()
+rank), then an empty DONE_%08d (rank 0) once all of them are written. It resumes only with the
+process count and ZeRO stage that wrote it (each state file holds one rank's share and data
+position): another count or stage is an error naming both, never a fresh start. checkpoint_find_latest()
 takes the highest step whose DONE_ marker and files are all present; names that are not
 exactly "DONE_" + digits (such as a left-over "DONE_00000020.tmp") are ignored.
 
@@ -45,6 +50,7 @@ start (checkpoint_clear_stale): they belong to an older run in the same director
 #include "dataloader.h"
 #include "gpt2.h"
 #include "rand.h"
+#include "zero.h"
 
 #define STATE_MAGIC 20240527
 #define STATE_VERSION 1
@@ -59,6 +65,7 @@ start (checkpoint_clear_stale): they belong to an older run in the same director
 typedef struct {
     int num_processes, process_rank;
     int use_master_weights;
+    int zero_stage;            // 0: m, v, master of every parameter; 1: of this rank's slice
     int step;
     uint64_t rng_state, rng_state_last_update;
     size_t num_parameters;     // floats in each of m, v and master_weights (this rank's share)
@@ -81,10 +88,10 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
     const DataLoaderState *ls = &st->loader;
     if (st->num_processes < 1 || st->process_rank < 0 || st->process_rank >= st->num_processes ||
         st->step < 0 || (st->use_master_weights != 0 && st->use_master_weights != 1) ||
-        (ls->should_shuffle != 0 && ls->should_shuffle != 1)) {
+        (ls->should_shuffle != 0 && ls->should_shuffle != 1) || (st->zero_stage != 0 && st->zero_stage != 1)) {
         llmc_set_error(err, err_len, "state file '%s': bad fields num_processes=%d process_rank=%d "
-                       "step=%d use_master_weights=%d should_shuffle=%d", path, st->num_processes,
-                       st->process_rank, st->step, st->use_master_weights, ls->should_shuffle);
+                       "step=%d use_master_weights=%d should_shuffle=%d zero_stage=%d", path, st->num_processes,
+                       st->process_rank, st->step, st->use_master_weights, ls->should_shuffle, st->zero_stage);
         return -1;
     }
     if ((st->num_parameters > 0 && (st->m == NULL || st->v == NULL ||
@@ -103,6 +110,7 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
     header[3] = st->process_rank;
     header[4] = st->use_master_weights;
     header[5] = ls->should_shuffle;
+    header[6] = st->zero_stage;
     header[10] = st->step;
     uint64_t shard_idx = ls->shard_idx, sample_idx = ls->sample_idx;
     memcpy(&header[20], &st->rng_state, 8);
@@ -136,6 +144,85 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
     return 0;
 }
 
+// The header's fields into st (no buffers): 0, or -1 with a message naming path.
+static inline int state_parse_header_(const int32_t *header, const char *path, TrainingState *st, char *err,
+                                      size_t err_len) {
+    if (header[0] != STATE_MAGIC) {
+        llmc_set_error(err, err_len, "state file '%s': bad magic %d (expected %d)", path, (int)header[0], STATE_MAGIC);
+        return -1;
+    }
+    if (header[1] != STATE_VERSION) {
+        llmc_set_error(err, err_len, "state file '%s': bad version %d (expected %d)", path, (int)header[1], STATE_VERSION);
+        return -1;
+    }
+    st->num_processes = header[2];
+    st->process_rank = header[3];
+    st->use_master_weights = header[4];
+    st->loader.should_shuffle = header[5];
+    st->zero_stage = header[6];
+    st->step = header[10];
+    if (st->num_processes < 1 || st->process_rank < 0 || st->process_rank >= st->num_processes) {
+        llmc_set_error(err, err_len, "state file '%s': bad process_rank %d / num_processes %d", path,
+                       st->process_rank, st->num_processes);
+        return -1;
+    }
+    if ((st->use_master_weights != 0 && st->use_master_weights != 1) ||
+        (st->loader.should_shuffle != 0 && st->loader.should_shuffle != 1)) {
+        llmc_set_error(err, err_len, "state file '%s': bad flags use_master_weights=%d should_shuffle=%d (must be 0 or 1)",
+                       path, st->use_master_weights, st->loader.should_shuffle);
+        return -1;
+    }
+    if (st->zero_stage != 0 && st->zero_stage != 1) {
+        llmc_set_error(err, err_len, "state file '%s': bad ZeRO stage %d (0 or 1)", path, st->zero_stage);
+        return -1;
+    }
+    if (st->step < 0) {
+        llmc_set_error(err, err_len, "state file '%s': bad step %d", path, st->step);
+        return -1;
+    }
+    uint64_t shard_idx, sample_idx;
+    memcpy(&st->rng_state, &header[20], 8);
+    memcpy(&st->rng_state_last_update, &header[22], 8);
+    memcpy(&shard_idx, &header[30], 8);
+    memcpy(&sample_idx, &header[32], 8);
+    if (shard_idx > (uint64_t)INT_MAX || sample_idx > (uint64_t)INT_MAX) {
+        llmc_set_error(err, err_len, "state file '%s': bad data position shard %llu sample %llu", path,
+                       (unsigned long long)shard_idx, (unsigned long long)sample_idx);
+        return -1;
+    }
+    st->loader.shard_idx = (size_t)shard_idx;
+    st->loader.sample_idx = (size_t)sample_idx;
+    return 0;
+}
+
+// The header at the start of fp (the file path, named in messages) and the file's size. 0, or -1.
+static inline int state_read_header_(FILE *fp, const char *path, int32_t *header, int64_t *file_bytes, char *err,
+                                     size_t err_len) {
+    *file_bytes = 0;
+    if (llmc_file_size(fp, file_bytes) != 0 || *file_bytes < STATE_HEADER_BYTES ||
+        llmc_read_exact(fp, header, STATE_HEADER_BYTES) != 0) {
+        llmc_set_error(err, err_len, "state file '%s': truncated header (file is %lld bytes, the "
+                       "header alone is %d)", path, (long long)*file_bytes, STATE_HEADER_BYTES);
+        return -1;
+    }
+    return 0;
+}
+
+// The header of a state file alone (st's fields; no buffers to free): who wrote it, with which
+// ZeRO stage, at which step. 0, or -1 with a message.
+static inline int state_peek_checked(const char *path, TrainingState *st, char *err, size_t err_len) {
+    memset(st, 0, sizeof(*st));
+    FILE *fp = llmc_fopen_read_checked(path, "state file", err, err_len);
+    if (fp == NULL) return -1;
+    int32_t header[STATE_HEADER_BYTES / 4];
+    int64_t file_bytes = 0;
+    const int rc = state_read_header_(fp, path, header, &file_bytes, err, err_len) == 0 &&
+                   state_parse_header_(header, path, st, err, err_len) == 0 ? 0 : -1;
+    fclose(fp);
+    if (rc != 0) memset(st, 0, sizeof(*st));
+    return rc;
+}
+
 // Reads a state file whose m/v/master buffers hold num_parameters floats each.
 static inline int state_read_checked(const char *path, size_t num_parameters, TrainingState *st,
                                      char *err, size_t err_len) {
@@ -144,38 +231,13 @@ static inline int state_read_checked(const char *path, size_t num_parameters, Tr
     if (fp == NULL) return -1;
     int32_t header[STATE_HEADER_BYTES / 4];
     int64_t file_bytes = 0;
-    if (llmc_file_size(fp, &file_bytes) != 0 || file_bytes < STATE_HEADER_BYTES ||
-        llmc_read_exact(fp, header, sizeof(header)) != 0) {
-        llmc_set_error(err, err_len, "state file '%s': truncated header (file is %lld bytes, the "
-                       "header alone is %d)", path, (long long)file_bytes, STATE_HEADER_BYTES);
+    if (state_read_header_(fp, path, header, &file_bytes, err, err_len) != 0 ||
+        state_parse_header_(header, path, st, err, err_len) != 0) {
         fclose(fp);
+        memset(st, 0, sizeof(*st));
         return -1;
     }
 #define STATE_FAIL_(...) do { llmc_set_error(err, err_len, __VA_ARGS__); fclose(fp); state_free(st); return -1; } while (0)
-    if (header[0] != STATE_MAGIC) STATE_FAIL_("state file '%s': bad magic %d (expected %d)", path, (int)header[0], STATE_MAGIC);
-    if (header[1] != STATE_VERSION) STATE_FAIL_("state file '%s': bad version %d (expected %d)", path, (int)header[1], STATE_VERSION);
-    st->num_processes = header[2];
-    st->process_rank = header[3];
-    st->use_master_weights = header[4];
-    st->loader.should_shuffle = header[5];
-    st->step = header[10];
-    if (st->num_processes < 1 || st->process_rank < 0 || st->process_rank >= st->num_processes)
-        STATE_FAIL_("state file '%s': bad process_rank %d / num_processes %d", path, st->process_rank, st->num_processes);
-    if ((st->use_master_weights != 0 && st->use_master_weights != 1) ||
-        (st->loader.should_shuffle != 0 && st->loader.should_shuffle != 1))
-        STATE_FAIL_("state file '%s': bad flags use_master_weights=%d should_shuffle=%d (must be 0 or 1)",
-                    path, st->use_master_weights, st->loader.should_shuffle);
-    if (st->step < 0) STATE_FAIL_("state file '%s': bad step %d", path, st->step);
-    uint64_t shard_idx, sample_idx;
-    memcpy(&st->rng_state, &header[20], 8);
-    memcpy(&st->rng_state_last_update, &header[22], 8);
-    memcpy(&shard_idx, &header[30], 8);
-    memcpy(&sample_idx, &header[32], 8);
-    if (shard_idx > (uint64_t)INT_MAX || sample_idx > (uint64_t)INT_MAX)
-        STATE_FAIL_("state file '%s': bad data position shard %llu sample %llu", path,
-                    (unsigned long long)shard_idx, (unsigned long long)sample_idx);
-    st->loader.shard_idx = (size_t)shard_idx;
-    st->loader.sample_idx = (size_t)sample_idx;
 
     // sizes before allocating: the optimizer buffers, then the shuffle section
     int nbuf = st->use_master_weights ? 3 : 2;
@@ -523,10 +585,12 @@ static inline int checkpoint_write_checked(const CheckpointWrite *w, char *err, 
 typedef struct {
     int step;
     size_t num_parameters;
-    uint16_t *params;       // the model file's bf16 parameters
-    float *master;          // fp32 master weights: the state file's or, for a state written
-                            // without them (llm.c -w 0), the parameters widened, so that AdamW
-                            // continues from the loaded model and not from an initial one
+    ZeroLayout zero;        // this rank's share: master, state.m and state.v hold zero.opt_count
+                            // floats, those of parameters [zero.opt_lo, zero.opt_lo + opt_count)
+    uint16_t *params;       // the model file's bf16 parameters (all of them)
+    float *master;          // fp32 master weights (the share): the state file's or, for a state
+                            // written without them (llm.c -w 0), the parameters widened, so that
+                            // AdamW continues from the loaded model and not from an initial one
     TrainingState state;    // this rank's m, v and data position
 } Checkpoint;
 
@@ -537,13 +601,44 @@ static inline void checkpoint_free(Checkpoint *ck) {
     memset(ck, 0, sizeof(*ck));
 }
 
-// Loads the latest complete checkpoint in dir for rank of num_processes, for a model of
-// *config, and moves loader (if not NULL) to its data position. 1 when loaded, 0 when dir has
-// none (err says why), -1 when it has one that does not fit this run or a bad file.
+// 0 when the newest checkpoint in dir that rank 0 finished (its marker, model and rank 0's state
+// file; none at all is fine) was written by num_processes processes at ZeRO stage zero_stage;
+// -1 with a message naming both values otherwise, or for an unreadable state header. A run
+// of another shape must not skip to an older checkpoint or start fresh: it is an error.
+static inline int checkpoint_check_shape(const char *dir, int num_processes, int zero_stage, char *err,
+                                         size_t err_len) {
+    char path[CHECKPOINT_PATH_MAX], why[1024];
+    const int newest = checkpoint_find_latest(dir, 1, why, sizeof(why));
+    if (newest < 0) return 0;
+    checkpoint_state_path(path, sizeof(path), dir, newest, 0);
+    TrainingState head;
+    if (state_peek_checked(path, &head, err, err_len) != 0) return -1;
+    if (head.num_processes == num_processes && head.zero_stage == zero_stage) return 0;
+    char procs[256] = "", stage[256] = "";
+    if (head.num_processes != num_processes)
+        snprintf(procs, sizeof(procs), "written by %d process%s, this run has %d (each process resumes its own state "
+                 "file: run %d)", head.num_processes, head.num_processes == 1 ? "" : "es", num_processes,
+                 head.num_processes);
+    if (head.zero_stage != zero_stage)
+        snprintf(stage, sizeof(stage), "written with -z %d (ZeRO stage %d), this run has -z %d (the optimizer "
+                 "state's layout differs: resume with -z %d)", head.zero_stage, head.zero_stage, zero_stage,
+                 head.zero_stage);
+    llmc_set_error(err, err_len, "cannot resume checkpoint %d in '%s': %s%s%s", newest, dir, procs,
+                   procs[0] && stage[0] ? "; " : "", stage);
+    return -1;
+}
+
+// Loads the latest complete checkpoint in dir for rank of num_processes at ZeRO stage
+// zero_stage (the share of the optimizer state: llmc/zero.h), for a model of *config, and
+// moves loader (if not NULL) to its data position. 1 when loaded, 0 when dir has none (err
+// says why), -1 when it has one that does not fit this run (another model, process count or
+// ZeRO stage) or a bad file.
 static inline int checkpoint_load_checked(const char *dir, const GPT2Config *config, int rank, int num_processes,
-                                          DataLoader *loader, Checkpoint *ck, char *err, size_t err_len) {
+                                          int zero_stage, DataLoader *loader, Checkpoint *ck, char *err,
+                                          size_t err_len) {
     memset(ck, 0, sizeof(*ck));
     char path[CHECKPOINT_PATH_MAX], why[1024];
+    if (checkpoint_check_shape(dir, num_processes, zero_stage, err, err_len) != 0) return -1;
     const int step = checkpoint_find_latest(dir, num_processes, err, err_len);
     if (step < 0) return 0;
     ModelFileInfo info;
@@ -563,16 +658,22 @@ static inline int checkpoint_load_checked(const char *dir, const GPT2Config *con
         checkpoint_free(ck);
         return -1;
     }
+    if (zero_layout(&ck->zero, ck->num_parameters, num_processes, rank, zero_stage, err, err_len) != 0) {
+        checkpoint_free(ck);
+        return -1;
+    }
+    const size_t share = ck->zero.opt_count;
     checkpoint_state_path(path, sizeof(path), dir, step, rank);
-    if (state_read_checked(path, ck->num_parameters, &ck->state, err, err_len) != 0) {
+    if (state_read_checked(path, share, &ck->state, err, err_len) != 0) {
         checkpoint_free(ck);
         return -1;
     }
     const TrainingState *st = &ck->state;
-    if (st->num_processes != num_processes || st->process_rank != rank || st->step != step) {
-        llmc_set_error(err, err_len, "state file '%s' holds step %d of rank %d of %d processes; this is step %d "
-                       "of rank %d of %d", path, st->step, st->process_rank, st->num_processes, step, rank,
-                       num_processes);
+    if (st->num_processes != num_processes || st->process_rank != rank || st->step != step ||
+        st->zero_stage != zero_stage) {
+        llmc_set_error(err, err_len, "state file '%s' holds step %d of rank %d of %d processes at -z %d; this is "
+                       "step %d of rank %d of %d at -z %d", path, st->step, st->process_rank, st->num_processes,
+                       st->zero_stage, step, rank, num_processes, zero_stage);
         checkpoint_free(ck);
         return -1;
     }
@@ -580,13 +681,13 @@ static inline int checkpoint_load_checked(const char *dir, const GPT2Config *con
         ck->master = ck->state.master_weights;
         ck->state.master_weights = NULL;
     } else {
-        ck->master = (float *)malloc(ck->num_parameters * sizeof(float));
+        ck->master = (float *)malloc((share ? share : 1) * sizeof(float));
         if (ck->master == NULL) {
-            llmc_set_error(err, err_len, "out of host memory for %zu master weights", ck->num_parameters);
+            llmc_set_error(err, err_len, "out of host memory for %zu master weights", share);
             checkpoint_free(ck);
             return -1;
         }
-        bf16_to_floats(ck->params, ck->master, ck->num_parameters);
+        bf16_to_floats(ck->params + ck->zero.opt_lo, ck->master, share);
     }
     if (loader != NULL && dataloader_set_state_checked(loader, &st->loader, why, sizeof(why)) != 0) {
         llmc_set_error(err, err_len, "resuming the data loader from '%s': %s", path, why);

@@ -8,8 +8,10 @@ encoder.cuh - the GPT-2 input embedding: token embedding (wte) plus position emb
 Why host-side buckets: the wte gradient is a scatter-add (many positions hit the same row).
 Atomics would make it non-deterministic, so the positions are grouped by token id on the
 host (the ids are on the host anyway, the data loader produced them) and each (token,
-8 channels) slice of dwte is then owned by exactly one GPU thread, which sums its positions
-in ascending position order. No atomics, a fixed order, bitwise reproducible.
+8 channels) slice of dwte is then owned by exactly one GPU thread, which adds the sums of its
+positions in ascending position order: directly for a token of up to ENCODER_SEGMENT
+positions, through per-segment partial sums for a more frequent one. No atomics, a fixed
+order, bitwise reproducible.
 
 Requirements: C % 8 == 0 and every tensor pointer 16-byte aligned (checked on the host),
 token ids in [0, rows of wte) (not checked on the device: the caller validates its data).
@@ -55,16 +57,30 @@ static inline void encoder_forward(floatX *out, const int *inp, const floatX *wt
 
 // --- the buckets of the backward --------------------------------------------------------------
 
-// The positions (b*T + t) of one batch grouped by token id. Buckets are in ascending token id
-// order, positions within a bucket in ascending order. Host and device hold the same layout:
-//   [0, BT)             positions, bucket after bucket
-//   [BT, 2BT+1)         bucket_start[0..num_buckets] (offsets into positions; last = BT)
-//   [2BT+1, 3BT+1)      bucket_token[0..num_buckets)
+// The positions (b*T + t) of one batch grouped by token id (a bucket per distinct token, in
+// ascending id order, its positions ascending), and each bucket cut into segments of at most
+// ENCODER_SEGMENT positions, so that a frequent token's thousands of positions are summed by
+// many threads (one thread per whole bucket left the longest bucket as the kernel's tail).
+// A bucket of one segment is added into dwte by the thread that sums it; the segments of a
+// longer bucket write partial sums ("slots"), which a second kernel adds in slot order. Host
+// and device hold the same layout, ints, BT = B*T, at the offsets the struct gives:
+//   positions[BT]                 bucket after bucket
+//   seg_start[n_seg + 1]          each segment's first index into positions; the last = BT
+//   seg_token[n_seg]              its bucket's token id
+//   seg_slot[n_seg]               -1: its bucket has this segment alone; else its partial slot
+//   multi_token[n_multi]          the buckets of several segments: token id
+//   multi_slot[n_multi + 1]       and their slots [multi_slot[i], multi_slot[i + 1])
+#define ENCODER_SEGMENT 32
+
 typedef struct {
-    int B, T;             // the shape the buffers were allocated for
+    int B, T, C;          // the shape the buffers were allocated for
     int num_buckets;      // distinct tokens of the last build
-    int *host;            // pinned, 3*B*T+1 ints (the staging buffer of the upload)
-    int *dev;             // device, 3*B*T+1 ints
+    int num_segments, num_multi, num_slots;
+    size_t off_seg_start, off_seg_token, off_seg_slot, off_multi_token, off_multi_slot, n_ints;
+    int *host;            // pinned, n_ints (the staging buffer of the upload)
+    int *dev;             // device, n_ints
+    float *partial;       // device: max_slots x C partial sums of the long buckets' segments
+    int max_slots;
     int *counts;          // host scratch of the counting sort, one per token id (grows)
     int counts_cap;
     cudaEvent_t uploaded; // recorded after the upload; the next build waits on it before
@@ -72,23 +88,37 @@ typedef struct {
     int built;            // a build has happened (encoder_backward refuses to run otherwise)
 } EncoderBuckets;
 
-static inline void encoder_buckets_init(EncoderBuckets *eb, int B, int T) {
-    require(eb != NULL && B > 0 && T > 0, "encoder_buckets_init: need B, T > 0");
-    require((double)B * T * 3.0 + 1.0 < 2147483647.0, "encoder_buckets_init: B*T too large");
+// Buffers for batches of B x T tokens and C channels. Bounds: a segment holds at least one
+// position (n_seg <= BT); a bucket of several segments has more than ENCODER_SEGMENT positions
+// (n_multi <= BT / (SEGMENT + 1)) and fewer segments than 2 count / SEGMENT (slots <= 2 BT /
+// SEGMENT).
+static inline void encoder_buckets_init(EncoderBuckets *eb, int B, int T, int C) {
+    require(eb != NULL && B > 0 && T > 0 && C > 0 && C % 8 == 0, "encoder_buckets_init: need B, T > 0, C % 8 == 0");
+    require((double)B * T * 5.0 + 8.0 < 2147483647.0, "encoder_buckets_init: B*T too large");
     memset(eb, 0, sizeof(*eb));
     eb->B = B;
     eb->T = T;
-    const size_t n = 3 * (size_t)B * T + 1;
-    cudaCheck(cudaMallocHost((void **)&eb->host, n * sizeof(int)));
-    cudaCheck(cudaMalloc((void **)&eb->dev, n * sizeof(int)));
+    eb->C = C;
+    const size_t BT = (size_t)B * T, max_multi = BT / (ENCODER_SEGMENT + 1);
+    eb->max_slots = (int)(2 * BT / ENCODER_SEGMENT + 1);
+    eb->off_seg_start = BT;
+    eb->off_seg_token = eb->off_seg_start + BT + 1;
+    eb->off_seg_slot = eb->off_seg_token + BT;
+    eb->off_multi_token = eb->off_seg_slot + BT;
+    eb->off_multi_slot = eb->off_multi_token + max_multi;
+    eb->n_ints = eb->off_multi_slot + max_multi + 1;
+    cudaCheck(cudaMallocHost((void **)&eb->host, eb->n_ints * sizeof(int)));
+    cudaCheck(cudaMalloc((void **)&eb->dev, eb->n_ints * sizeof(int)));
+    cudaCheck(cudaMalloc((void **)&eb->partial, (size_t)eb->max_slots * C * sizeof(float)));
     cudaCheck(cudaEventCreateWithFlags(&eb->uploaded, cudaEventDisableTiming));
 }
 
-// Groups the positions of inp_host (B*T token ids, host memory) by token id and uploads the
-// groups to the device on stream s. inp_host is only read during this call (the upload is
-// from the struct's own pinned buffer), so the caller may reuse it at once. The call waits
-// (host side) only for the upload of the previous build, if that has not happened yet.
-// Must be called before each encoder_backward whose inputs differ from the last build's.
+// Groups the positions of inp_host (B*T token ids, host memory) by token id, cuts the groups
+// into segments and uploads all of it to the device on stream s. inp_host is only read during
+// this call (the upload is from the struct's own pinned buffer), so the caller may reuse it at
+// once. The call waits (host side) only for the upload of the previous build, if that has not
+// happened yet. Must be called before each encoder_backward whose inputs differ from the last
+// build's.
 static inline void encoder_buckets_build(EncoderBuckets *eb, const int *inp_host, int B, int T,
                                          cudaStream_t s) {
     require(eb != NULL && eb->host != NULL, "encoder_buckets_build: not initialised");
@@ -114,24 +144,41 @@ static inline void encoder_buckets_build(EncoderBuckets *eb, const int *inp_host
 
     // the pinned buffer may still be the source of the previous (asynchronous) upload
     cudaCheck(cudaEventSynchronize(eb->uploaded));
-    int *positions = eb->host, *bucket_start = eb->host + BT, *bucket_token = eb->host + 2 * BT + 1;
-    // exclusive prefix sum: counts[v] becomes the first slot of token v's positions
-    int nb = 0, offset = 0;
+    int *positions = eb->host, *seg_start = eb->host + eb->off_seg_start, *seg_token = eb->host + eb->off_seg_token;
+    int *seg_slot = eb->host + eb->off_seg_slot, *multi_token = eb->host + eb->off_multi_token;
+    int *multi_slot = eb->host + eb->off_multi_slot;
+    // exclusive prefix sum: counts[v] becomes the first slot of token v's positions; each
+    // bucket's segments as we go
+    int nb = 0, nseg = 0, nmulti = 0, nslots = 0, offset = 0;
     for (int v = 0; v <= max_id; v++) {
         const int c = counts[v];
         if (c == 0) continue;
-        bucket_start[nb] = offset;
-        bucket_token[nb] = v;
+        const int pieces = (c + ENCODER_SEGMENT - 1) / ENCODER_SEGMENT;
+        if (pieces > 1) {
+            multi_token[nmulti] = v;
+            multi_slot[nmulti] = nslots;
+            nmulti++;
+        }
+        for (int k = 0; k < pieces; k++) {
+            seg_start[nseg] = offset + k * ENCODER_SEGMENT;
+            seg_token[nseg] = v;
+            seg_slot[nseg] = pieces > 1 ? nslots++ : -1;
+            nseg++;
+        }
         nb++;
         counts[v] = offset;
         offset += c;
     }
-    bucket_start[nb] = BT;
+    seg_start[nseg] = BT;
+    multi_slot[nmulti] = nslots;
+    require(nslots <= eb->max_slots, "encoder_buckets_build: more partial slots than the bound (a bug)");
     // positions scattered in ascending order, so each bucket lists them ascending (stable)
     for (int i = 0; i < BT; i++) positions[counts[inp_host[i]]++] = i;
     eb->num_buckets = nb;
-    cudaCheck(cudaMemcpyAsync(eb->dev, eb->host, (3 * (size_t)BT + 1) * sizeof(int),
-                              cudaMemcpyHostToDevice, s));
+    eb->num_segments = nseg;
+    eb->num_multi = nmulti;
+    eb->num_slots = nslots;
+    cudaCheck(cudaMemcpyAsync(eb->dev, eb->host, eb->n_ints * sizeof(int), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaEventRecord(eb->uploaded, s));
     eb->built = 1;
 }
@@ -144,6 +191,7 @@ static inline void encoder_buckets_free(EncoderBuckets *eb) {
         cudaCheck(cudaEventDestroy(eb->uploaded));
     }
     if (eb->dev != NULL) cudaCheck(cudaFree(eb->dev));
+    if (eb->partial != NULL) cudaCheck(cudaFree(eb->partial));
     free(eb->counts);
     memset(eb, 0, sizeof(*eb));
 }
@@ -162,19 +210,20 @@ static __device__ __forceinline__ void encoder_add8(float *row, const float acc[
     store128(row + 4, hi);
 }
 
-// One thread per (bucket, 8 channels): sums dout over the bucket's positions in ascending order,
-// then adds the sum into its token's dwte row. Four positions are loaded per step so that
-// several loads are in flight (frequent tokens make long buckets); the additions still happen
-// one position after the other, so the order is fixed.
-static __global__ void encoder_backward_wte_kernel(float *dwte, const floatX *dout, const int *positions,
-                                                   const int *bucket_start, const int *bucket_token,
-                                                   int C, size_t n_threads) {
+// One thread per (segment, 8 channels): sums dout over the segment's positions in ascending
+// order, four loads in flight at a time (the additions still one position after the other),
+// then adds the sum into its token's dwte row (a bucket of one segment) or writes it to its
+// partial slot.
+static __global__ void encoder_backward_segments_kernel(float *dwte, float *partial, const floatX *dout,
+                                                        const int *positions, const int *seg_start,
+                                                        const int *seg_token, const int *seg_slot, int C,
+                                                        size_t n_threads) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n_threads) return;
     const int groups = C / 8;
-    const int bucket = (int)(idx / (size_t)groups);
+    const int seg = (int)(idx / (size_t)groups);
     const int c = (int)(idx % (size_t)groups) * 8;
-    const int start = bucket_start[bucket], end = bucket_start[bucket + 1];
+    const int start = seg_start[seg], end = seg_start[seg + 1];
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) acc[k] = 0.0f;
@@ -197,7 +246,44 @@ static __global__ void encoder_backward_wte_kernel(float *dwte, const floatX *do
 #pragma unroll
         for (int k = 0; k < 8; k++) acc[k] += to_float(d[k]);
     }
-    encoder_add8(dwte + (size_t)bucket_token[bucket] * C + c, acc);
+    const int slot = seg_slot[seg];
+    if (slot < 0) {
+        encoder_add8(dwte + (size_t)seg_token[seg] * C + c, acc);
+    } else {
+        float *dst = partial + (size_t)slot * C + c;
+        Packed128<float> lo, hi;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            lo[k] = acc[k];
+            hi[k] = acc[4 + k];
+        }
+        store128(dst, lo);
+        store128(dst + 4, hi);
+    }
+}
+
+// One thread per (bucket of several segments, 8 channels): its segments' partial sums added in
+// slot (= position) order, then into its token's dwte row.
+static __global__ void encoder_backward_merge_kernel(float *dwte, const float *partial, const int *multi_token,
+                                                     const int *multi_slot, int C, size_t n_threads) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_threads) return;
+    const int groups = C / 8;
+    const int b = (int)(idx / (size_t)groups);
+    const int c = (int)(idx % (size_t)groups) * 8;
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[k] = 0.0f;
+    for (int slot = multi_slot[b]; slot < multi_slot[b + 1]; slot++) {
+        const float *src = partial + (size_t)slot * C + c;
+        const Packed128<float> lo = load128(src), hi = load128(src + 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc[k] += lo[k];
+            acc[4 + k] += hi[k];
+        }
+    }
+    encoder_add8(dwte + (size_t)multi_token[b] * C + c, acc);
 }
 
 // One thread per (t, 8 channels): sums dout[b, t, c..c+8) over b = 0..B-1 in order.
@@ -221,21 +307,28 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *do
 
 // dwte (rows of wte, C) += token-grouped sums of dout (B,T,C); dwpe (>= T rows, C) += sums over b.
 // eb must hold the buckets of this batch's inputs (encoder_buckets_build on the same stream, or
-// one ordered before s). Deterministic: fixed summation orders, no atomics.
+// one ordered before s) and be made for this C. Deterministic: fixed segments and summation
+// orders, no atomics.
 static inline void encoder_backward(float *dwte, float *dwpe, const floatX *dout, const EncoderBuckets *eb,
                                     int B, int T, int C, cudaStream_t s) {
     require(eb != NULL && eb->built, "encoder_backward: encoder_buckets_build was not called");
-    require(B == eb->B && T == eb->T, "encoder_backward: B, T differ from the buckets'");
+    require(B == eb->B && T == eb->T && C == eb->C, "encoder_backward: B, T, C differ from the buckets'");
     require(C > 0 && C % 8 == 0, "encoder_backward: need C % 8 == 0");
     require(aligned16(dwte) && aligned16(dwpe) && aligned16(dout),
             "encoder_backward: dwte, dwpe, dout must be 16-byte aligned");
-    const int BT = B * T, block = 256;
-    const int *positions = eb->dev, *bucket_start = eb->dev + BT, *bucket_token = eb->dev + 2 * BT + 1;
-    const size_t n_wte = (size_t)eb->num_buckets * (C / 8);
-    if (n_wte > 0) {
-        encoder_backward_wte_kernel<<<(unsigned)llmc_ceil_div(n_wte, block), block, 0, s>>>(
-            dwte, dout, positions, bucket_start, bucket_token, C, n_wte);
-        cudaLaunchCheck("encoder_backward_wte_kernel");
+    const int block = 256;
+    const int *d = eb->dev;
+    const size_t n_seg = (size_t)eb->num_segments * (C / 8);
+    if (n_seg > 0) {
+        encoder_backward_segments_kernel<<<(unsigned)llmc_ceil_div(n_seg, block), block, 0, s>>>(
+            dwte, eb->partial, dout, d, d + eb->off_seg_start, d + eb->off_seg_token, d + eb->off_seg_slot, C, n_seg);
+        cudaLaunchCheck("encoder_backward_segments_kernel");
+    }
+    const size_t n_multi = (size_t)eb->num_multi * (C / 8);
+    if (n_multi > 0) {
+        encoder_backward_merge_kernel<<<(unsigned)llmc_ceil_div(n_multi, block), block, 0, s>>>(
+            dwte, eb->partial, d + eb->off_multi_token, d + eb->off_multi_slot, C, n_multi);
+        cudaLaunchCheck("encoder_backward_merge_kernel");
     }
     const size_t n_wpe = (size_t)T * (C / 8);
     encoder_backward_wpe_kernel<<<(unsigned)llmc_ceil_div(n_wpe, block), block, 0, s>>>(dwpe, dout, B, T, C, n_wpe);

@@ -11,6 +11,13 @@ block_reduce_sum's fixed tree) into scratch[block]; one block then reduces the p
 fixed tree and adds the total into out[0]. The same n gives the same bits every time.
 To sum over several tensors call it once per tensor, accumulate = 0 for the first and 1 after
 (all on one stream; the scratch may be shared by the calls, stream order protects it).
+
+  sum_in_order         out[0] = x[0] + x[1] + ... + x[n-1], left to right
+
+Several GPUs: each slice of the flat gradient vector gets its own global_norm_squared, and
+sum_in_order adds the slices' sums in rank order: under ZeRO-1 each rank sums its own slice
+and the partial sums are all-gathered; under ZeRO-0 a rank sums every slice itself. Both give
+the same bits, and one slice (one GPU) the same as a plain global_norm_squared.
 */
 #ifndef LLMC_GLOBAL_NORM_CUH
 #define LLMC_GLOBAL_NORM_CUH
@@ -47,6 +54,19 @@ static inline void global_norm_squared(float *out, const float *grads, size_t n,
     cudaLaunchCheck("global_norm_partial_kernel");
     global_norm_final_kernel<<<1, GLOBAL_NORM_BLOCKS, 0, s>>>(out, scratch, accumulate);
     cudaLaunchCheck("global_norm_final_kernel");
+}
+
+static __global__ void sum_in_order_kernel(float *out, const float *x, int n) {
+    float acc = x[0];
+    for (int i = 1; i < n; i++) acc += x[i];
+    out[0] = acc;
+}
+
+// out[0] (device) = the sum of x[0..n) (device, n >= 1) in index order: a fixed order, so that
+// the bits do not depend on a reduction tree's shape.
+static inline void sum_in_order(float *out, const float *x, int n, cudaStream_t s) {
+    sum_in_order_kernel<<<1, 1, 0, s>>>(out, x, n);
+    cudaLaunchCheck("sum_in_order_kernel");
 }
 
 static __global__ void clip_scale_kernel(float *scale_out, const float *norm_sq, float max_norm) {

@@ -21,7 +21,11 @@ Order in main(): multi_gpu_plan (flags and environment, no side effect), multi_g
 (MPI_Init under mpi), train_config_check, multi_gpu_join (fs, tcp: every process present, a
 watcher thread started), the host's checks of files, then multi_gpu_device_checked and
 cudaSetDevice, multi_gpu_init_comm (NCCL), training, multi_gpu_finish. Host sums and barriers
-go through NCCL (a small device buffer), so they need no MPI.
+go through NCCL (a small device buffer), so they need no MPI. The gradients' and parameters'
+collectives (all-reduce, reduce-scatter, all-gather, and a bucket's group of all-reduces or
+reduces, llmc/zero.h), and those of the vocab-parallel LM head under -tp 1 (the all-gathers of
+lnf and the targets, flce's all-reduces through multi_gpu_flce_comm, the reduce-scatter of
+d(lnf)), are enqueued on the caller's stream without waiting; multi_gpu_wait waits.
 
 fs without stale ids: rank 0 may find files of an earlier run in DIR. Each other rank writes a
 fresh random nonce (train_gpt_fs.hello.<rank>), and takes rank 0's file (train_gpt_fs.run) only
@@ -84,6 +88,8 @@ the trainer's cudaCheck, or SIGKILL (no message at all).
 #ifdef USE_MPI
 #include <mpi.h>
 #endif
+
+#include "zero.h"  // the gradient buckets' pieces
 
 #define MG_MAX_PROCS 65536
 #define MG_DEFAULT_PORT 12345
@@ -1371,22 +1377,86 @@ static inline void multi_gpu_init_comm(MultiGpu *mg) {
 #endif
 }
 
-// fp32 gradients averaged over the ranks, in place, on a CUDA stream (cudaStream_t); returns
-// when they are (waiting by polling, so that a failed process cannot hang this one).
-static inline void multi_gpu_average(MultiGpu *mg, float *buf, size_t n, void *stream) {
+// ----------------------------------------------------------------------------------------
+// the gradients' and parameters' collectives: each is enqueued on a CUDA stream (a
+// cudaStream_t, passed as void *) and returns once NCCL has taken it, without waiting for the
+// GPU; multi_gpu_wait waits, polling. For one process every call is a no-op. Averages are
+// ncclAvg: on two processes every element is the same a/2 + b/2 whichever collective computes
+// it, so ZeRO-0 and ZeRO-1, bucketed or not, give bitwise the same gradients; on more, NCCL's
+// summation order can differ between collectives (by rounding), while one configuration
+// repeats its bits.
+
+#ifdef MULTI_GPU
+// an NCCL call's result: taken (ncclSuccess), or in progress until settled; an error ends the run
+static inline void mg_nccl_enqueued(MultiGpu *mg, ncclResult_t r, const char *what) {
+    if (r != ncclSuccess && r != ncclInProgress)
+        multi_gpu_fail(mg, "NCCL: %s: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(mg->comm));
+    mg_nccl_settle(mg, r, what, mg_now() + mg->timeout_s);
+}
+#endif
+
+// fp32 buf[0..n) averaged over the ranks, in place, on every rank (ZeRO-0).
+static inline void multi_gpu_all_reduce_avg(MultiGpu *mg, float *buf, size_t n, void *stream) {
 #ifdef MULTI_GPU
     if (mg->nproc <= 1) return;
-    const ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclAvg, mg->comm, (cudaStream_t)stream);
-    mg_nccl_settle(mg, r, "ncclAllReduce of the gradients", mg_now() + mg->timeout_s);
-    mg_wait_stream(mg, (cudaStream_t)stream, "ncclAllReduce of the gradients");
+    mg_nccl_enqueued(mg, ncclAllReduce(buf, buf, n, ncclFloat, ncclAvg, mg->comm, (cudaStream_t)stream),
+                     "ncclAllReduce of the gradients");
 #else
     (void)mg; (void)buf; (void)n; (void)stream;
 #endif
 }
 
-// Waits (polling, as multi_gpu_average does) until stream's work so far is done: after
-// collectives enqueued without a wait (multi_gpu_flce_allreduce, the gathers below), before a
-// blocking CUDA call, so that a failed process cannot hang this one there.
+// fp32 buf of nproc slices of `slice` floats: this rank's slice becomes the average over the
+// ranks of their copies of it, in place (ZeRO-1); the other slices keep this rank's own values.
+static inline void multi_gpu_reduce_scatter_avg(MultiGpu *mg, float *buf, size_t slice, void *stream) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1) return;
+    mg_nccl_enqueued(mg, ncclReduceScatter(buf, buf + (size_t)mg->rank * slice, slice, ncclFloat, ncclAvg, mg->comm,
+                                           (cudaStream_t)stream), "ncclReduceScatter of the gradients");
+#else
+    (void)mg; (void)buf; (void)slice; (void)stream;
+#endif
+}
+
+// buf of nproc slices of slice_bytes: every rank's slice r becomes rank r's, in place (ZeRO-1:
+// the parameters each rank updated; the gradient norm's partial sums; -tp 1: every rank's lnf
+// and targets for the vocab-parallel LM head). A copy: exact.
+static inline void multi_gpu_all_gather(MultiGpu *mg, void *buf, size_t slice_bytes, void *stream) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1) return;
+    mg_nccl_enqueued(mg, ncclAllGather((char *)buf + (size_t)mg->rank * slice_bytes, buf, slice_bytes, ncclUint8,
+                                       mg->comm, (cudaStream_t)stream), "ncclAllGather");
+#else
+    (void)mg; (void)buf; (void)slice_bytes; (void)stream;
+#endif
+}
+
+// One bucket of fp32 gradients (llmc/zero.h's pieces of buf) averaged in one NCCL group: a piece
+// of owner -1 on every rank (ncclAllReduce), one of owner r onto rank r (ncclReduce: ZeRO-1,
+// where only the owner's slice is used; the others' copies keep their own values).
+static inline void multi_gpu_reduce_bucket(MultiGpu *mg, float *buf, const ZeroPiece *pieces, int n, void *stream) {
+#ifdef MULTI_GPU
+    if (mg->nproc <= 1 || n == 0) return;
+    const cudaStream_t st = (cudaStream_t)stream;
+    mg_nccl_enqueued(mg, ncclGroupStart(), "ncclGroupStart of a gradient bucket");
+    for (int i = 0; i < n; i++) {
+        float *p = buf + pieces[i].offset;
+        const ncclResult_t r = pieces[i].owner < 0
+                                   ? ncclAllReduce(p, p, pieces[i].count, ncclFloat, ncclAvg, mg->comm, st)
+                                   : ncclReduce(p, p, pieces[i].count, ncclFloat, ncclAvg, pieces[i].owner, mg->comm, st);
+        if (r != ncclSuccess && r != ncclInProgress)
+            multi_gpu_fail(mg, "NCCL: a gradient bucket's %s: %s (%s)", pieces[i].owner < 0 ? "ncclAllReduce" : "ncclReduce",
+                           ncclGetErrorString(r), ncclGetLastError(mg->comm));
+    }
+    mg_nccl_enqueued(mg, ncclGroupEnd(), "a gradient bucket (ncclGroupEnd)");
+#else
+    (void)mg; (void)buf; (void)pieces; (void)n; (void)stream;
+#endif
+}
+
+// Returns when stream's work so far is done; polls NCCL's state and the deadline meanwhile,
+// so that a failed process cannot hang this one (several processes; one: a no-op, the caller
+// synchronizes as it likes).
 static inline void multi_gpu_wait(MultiGpu *mg, void *stream, const char *what) {
 #ifdef MULTI_GPU
     if (mg->nproc <= 1) return;
@@ -1396,27 +1466,14 @@ static inline void multi_gpu_wait(MultiGpu *mg, void *stream, const char *what) 
 #endif
 }
 
-// In place, on stream: buf holds nproc blocks of `bytes` bytes, this rank's at rank * bytes;
-// afterwards every block is its rank's on every rank. Enqueued, not waited for (multi_gpu_wait).
-static inline void multi_gpu_all_gather(MultiGpu *mg, void *buf, size_t bytes, void *stream) {
-#ifdef MULTI_GPU
-    if (mg->nproc <= 1) return;
-    const ncclResult_t r = ncclAllGather((char *)buf + (size_t)mg->rank * bytes, buf, bytes, ncclChar, mg->comm,
-                                         (cudaStream_t)stream);
-    mg_nccl_settle(mg, r, "ncclAllGather", mg_now() + mg->timeout_s);
-#else
-    (void)mg; (void)buf; (void)bytes; (void)stream;
-#endif
-}
-
 // In place, on stream: buf holds nproc blocks of n floats; afterwards this rank's block (at
-// rank * n) is the sum over the ranks of theirs. Enqueued, not waited for (multi_gpu_wait).
+// rank * n) is the sum over the ranks of theirs (-tp 1: the LM head's partial d(lnf)).
+// Enqueued, not waited for (multi_gpu_wait).
 static inline void multi_gpu_reduce_scatter_sum(MultiGpu *mg, float *buf, size_t n, void *stream) {
 #ifdef MULTI_GPU
     if (mg->nproc <= 1) return;
-    const ncclResult_t r = ncclReduceScatter(buf, buf + (size_t)mg->rank * n, n, ncclFloat, ncclSum, mg->comm,
-                                             (cudaStream_t)stream);
-    mg_nccl_settle(mg, r, "ncclReduceScatter", mg_now() + mg->timeout_s);
+    mg_nccl_enqueued(mg, ncclReduceScatter(buf, buf + (size_t)mg->rank * n, n, ncclFloat, ncclSum, mg->comm,
+                                           (cudaStream_t)stream), "ncclReduceScatter of the LM head's d(lnf)");
 #else
     (void)mg; (void)buf; (void)n; (void)stream;
 #endif
@@ -1435,9 +1492,8 @@ static inline int multi_gpu_flce_allreduce(void *user, void *buf, size_t count, 
     if (mg->nproc <= 1 || count == 0) return 0;
 #ifdef MULTI_GPU
     if (!mg->comm_ready) return -1;
-    const ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, op == FLCE_COMM_MAX ? ncclMax : ncclSum, mg->comm,
-                                         (cudaStream_t)cuda_stream);
-    mg_nccl_settle(mg, r, "ncclAllReduce of flce's vocab-parallel statistics", mg_now() + mg->timeout_s);
+    mg_nccl_enqueued(mg, ncclAllReduce(buf, buf, count, ncclFloat, op == FLCE_COMM_MAX ? ncclMax : ncclSum, mg->comm,
+                                       (cudaStream_t)cuda_stream), "ncclAllReduce of flce's vocab-parallel statistics");
     return 0;
 #else
     (void)buf; (void)op; (void)cuda_stream;

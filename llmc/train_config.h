@@ -34,6 +34,8 @@ typedef struct {
     int B, T, total_batch, max_steps, warmup;
     int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
     int vocab, flce_mib, flce_fp32_logits, flce_autotune;
+    int zero_stage;  // -z: 0 every rank keeps the whole optimizer state, 1 its slice (llmc/zero.h)
+    int overlap;     // -ov: 1 reduces gradients in buckets while the backward runs
     int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
@@ -81,6 +83,10 @@ static const TrainFlag train_flags[] = {
      "              (default 0)"},
     {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
      "              (faster; a run's bits can then differ from another's); default 0"},
+    {"-z", 'i', TRAIN_FIELD_(zero_stage), 0, 1, "ZeRO stage (several GPUs): 0 every GPU keeps the fp32 master weights and AdamW's\n"
+     "              m, v (default); 1 each GPU keeps its 1/N slice of them (stages 2, 3: not supported)"},
+    {"-ov", 'i', TRAIN_FIELD_(overlap), 0, 1, "several GPUs: 1 reduces the gradients layer by layer while the backward runs\n"
+     "              (default); 0 in one call after it (for measurement)"},
     {"-tp", 'i', TRAIN_FIELD_(tp), 0, 1, "1: the LM head vocabulary-parallel over the processes (flce's vocab_parallel:\n"
      "              each rank computes the logits of its 1/P of wte's rows for every rank's tokens;\n"
      "              wte stays replicated); several processes only; default 0 (data parallel)"},
@@ -114,6 +120,7 @@ static inline void train_config_defaults(TrainConfig *c) {
     c->gen_tokens = 64;
     c->recompute = 1;
     c->master_weights = 1;
+    c->overlap = 1;
     c->flce_mib = 1024;
     c->lr = 3e-4f;
     c->final_frac = 1.0f;

@@ -5,14 +5,19 @@
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
-#                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs] [train-tp]
+#                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
+#                        [train-zero] [train-overlap] [train-tp]
 #   (default: all but the multi-GPU steps, which need 2 GPUs: train-mpi (mpirun -np 2); train-fs, train-tcp:
 #   ranks 0 and 1 started with & (-pn 2 -pr 0|1, -pi fs -pf DIR | -pi tcp -ps 127.0.0.1), both must exit 0
 #   and print train-mpi's losses (run train-mpi first, or they run their own mpirun reference);
 #   train-nompi: the same tcp pair with a build without MPI (make NO_USE_MPI=1, into build/train_gpt_nompi);
 #   train-fault: mpirun -np 2 with TRAIN_FAULT=1:3 (rank 1 exits at step 3): mpirun must exit non-zero
 #   within 30 s (timeout 60); train-fault-tcp, train-fault-fs: the pair with a fault on rank 1 (tcp: a
-#   CUDA error, then a SIGKILL; fs: an exit), both ranks non-zero within 30 s, rank 0 with rank 1's message);
+#   CUDA error, then a SIGKILL; fs: an exit), both ranks non-zero within 30 s, rank 0 with rank 1's message;
+#   train-zero: mpirun -np 2 with -z 0 and -z 1: the same losses bitwise, both memory reports; a -z 1
+#   checkpoint of step 10 resumed gives steps 11-20 bitwise, and -z 0 refuses to resume it;
+#   train-overlap: -z 0|1 x -ov 0|1 at -b 16 (TRAIN_PROFILE=1): the same losses bitwise, tok/s and the
+#   time left to the gradient reduction after the backward for each;
 #   train-tp: mpirun -np 2 with -tp 0 (data-parallel head) and -tp 1 (vocab-parallel head), otherwise the
 #   same run: every step's and val loss within 1e-3, both exit 0; tok/s and memory of each reported)
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
@@ -88,7 +93,7 @@ mg_tp() {
         timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt $MG_ARGS -tp $tp > "$log" 2>&1
         rc=$?
         echo "== -tp $tp: exit code $rc ($log)"
-        grep -E "^\| LM head|^memory|^ +flce workspace|device memory in use" "$log"
+        grep -E "^\| LM head|^\| ZeRO|^\| gradient red|^memory|^ +activations|device memory in use" "$log"
         grep -E "^step +[0-9]+/" "$log" | tail -1
         if [ $rc -ne 0 ]; then echo "FAIL: -tp $tp exited $rc"; tail -5 "$log"; return 1; fi
     done
@@ -171,6 +176,66 @@ mg_fault_pair() {  # name, -pi flags (one word each, quoted together), fault, ra
         return 1
     fi
 }
+# mpirun -np 2 with the arguments given; its output into the file $1 (TRAIN_PROFILE=1 passed on
+# when set here)
+mg_mpirun() {
+    local log=$1; shift
+    timeout 300 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x TRAIN_PROFILE="${TRAIN_PROFILE:-0}" -np 2 \
+        ./train_gpt "$@" > "$log" 2>&1
+}
+# -z 0 and -z 1 on 2 GPUs: both exit 0 with bitwise the same losses; both memory reports; then a
+# -z 1 checkpoint resumed mid-run continues bitwise, and a -z 0 run refuses it naming both stages
+mg_zero() {
+    local z0="$OUT/train_zero0_run.log" z1="$OUT/train_zero1_run.log" rc0 rc1 dir=/tmp/train_zero_ckpt
+    mg_mpirun "$z0" $MG_ARGS -z 0; rc0=$?
+    rm -rf "$dir"
+    mg_mpirun "$z1" $MG_ARGS -z 1 -o "$dir" -n 10; rc1=$?
+    echo "== -z 0 (exit $rc0):"; grep -A1 "^memory per GPU" "$z0"; grep -E "ZeRO stage|gradient reduction" "$z0"
+    echo "== -z 1 (exit $rc1):"; grep -A1 "^memory per GPU" "$z1"; grep -E "ZeRO stage|gradient reduction" "$z1"
+    mg_losses "$z1" | tail -3
+    if [ $rc0 -ne 0 ] || [ $rc1 -ne 0 ]; then echo "FAIL: train-zero: exit codes $rc0 $rc1"; tail -5 "$z0" "$z1"; return 1; fi
+    if [ "$(mg_losses "$z0" | grep -c "^step")" -lt 20 ]; then echo "FAIL: no losses in $z0"; return 1; fi
+    if ! diff <(mg_losses "$z0") <(mg_losses "$z1") > "$OUT/train_zero.diff"; then
+        echo "MISMATCH: -z 1's losses differ from -z 0's ($OUT/train_zero.diff)"; return 1
+    fi
+    echo "ok: -z 1 printed -z 0's losses, bitwise ($(mg_losses "$z1" | wc -l) lines)"
+    ls "$dir"
+    # resume from step 10: the marker of step 20 goes, so that step 10 is the latest
+    rm -f "$dir/DONE_00000020"
+    local zr="$OUT/train_zero1_resume.log" zbad="$OUT/train_zero0_refuse.log" rcr rcb
+    mg_mpirun "$zbad" $MG_ARGS -z 0 -o "$dir" -y 1; rcb=$?
+    mg_mpirun "$zr" $MG_ARGS -z 1 -o "$dir" -y 1; rcr=$?
+    echo "== -z 0 -y 1 on the -z 1 checkpoint (exit $rcb):"; grep -m1 "cannot resume" "$zbad"
+    echo "== -z 1 -y 1 (exit $rcr):"; grep -E "^resumed" "$zr"; mg_losses "$zr" | tail -2
+    if [ $rcb -eq 0 ] || ! grep -q "written with -z 1 (ZeRO stage 1), this run has -z 0" "$zbad"; then
+        echo "FAIL: -z 0 did not refuse the -z 1 checkpoint with both stages named"; return 1
+    fi
+    local steps="^step +(1[1-9]|20)/20 "
+    if [ $rcr -ne 0 ] || [ "$(mg_losses "$zr" | grep -cE "$steps")" -ne 10 ] ||
+       ! diff <(mg_losses "$z1" | grep -E "$steps") <(mg_losses "$zr" | grep -E "$steps") > "$OUT/train_zero_resume.diff"; then
+        echo "MISMATCH: the resumed -z 1 run's steps 11-20 differ (exit $rcr; $OUT/train_zero_resume.diff)"; return 1
+    fi
+    echo "OK: -z 0 and -z 1 bitwise the same losses; -z 1 resumed from step 10 bitwise; -z 0 refuses a -z 1 checkpoint"
+}
+# -z 0|1 x -ov 0|1 on 2 GPUs at -b 16: every run exits 0 with bitwise the same losses; tok/s (the
+# last step's average) and the step profile's time for the reduction left after the backward
+mg_overlap() {
+    local args="-b 16 -x 30 -v 0 -s 0" ref="" bad=0
+    for zs in 0 1; do for ov in 0 1; do
+        local log="$OUT/train_overlap_z${zs}_ov${ov}.log" rc
+        TRAIN_PROFILE=1 mg_mpirun "$log" $args -z $zs -ov $ov; rc=$?
+        printf "== -z %s -ov %s: exit %s, %s tok/s; reduction after the backward: %s\n" $zs $ov $rc \
+            "$(grep -oE "[0-9]+ tok/s" "$log" | tail -1 | cut -d' ' -f1)" \
+            "$(grep -m1 "gradient reduction (what the backward left)" "$log" | sed 's/  */ /g')"
+        [ $rc -ne 0 ] && { echo "FAIL: -z $zs -ov $ov exited $rc"; tail -5 "$log"; bad=1; continue; }
+        if [ -z "$ref" ]; then ref=$log
+        elif ! diff <(mg_losses "$ref") <(mg_losses "$log") > "$OUT/train_overlap_z${zs}_ov${ov}.diff"; then
+            echo "MISMATCH: -z $zs -ov $ov's losses differ from $ref's"; bad=1
+        fi
+    done; done
+    [ "$(mg_losses "$ref" | grep -c "^step")" -ge 30 ] || { echo "FAIL: no losses in $ref"; return 1; }
+    [ $bad -eq 0 ] && echo "OK: -z 0|1 x -ov 0|1: bitwise the same 30 losses" || return 1
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -230,6 +295,8 @@ for s in $steps; do
                     run_step train_fault_fs mg_fault_pair fault_fs "-pi fs -pf /tmp/train_fs_dir" 1:3 \
                         "TRAIN_FAULT: rank 1 stops at step 3" ;;
     train-tp) run_step train_tp mg_tp ;;
+    train-zero) run_step train_zero mg_zero ;;
+    train-overlap) run_step train_overlap mg_overlap ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
@@ -249,7 +316,10 @@ for f in train_fs train_tcp train_nompi; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^step +[0-9]+/|val loss" "$OUT/${f}_r0.log" | tail -3;
                               grep -E "^== |^OK|^MISMATCH|^FAIL" "$OUT/$f.log"; }
 done
-[ -f "$OUT/train_tp.log" ] && { echo "== train_tp =="; grep -E "^== |^\||^memory|^ +flce|device memory|^step|^OK|^FAIL" "$OUT/train_tp.log"; }
+[ -f "$OUT/train_tp.log" ] && { echo "== train_tp =="; grep -E "^== |^\||^memory|^ +activations|device memory|^step|^OK|^FAIL" "$OUT/train_tp.log"; }
+for f in train_zero train_overlap; do
+    [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^== |^memory per GPU|^ +activations|^OK|^ok|^MISMATCH|^FAIL" "$OUT/$f.log"; }
+done
 for f in train_fault train_fault_tcp train_fault_tcp_kill train_fault_fs; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^== |^OK|^FAIL|stopped the run" "$OUT/$f.log" | tail -4; }
 done

@@ -9,12 +9,18 @@ File layout (little endian):
     [6] = has_bias            [7] = reduction (0 mean, 1 sum, 2 none)
     [8] = ignore_index        [9] = has_grad_token_loss (upstream per-token grads, none only)
     [16..19] = float32 bit patterns of label_smoothing, z_loss_scale, softcap, grad_scale
+  version 2 only (the options of flce 1.1; a version 1 file has none of them):
+    [10] = has_class_weights  [11] = has_entropy (token_entropy stored)
+    [12] = has_logprob (token_logprob stored)
+    [13] = has_grad_entropy   [14] = has_grad_logprob
+    [20] = float32 bit pattern of temperature
     everything else 0
   then, in this order:
     inputs:  float32 h[N*H], W[Vp*H], bias[Vp] (if has_bias), int32 targets[N],
-             float32 grad_token_loss[N] (if has_grad_token_loss)
+             float32 grad_token_loss[N] (if has_grad_token_loss),
+             float32 class_weights[V], grad_entropy[N], grad_logprob[N] (each if its flag)
     outputs: float32 loss[1], token_loss[N], token_lse[N], d_h[N*H], d_W[Vp*H],
-             d_bias[Vp] (if has_bias)
+             d_bias[Vp] (if has_bias), token_entropy[N], token_logprob[N] (each if its flag)
 h, W and bias hold bf16-representable values, so a bf16 run sees exactly the same inputs.
 The outputs are PyTorch's, computed in float64 and stored as float32.
 */
@@ -27,24 +33,37 @@ The outputs are PyTorch's, computed in float64 and stored as float32.
 #include <string.h>
 
 #define FIXTURE_MAGIC 20261130
-#define FIXTURE_VERSION 1
+#define FIXTURE_VERSION 2  // the newest the reader knows; it reads 1 too
 
 typedef struct {
     char name[256];
     int N, H, V, Vp, has_bias, reduction, ignore_index, has_grad_token_loss;
     float label_smoothing, z_loss_scale, softcap, grad_scale;
+    // version 2 (version 1 files: 0, temperature 1)
+    int version, has_class_weights, has_entropy, has_logprob, has_grad_entropy, has_grad_logprob;
+    float temperature;
     // inputs
     float *h, *W, *bias, *grad_token_loss;
     int32_t *targets;
+    float *class_weights, *grad_entropy, *grad_logprob;
     // PyTorch's outputs
     float loss;
     float *token_loss, *token_lse, *d_h, *d_W, *d_bias;
+    float *token_entropy, *token_logprob;
 } Fixture;
 
 static void fixture_free(Fixture *f) {
     free(f->h); free(f->W); free(f->bias); free(f->grad_token_loss); free(f->targets);
     free(f->token_loss); free(f->token_lse); free(f->d_h); free(f->d_W); free(f->d_bias);
+    free(f->class_weights); free(f->grad_entropy); free(f->grad_logprob);
+    free(f->token_entropy); free(f->token_logprob);
     memset(f, 0, sizeof(*f));
+}
+
+// Whether a fixture uses any option of flce 1.1 (a version 2 file).
+static int fixture_has_new_options(const Fixture *f) {
+    return f->temperature != 1.0f || f->has_class_weights || f->has_entropy || f->has_logprob ||
+           f->has_grad_entropy || f->has_grad_logprob;
 }
 
 // reads count items of size bytes; returns 0 and prints what is missing on a short read
@@ -73,11 +92,27 @@ static int fixture_load(const char *path, Fixture *f) {
     if (fp == NULL) { fprintf(stderr, "fixture %s: cannot open\n", path); return 0; }
     int32_t hd[256];
     int ok = fixture_read(fp, hd, sizeof(int32_t), 256, path, "header");
-    if (ok && (hd[0] != FIXTURE_MAGIC || hd[1] != FIXTURE_VERSION)) {
-        fprintf(stderr, "fixture %s: bad header (magic %d version %d, expected %d %d)\n", path,
-                hd[0], hd[1], FIXTURE_MAGIC, FIXTURE_VERSION);
+    if (ok && (hd[0] != FIXTURE_MAGIC || hd[1] < 1 || hd[1] > FIXTURE_VERSION)) {
+        fprintf(stderr, "fixture %s: bad header (magic %d version %d, expected %d and 1..%d)\n",
+                path, hd[0], hd[1], FIXTURE_MAGIC, FIXTURE_VERSION);
         ok = 0;
     }
+    f->temperature = 1.0f;
+    if (ok && hd[1] >= 2) {
+        f->has_class_weights = hd[10]; f->has_entropy = hd[11]; f->has_logprob = hd[12];
+        f->has_grad_entropy = hd[13]; f->has_grad_logprob = hd[14];
+        memcpy(&f->temperature, &hd[20], 4);
+        for (int k = 10; k <= 14; k++)
+            if (hd[k] != 0 && hd[k] != 1) {
+                fprintf(stderr, "fixture %s: header flag [%d] = %d is not 0 or 1\n", path, k, hd[k]);
+                ok = 0;
+            }
+        if (!(f->temperature > 0.0f && f->temperature < 1e30f)) {
+            fprintf(stderr, "fixture %s: bad temperature %g\n", path, (double)f->temperature);
+            ok = 0;
+        }
+    }
+    if (ok) f->version = hd[1];
     if (ok) {
         f->N = hd[2]; f->H = hd[3]; f->V = hd[4]; f->Vp = hd[5];
         f->has_bias = hd[6]; f->reduction = hd[7]; f->ignore_index = hd[8];
@@ -101,12 +136,22 @@ static int fixture_load(const char *path, Fixture *f) {
     }
     if (ok && f->has_grad_token_loss)
         ok = (f->grad_token_loss = fixture_alloc_read(fp, N, path, "grad_token_loss")) != NULL;
+    if (ok && f->has_class_weights)
+        ok = (f->class_weights = fixture_alloc_read(fp, (size_t)f->V, path, "class_weights")) != NULL;
+    if (ok && f->has_grad_entropy)
+        ok = (f->grad_entropy = fixture_alloc_read(fp, N, path, "grad_entropy")) != NULL;
+    if (ok && f->has_grad_logprob)
+        ok = (f->grad_logprob = fixture_alloc_read(fp, N, path, "grad_logprob")) != NULL;
     if (ok) ok = fixture_read(fp, &f->loss, sizeof(float), 1, path, "loss");
     if (ok) ok = (f->token_loss = fixture_alloc_read(fp, N, path, "token_loss")) != NULL;
     if (ok) ok = (f->token_lse = fixture_alloc_read(fp, N, path, "token_lse")) != NULL;
     if (ok) ok = (f->d_h = fixture_alloc_read(fp, N * H, path, "d_h")) != NULL;
     if (ok) ok = (f->d_W = fixture_alloc_read(fp, Vp * H, path, "d_W")) != NULL;
     if (ok && f->has_bias) ok = (f->d_bias = fixture_alloc_read(fp, Vp, path, "d_bias")) != NULL;
+    if (ok && f->has_entropy)
+        ok = (f->token_entropy = fixture_alloc_read(fp, N, path, "token_entropy")) != NULL;
+    if (ok && f->has_logprob)
+        ok = (f->token_logprob = fixture_alloc_read(fp, N, path, "token_logprob")) != NULL;
     if (ok && fgetc(fp) != EOF) {
         fprintf(stderr, "fixture %s: trailing bytes after the last array\n", path);
         ok = 0;

@@ -454,6 +454,7 @@ int gpt2ref_forward(GPT2Ref *m, const int *inputs, const int *targets, int B, in
     cfg.ignore_index = GPT2REF_IGNORE_INDEX;
     cfg.reduction = FLCE_REDUCTION_MEAN;
     cfg.grad_scale = 1.0f;
+    cfg.temperature = 1.0f;  // (flce 1.1: a config not made by flce_config_init must set it)
     cfg.d_hidden_dtype = cfg.d_weight_dtype = cfg.d_bias_dtype = FLCE_FP32;
     int64_t bad = -1;
     flce_status st = flce_reference(&cfg, m->lnf, wte, NULL, (const int32_t *)m->targets, NULL,

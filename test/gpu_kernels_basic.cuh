@@ -141,14 +141,22 @@ static inline int gkb_same_bytes(const void *a, const void *b, size_t bytes) { r
 
 // --- encoder --------------------------------------------------------------------------------
 
-static void gkb_test_encoder(int B, int T, int C, uint64_t *st) {
+// edges: 0 random tokens with one long bucket; 1 buckets at the segment edges as well (tokens 1,
+// 2, 3 at exactly ENCODER_SEGMENT, + 1 and 2x positions: one segment, two, two full ones)
+static void gkb_test_encoder(int B, int T, int C, uint64_t *st, int edges = 0) {
     const int V = 200, maxT = T + 3, BT = B * T;
     const size_t nout = (size_t)BT * C;
     int *inp = (int *)gkb_xmalloc((size_t)BT * sizeof(int));
     for (int i = 0; i < BT; i++) {
         *st = *st * 6364136223846793005ULL + 1442695040888963407ULL;
         inp[i] = (int)((*st >> 33) % (uint64_t)V);
-        if (i % 3 == 0) inp[i] = 7;  // one long bucket (B*T/3 positions), not a multiple of 4
+        if (edges) inp[i] = 4 + inp[i] % (V - 4);
+        else if (i % 3 == 0) inp[i] = 7;  // one long bucket (B*T/3 positions), not a multiple of 4
+    }
+    if (edges) {
+        require(BT >= 2 * (4 * ENCODER_SEGMENT + 1), "gkb_test_encoder: B*T too small for the edge buckets");
+        for (int i = 0; i < 4 * ENCODER_SEGMENT + 1; i++)  // every other position
+            inp[2 * i] = i < ENCODER_SEGMENT ? 1 : i < 2 * ENCODER_SEGMENT + 1 ? 2 : 3;
     }
     float *wte = gkb_random((size_t)V * C, 1.0f, 1, st), *wpe = gkb_random((size_t)maxT * C, 1.0f, 1, st);
     float *dout = gkb_random(nout, 1.0f, 1, st);
@@ -190,7 +198,7 @@ static void gkb_test_encoder(int B, int T, int C, uint64_t *st) {
     }
     // the rows that no position touches: their increment must be exactly zero
     EncoderBuckets eb;
-    encoder_buckets_init(&eb, B, T);
+    encoder_buckets_init(&eb, B, T, C);
     gkb_put_f32(d_dwte, dwte0, (size_t)V * C);
     gkb_put_f32(d_dwpe, dwpe0, (size_t)maxT * C);
     encoder_buckets_build(&eb, inp, B, T, gkb_stream);
@@ -626,6 +634,8 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
         tens[i].numel = sizes[i];
         tens[i].weight_decay = i % 2 == 0 ? 0.1f : 0.0f;
         tens[i].seed = 7u * 1000003u + (unsigned int)i * 7919u + 42u;
+        tens[i].state_offset = n;
+        tens[i].index0 = 0;
         n += sizes[i];
     }
     const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 0.7f, dev_scale = 0.5f;
@@ -673,6 +683,62 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
                "adamw_update_multi master=%s dev_scale=%s: %d tensors (%zu elements) in one launch bitwise as one "
                "adamw_update per tensor, every element updated (%zu not)", use_master ? "fp32" : "NULL",
                use_dev_scale ? "yes" : "no", nt, n, unchanged);
+
+    // ZeRO-1 (llmc/zero.h): the flat vector cut into 4 ranks' slices, boundaries inside two tensors;
+    // each rank's launch covers its parts of the tensors with master, m, v of its slice alone.
+    // Together they must give bitwise the one launch's params, and each slice of master, m, v.
+    ParameterTensor pt[sizeof(sizes) / sizeof(sizes[0])];
+    memset(pt, 0, sizeof(pt));
+    for (int i = 0; i < nt; i++) {
+        pt[i].offset = tens[i].offset;
+        pt[i].numel = tens[i].numel;
+    }
+    const int nproc = 4;
+    gkb_put_bf16(d_p, master0, n);
+    int sliced_same = 1, entries = 0, nonempty = 0;
+    for (int i = 0; i < nt; i++) nonempty += tens[i].numel > 0;
+    for (int r = 0; r < nproc; r++) {
+        ZeroLayout z;
+        char err[256];
+        require(zero_layout(&z, n, nproc, r, 1, err, sizeof(err)) == 0, err);
+        ZeroRange rg[sizeof(sizes) / sizeof(sizes[0])];
+        const int nr = zero_optimizer_ranges(&z, pt, nt, rg);
+        entries += nr;
+        AdamWTensor part[sizeof(sizes) / sizeof(sizes[0])];
+        for (int k = 0; k < nr; k++) {
+            part[k] = tens[rg[k].tensor];
+            part[k].offset = rg[k].offset;
+            part[k].numel = rg[k].numel;
+            part[k].state_offset = rg[k].state_offset;
+            part[k].index0 = rg[k].index0;
+        }
+        float *sm = (float *)gkb_dmalloc(z.count * 4), *smm = (float *)gkb_dmalloc(z.count * 4);
+        float *sv = (float *)gkb_dmalloc(z.count * 4);
+        gkb_put_f32(sm, master0 + z.lo, z.count);
+        gkb_put_f32(smm, m0 + z.lo, z.count);
+        gkb_put_f32(sv, v0 + z.lo, z.count);
+        adamw_update_multi(d_p, use_master ? sm : NULL, d_g, smm, sv, part, nr, lr, beta1, beta2, t, eps, grad_scale,
+                           use_dev_scale ? d_scale : NULL, gkb_stream);
+        float *h = (float *)gkb_xmalloc(z.count * 4 + 4);
+        gkb_get_f32(h, smm, z.count);
+        sliced_same &= gkb_same_bytes(h, m[1] + z.lo, z.count * 4);
+        gkb_get_f32(h, sv, z.count);
+        sliced_same &= gkb_same_bytes(h, v[1] + z.lo, z.count * 4);
+        if (use_master) {
+            gkb_get_f32(h, sm, z.count);
+            sliced_same &= gkb_same_bytes(h, master[1] + z.lo, z.count * 4);
+        }
+        free(h);
+        cudaCheck(cudaFree(sm)); cudaCheck(cudaFree(smm)); cudaCheck(cudaFree(sv));
+    }
+    uint16_t *psliced = (uint16_t *)gkb_xmalloc(n * 2);
+    gkb_get_bf16_bits(psliced, d_p, n);
+    sliced_same &= gkb_same_bytes(psliced, pbits[1], n * 2);
+    free(psliced);
+    test_check(sliced_same && entries - nonempty == nproc - 1,
+               "adamw_update_multi master=%s dev_scale=%s, ZeRO-1 over %d ranks (%d slice boundaries inside tensors): "
+               "bitwise the unsliced params, and each rank's master, m, v its slice of the unsliced ones",
+               use_master ? "fp32" : "NULL", use_dev_scale ? "yes" : "no", nproc, entries - nonempty);
     cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_master)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m));
     cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_scale));
     for (int run = 0; run < 2; run++) { free(pbits[run]); free(master[run]); free(m[run]); free(v[run]); }
@@ -739,6 +805,7 @@ static void test_basic_kernels(void) {
     gkb_test_encoder(3, 37, 64, &st);
     gkb_test_encoder(3, 37, 768, &st);
     gkb_test_encoder(8, 64, 64, &st);
+    gkb_test_encoder(2, 150, 64, &st, 1);
 
     gkb_test_layernorm(299, 64, &st);    // 299 rows: 37 blocks of 8 rows and 3 more
     gkb_test_layernorm(299, 768, &st);

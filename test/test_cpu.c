@@ -42,6 +42,7 @@ static flce_config make_config(int64_t N, int64_t H, int64_t V, int64_t Vp) {
     c.ignore_index = -100;
     c.reduction = FLCE_REDUCTION_MEAN;
     c.grad_scale = 1.0f;
+    c.temperature = 1.0f;
     return c;
 }
 
@@ -54,6 +55,8 @@ static flce_config fixture_config(const Fixture *f) {
     c.z_loss_scale = f->z_loss_scale;
     c.softcap = f->softcap;
     c.grad_scale = f->grad_scale;
+    c.temperature = f->temperature;
+    c.has_class_weights = f->has_class_weights;
     return c;
 }
 
@@ -160,19 +163,25 @@ static void test_fixture(const char *path) {
     double loss = NAN;
     double *tl = alloc_f64(N), *lse = alloc_f64(N), *dh = alloc_f64(N * H);
     double *dW = alloc_f64(Vp * H), *db = f.has_bias ? alloc_f64(Vp) : NULL;
+    double *ent = alloc_f64(N), *lp = alloc_f64(N);
+    flce_reference_extra ex = {f.class_weights, f.grad_entropy, f.grad_logprob,
+                               f.has_entropy ? ent : NULL, f.has_logprob ? lp : NULL};
     int64_t bad = 12345;
-    flce_status st = flce_reference(&cfg, f.h, f.W, f.bias, f.targets, f.grad_token_loss,
-                                    &loss, tl, lse, dh, dW, db, &bad);
+    flce_status st = flce_reference_ex(&cfg, f.h, f.W, f.bias, f.targets, f.grad_token_loss, &ex,
+                                       &loss, tl, lse, dh, dW, db, &bad);
     double loss_err = fabs((double)f.loss - loss);
     double e_tl = rel_l2_f64(f.token_loss, tl, N), e_lse = rel_l2_f64(f.token_lse, lse, N);
     double e_dh = rel_l2_f64(f.d_h, dh, N * H), e_dW = rel_l2_f64(f.d_W, dW, Vp * H);
     double e_db = f.has_bias ? rel_l2_f64(f.d_bias, db, Vp) : 0.0;
+    double e_ent = f.has_entropy ? rel_l2_f64(f.token_entropy, ent, N) : 0.0;
+    double e_lp = f.has_logprob ? rel_l2_f64(f.token_logprob, lp, N) : 0.0;
     int ok = st == FLCE_OK && bad == -1 && loss_err <= TOL_LOSS_ABS + TOL_LOSS_REL * fabs(loss) &&
              e_tl <= TOL_REL_L2 && e_lse <= TOL_REL_L2 && e_dh <= TOL_REL_L2 &&
-             e_dW <= TOL_REL_L2 && e_db <= TOL_REL_L2;
+             e_dW <= TOL_REL_L2 && e_db <= TOL_REL_L2 && e_ent <= TOL_REL_L2 && e_lp <= TOL_REL_L2;
     test_check(ok, "%s: status %d loss %.6f (err %.1e) rel L2 token_loss %.1e lse %.1e d_h %.1e "
-               "d_W %.1e d_bias %.1e", f.name, (int)st, loss, loss_err, e_tl, e_lse, e_dh, e_dW,
-               e_db);
+               "d_W %.1e d_bias %.1e entropy %.1e logprob %.1e", f.name, (int)st, loss, loss_err,
+               e_tl, e_lse, e_dh, e_dW, e_db, e_ent, e_lp);
+    free(ent); free(lp);
 
     // exact structural properties, in both the reference and PyTorch's answer
     int ignored_zero = 1;
@@ -199,6 +208,10 @@ typedef struct {
     flce_config cfg;
     float *h, *W, *bias, *gtl;
     int32_t *targets;
+    // flce 1.1: class weights (used when cfg.has_class_weights), and the upstream gradients of
+    // the entropy and the log-probability (passed when use_ge / use_gl)
+    float *cw, *ge, *gl;
+    int use_ge, use_gl;
 } Problem;
 
 static Problem make_problem(int64_t N, int64_t H, int64_t V, int64_t Vp, int has_bias,
@@ -218,26 +231,48 @@ static Problem make_problem(int64_t N, int64_t H, int64_t V, int64_t Vp, int has
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
         p.targets[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
+    // weights in [0.25, 2.25), upstream gradients in [-1, 1)
+    p.cw = alloc_f32(V); fill_bf16(p.cw, V, 1.0f, &s);
+    for (int64_t j = 0; j < V; j++) p.cw[j] += 1.25f;
+    p.ge = alloc_f32(N); fill_bf16(p.ge, N, 1.0f, &s);
+    p.gl = alloc_f32(N); fill_bf16(p.gl, N, 1.0f, &s);
+    p.use_ge = p.use_gl = 0;
     return p;
 }
 
 static void free_problem(Problem *p) {
     free(p->h); free(p->W); free(p->bias); free(p->gtl); free(p->targets);
+    free(p->cw); free(p->ge); free(p->gl);
+}
+
+// The flce 1.1 arguments of a problem: its weights (if the config has them), its upstream
+// gradients (if used), and where the entropy and log-probabilities go.
+static flce_reference_extra problem_extra(const Problem *p, double *ent, double *lp) {
+    flce_reference_extra e = {p->cfg.has_class_weights ? p->cw : NULL, p->use_ge ? p->ge : NULL,
+                              p->use_gl ? p->gl : NULL, ent, lp};
+    return e;
 }
 
 // The objective whose gradient the reference returns: grad_scale times the reduced loss,
 // or for reduction none grad_scale * sum_i gtl_i * loss_i.
+// With the flce 1.1 options, plus sum_i ge_i H_i + sum_i gl_i logprob_i (when used).
 static double objective(const Problem *p, const float *gtl) {
     const int64_t N = p->cfg.n_tokens;
-    double loss = 0.0, *tl = alloc_f64(N);
-    flce_status st = flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &loss, tl,
-                                    NULL, NULL, NULL, NULL, NULL);
-    if (st != FLCE_OK) loss = NAN;
+    double loss = 0.0, *tl = alloc_f64(N), *ent = alloc_f64(N), *lp = alloc_f64(N);
+    flce_reference_extra ex = problem_extra(p, ent, lp);
+    ex.grad_entropy = ex.grad_logprob = NULL;
+    flce_status st = flce_reference_ex(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &ex, &loss,
+                                       tl, NULL, NULL, NULL, NULL, NULL);
     if (p->cfg.reduction == FLCE_REDUCTION_NONE && gtl) {
         loss = 0.0;
         for (int64_t i = 0; i < N; i++) loss += (double)gtl[i] * tl[i];
     }
-    free(tl);
+    for (int64_t i = 0; i < N; i++) {
+        if (p->use_ge) loss += (double)p->ge[i] * ent[i];
+        if (p->use_gl) loss += (double)p->gl[i] * lp[i];
+    }
+    if (st != FLCE_OK) loss = NAN;
+    free(tl); free(ent); free(lp);
     return (double)p->cfg.grad_scale * loss;
 }
 
@@ -463,7 +498,7 @@ typedef struct {
     vp_rank rank;
     const Problem *p;
     const float *gtl;
-    double loss, *tl, *lse, *dh, *dW, *db;  // dW, db: the rank's rows
+    double loss, *tl, *lse, *ent, *lp, *dh, *dW, *db;  // dW, db: the rank's rows
     flce_status st;
 } VpRank;
 
@@ -478,27 +513,34 @@ static double rel_l2_64(const double *out, const double *ref, size_t n) {
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
+// One rank: its rows of W and bias, its classes' weights, every flce 1.1 output and upstream
+// gradient the problem uses.
 static void *vp_rank_main(void *arg) {
     VpRank *r = (VpRank *)arg;
     const flce_comm comm = vp_comm_of(&r->rank);
     const int64_t H = r->p->cfg.hidden, row0 = r->cfg.vocab_offset;
-    r->st = flce_reference_vp(&r->cfg, &comm, r->p->h, r->p->W + row0 * H,
-                              r->p->bias ? r->p->bias + row0 : NULL, r->p->targets, r->gtl, &r->loss,
-                              r->tl, r->lse, r->dh, r->dW, r->db, NULL);
+    flce_reference_extra ex = problem_extra(r->p, r->ent, r->lp);
+    if (ex.class_weights) ex.class_weights += row0;
+    r->st = flce_reference_vp_ex(&r->cfg, &comm, r->p->h, r->p->W + row0 * H,
+                                 r->p->bias ? r->p->bias + row0 : NULL, r->p->targets, r->gtl, &ex, &r->loss,
+                                 r->tl, r->lse, r->dh, r->dW, r->db, NULL);
     return NULL;
 }
 
 // The problem p run on P ranks (shards of p's Vp rows, vp_shard) and in one: every rank's loss,
-// token losses and LSEs, d_h (or, with d_hidden_partial, the sum of the ranks' parts), and
-// each rank's rows of d_W and d_bias against the unsharded reference, to fp64 rounding;
-// every rank's loss bitwise the same.
+// token losses, LSEs, entropies and log-probabilities, d_h (or, with d_hidden_partial, the sum
+// of the ranks' parts), and each rank's rows of d_W and d_bias against the unsharded
+// reference, to fp64 rounding; every rank's loss bitwise the same. With p's flce 1.1 options:
+// temperature, class weights (each rank its classes'), the entropy's and log-probability's
+// upstream gradients.
 static void vp_check(const Problem *p, int P, int partial, const char *what) {
     const int64_t N = p->cfg.n_tokens, H = p->cfg.hidden, V = p->cfg.vocab, Vp = p->cfg.vocab_padded;
     const float *gtl = p->cfg.reduction == FLCE_REDUCTION_NONE ? p->gtl : NULL;
-    double loss = 0.0, *tl = alloc_f64(N), *lse = alloc_f64(N), *dh = alloc_f64(N * H);
-    double *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
-    flce_status st = flce_reference(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &loss, tl, lse, dh, dW,
-                                    p->bias ? db : NULL, NULL);
+    double loss = 0.0, *tl = alloc_f64(N), *lse = alloc_f64(N), *ent = alloc_f64(N), *lp = alloc_f64(N);
+    double *dh = alloc_f64(N * H), *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
+    const flce_reference_extra ex = problem_extra(p, ent, lp);
+    flce_status st = flce_reference_ex(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &ex, &loss, tl, lse, dh,
+                                       dW, p->bias ? db : NULL, NULL);
     vp_world w;
     VpRank r[VP_MAX_RANKS];
     pthread_t th[VP_MAX_RANKS];
@@ -518,11 +560,12 @@ static void vp_check(const Problem *p, int P, int partial, const char *what) {
         r[k].p = p;
         r[k].gtl = gtl;
         r[k].tl = alloc_f64(N); r[k].lse = alloc_f64(N); r[k].dh = alloc_f64(N * H);
+        r[k].ent = alloc_f64(N); r[k].lp = alloc_f64(N);
         r[k].dW = alloc_f64(rows * H); r[k].db = p->bias ? alloc_f64(rows) : NULL;
         r[k].st = FLCE_ERR_COMM;
     }
     for (int k = 0; ok && k < P; k++) ok = pthread_create(&th[k], NULL, vp_rank_main, &r[k]) == 0;
-    double e_loss = 0.0, e_tl = 0.0, e_lse = 0.0, e_dh = 0.0, e_dW = 0.0, e_db = 0.0;
+    double e_loss = 0.0, e_tl = 0.0, e_lse = 0.0, e_ent = 0.0, e_lp = 0.0, e_dh = 0.0, e_dW = 0.0, e_db = 0.0;
     int same_loss = 1, statuses = 1;
     if (ok) {
         for (int k = 0; k < P; k++) pthread_join(th[k], NULL);
@@ -530,11 +573,15 @@ static void vp_check(const Problem *p, int P, int partial, const char *what) {
         for (int k = 0; k < P; k++) {
             statuses = statuses && r[k].st == FLCE_OK;
             same_loss = same_loss && memcmp(&r[k].loss, &r[0].loss, sizeof(double)) == 0 &&
-                        memcmp(r[k].tl, r[0].tl, N * sizeof(double)) == 0;
+                        memcmp(r[k].tl, r[0].tl, N * sizeof(double)) == 0 &&
+                        memcmp(r[k].ent, r[0].ent, N * sizeof(double)) == 0 &&
+                        memcmp(r[k].lp, r[0].lp, N * sizeof(double)) == 0;
             const double el = fabs(r[k].loss - loss) / (fabs(loss) > 1e-300 ? fabs(loss) : 1.0);
             e_loss = el > e_loss ? el : e_loss;
             double e = rel_l2_64(r[k].tl, tl, N); e_tl = e > e_tl ? e : e_tl;
             e = rel_l2_64(r[k].lse, lse, N); e_lse = e > e_lse ? e : e_lse;
+            e = rel_l2_64(r[k].ent, ent, N); e_ent = e > e_ent ? e : e_ent;
+            e = rel_l2_64(r[k].lp, lp, N); e_lp = e > e_lp ? e : e_lp;
             if (partial) {
                 for (int64_t i = 0; i < N * H; i++) dh_sum[i] += r[k].dh[i];
             } else {
@@ -550,16 +597,17 @@ static void vp_check(const Problem *p, int P, int partial, const char *what) {
     }
     // the sharded and unsharded sums differ in order only: fp64 rounding (~1e-16); a wrong
     // term would be off by 1e-3 or more
-    test_check(ok && statuses && same_loss && e_loss < 1e-13 && e_tl < 1e-13 && e_lse < 1e-13 && e_dh < 1e-13 &&
-                   e_dW < 1e-13 && e_db < 1e-13,
+    test_check(ok && statuses && same_loss && e_loss < 1e-13 && e_tl < 1e-13 && e_lse < 1e-13 && e_ent < 1e-13 &&
+                   e_lp < 1e-13 && e_dh < 1e-13 && e_dW < 1e-13 && e_db < 1e-13,
                "vocab parallel, %d ranks%s, %s: loss %.12f vs %.12f (rel %.1e, every rank the same: %d), "
-               "rel L2 token loss %.1e lse %.1e d_h %.1e d_W %.1e d_b %.1e",
+               "rel L2 token loss %.1e lse %.1e entropy %.1e logprob %.1e d_h %.1e d_W %.1e d_b %.1e",
                P, partial ? " (d_h partial, summed here)" : "", what, ok ? r[0].loss : NAN, loss, e_loss,
-               same_loss, e_tl, e_lse, e_dh, e_dW, e_db);
+               same_loss, e_tl, e_lse, e_ent, e_lp, e_dh, e_dW, e_db);
     for (int k = 0; k < P && st == FLCE_OK; k++) {
-        free(r[k].tl); free(r[k].lse); free(r[k].dh); free(r[k].dW); free(r[k].db);
+        free(r[k].tl); free(r[k].lse); free(r[k].ent); free(r[k].lp); free(r[k].dh); free(r[k].dW);
+        free(r[k].db);
     }
-    free(tl); free(lse); free(dh); free(dW); free(db);
+    free(tl); free(lse); free(ent); free(lp); free(dh); free(dW); free(db);
 }
 
 // Sharded against unsharded on problems with every option, targets at the shards' edges and
@@ -589,6 +637,41 @@ static void test_vocab_parallel(void) {
     vp_check(&q, 1, 0, "no bias, one rank");
     vp_check(&q, 4, 0, "no bias");
     free_problem(&q);
+
+    // the options of flce 1.1 under vocab parallelism: the temperature (per logit), class
+    // weights (each rank its classes'; the targets' weights and the weights' sum exchanged,
+    // the weighted sum of logits a summed statistic), the entropy (its q a summed statistic)
+    // and log-probability outputs and their upstream gradients
+    Problem o = make_problem(37, 16, 29, 32, 1, 94);
+    o.targets[3] = -100;
+    o.targets[4] = 0;
+    o.targets[5] = 28;
+    o.targets[6] = 15;  // the first class of the second of two shards (rows 0..15, 16..31)
+    o.cfg.temperature = 0.7f;
+    vp_check(&o, 2, 0, "temperature 0.7");
+    o.cfg.has_class_weights = 1;
+    vp_check(&o, 3, 0, "temperature 0.7, class weights, mean");
+    o.cfg.label_smoothing = 0.1f;
+    o.use_ge = o.use_gl = 1;
+    vp_check(&o, 2, 0, "temperature 0.7, class weights + smoothing, entropy and logprob gradients, mean");
+    o.cfg.z_loss_scale = 1e-2f; o.cfg.softcap = 5.0f; o.cfg.grad_scale = 0.5f; o.cfg.temperature = 1.4f;
+    for (int red = 0; red <= 2; red++) {
+        o.cfg.reduction = (flce_reduction)red;
+        const char *what = red == 0 ? "every 1.0 and 1.1 option, mean" : red == 1 ? "every 1.0 and 1.1 option, sum"
+                                                                              : "every 1.0 and 1.1 option, none";
+        vp_check(&o, 3, 0, what);
+        vp_check(&o, 4, red != 1, what);
+    }
+    // entropy and log-probability gradients alone (reduction none with a zero upstream
+    // gradient of the loss: only the rows' other terms), no weights
+    o.cfg.has_class_weights = 0; o.cfg.label_smoothing = 0.0f; o.cfg.z_loss_scale = 0.0f;
+    for (int64_t i = 0; i < o.cfg.n_tokens; i++) o.gtl[i] = 0.0f;
+    vp_check(&o, 2, 0, "entropy and log-probability gradients alone, temperature 1.4, softcap");
+    // every target of weight 0 (mean): 0 with zero gradients on every rank, never 0/0
+    o.cfg.has_class_weights = 1; o.cfg.reduction = FLCE_REDUCTION_MEAN; o.use_ge = o.use_gl = 0;
+    for (int64_t j = 0; j < o.cfg.vocab; j++) o.cw[j] = 0.0f;
+    vp_check(&o, 2, 0, "every class weight 0, mean");
+    free_problem(&o);
 
     // refusals, before anything is written or any collective is made
     Problem b = make_problem(9, 8, 12, 16, 0, 93);
@@ -628,8 +711,321 @@ static void test_vocab_parallel(void) {
                            &bad);
     test_check(st == FLCE_OK && bad == -1 && w.calls > 0,
                "a target on another rank's columns is valid (%d collectives)", w.calls);
+    // class weights under vocab parallelism: refused as without it when missing, before any
+    // collective
+    const int calls = w.calls;
+    c.has_class_weights = 1;
+    flce_reference_extra ex = problem_extra(&b, NULL, NULL);
+    ex.class_weights = NULL;
+    st = flce_reference_vp_ex(&c, &comm, b.h, b.W, NULL, b.targets, NULL, &ex, &loss, NULL, NULL, NULL, NULL,
+                              NULL, NULL);
+    test_check(st == FLCE_ERR_NULL_POINTER && w.calls == calls,
+               "vocab parallel: has_class_weights without weights refused (%d), no collective", (int)st);
     vp_world_destroy(&w);
     free_problem(&b);
+}
+
+// ---------------------------------------------------------------------------------------
+// the options of flce 1.1: temperature, class weights, entropy and log-probabilities
+
+// The reference's gradients (with its flce 1.1 arguments) against finite differences of the
+// objective, on a problem already set up; gtl is the upstream gradient of reduction none.
+static void fd_check(Problem *p, const float *gtl, const char *what) {
+    const int64_t N = p->cfg.n_tokens, H = p->cfg.hidden, Vp = p->cfg.vocab_padded;
+    double loss, *dh = alloc_f64(N * H), *dW = alloc_f64(Vp * H), *db = alloc_f64(Vp);
+    const flce_reference_extra ex = problem_extra(p, NULL, NULL);
+    flce_status st = flce_reference_ex(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &ex, &loss,
+                                       NULL, NULL, dh, dW, p->cfg.has_bias ? db : NULL, NULL);
+    double *nh = alloc_f64(N * H), *nW = alloc_f64(Vp * H), *nb = alloc_f64(Vp);
+    numeric_grad(p, gtl, p->h, N * H, nh);
+    numeric_grad(p, gtl, p->W, Vp * H, nW);
+    if (p->cfg.has_bias) numeric_grad(p, gtl, p->bias, Vp, nb);
+    double eh = rel_l2_dd(dh, nh, N * H), eW = rel_l2_dd(dW, nW, Vp * H);
+    double eb = p->cfg.has_bias ? rel_l2_dd(db, nb, Vp) : 0.0;
+    test_check(st == FLCE_OK && eh < 1e-4 && eW < 1e-4 && eb < 1e-4,
+               "finite differences, %s: rel L2 d_h %.1e d_W %.1e d_bias %.1e", what, eh, eW, eb);
+    free(dh); free(dW); free(db); free(nh); free(nW); free(nb);
+}
+
+// Each new option alone and in combinations, each reduction. A zero upstream gradient of
+// reduction none leaves the entropy's or the log-probability's gradient alone in the check.
+static void test_options_finite_differences(void) {
+    const int64_t N = 6, H = 8, V = 7, Vp = 8;
+    float zeros[6] = {0, 0, 0, 0, 0, 0};
+    struct {
+        const char *what;
+        flce_reduction red;
+        int bias, cw, ge, gl, zero_gtl;
+        float T, eps, zl, cap, gs;
+    } cases[] = {
+        {"temperature 0.6, mean", FLCE_REDUCTION_MEAN, 0, 0, 0, 0, 0, 0.6f, 0, 0, 0, 1},
+        {"temperature 1.7 + softcap + smoothing + z-loss + bias, sum", FLCE_REDUCTION_SUM, 1, 0, 0, 0, 0,
+         1.7f, 0.1f, 0.05f, 2.0f, 0.5f},
+        {"class weights, mean", FLCE_REDUCTION_MEAN, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1},
+        {"class weights + smoothing, mean", FLCE_REDUCTION_MEAN, 1, 1, 0, 0, 0, 1, 0.2f, 0, 0, 1},
+        {"class weights + smoothing + z-loss, none with upstream", FLCE_REDUCTION_NONE, 0, 1, 0, 0, 0, 1,
+         0.1f, 0.05f, 0, 0.5f},
+        {"entropy gradient alone", FLCE_REDUCTION_NONE, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1},
+        {"entropy gradient alone, temperature 0.8 + softcap", FLCE_REDUCTION_NONE, 1, 0, 1, 0, 1, 0.8f, 0, 0,
+         2.0f, 0.5f},
+        {"log-probability gradient alone", FLCE_REDUCTION_NONE, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1},
+        {"log-probability gradient alone, temperature 1.3 + softcap", FLCE_REDUCTION_NONE, 1, 0, 0, 1, 1,
+         1.3f, 0, 0, 3.0f, 1},
+        {"entropy + log-probability gradients with the loss, mean", FLCE_REDUCTION_MEAN, 0, 0, 1, 1, 0, 1, 0,
+         0, 0, 1},
+        {"everything, mean", FLCE_REDUCTION_MEAN, 1, 1, 1, 1, 0, 0.7f, 0.1f, 0.05f, 2.0f, 0.5f},
+        {"everything, sum", FLCE_REDUCTION_SUM, 1, 1, 1, 1, 0, 1.4f, 0.1f, 0.05f, 2.0f, 0.5f},
+        {"everything, none with upstream", FLCE_REDUCTION_NONE, 1, 1, 1, 1, 0, 0.7f, 0.1f, 0.05f, 2.0f,
+         0.25f},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        Problem p = make_problem(N, H, V, Vp, cases[k].bias, 301 + k);
+        p.cfg.reduction = cases[k].red;
+        p.cfg.has_class_weights = cases[k].cw;
+        p.use_ge = cases[k].ge;
+        p.use_gl = cases[k].gl;
+        p.cfg.temperature = cases[k].T;
+        p.cfg.label_smoothing = cases[k].eps;
+        p.cfg.z_loss_scale = cases[k].zl;
+        p.cfg.softcap = cases[k].cap;
+        p.cfg.grad_scale = cases[k].gs;
+        p.targets[2] = -100;
+        const float *gtl = cases[k].red != FLCE_REDUCTION_NONE ? NULL : cases[k].zero_gtl ? zeros : p.gtl;
+        fd_check(&p, gtl, cases[k].what);
+        free_problem(&p);
+    }
+}
+
+// Every output of the reference, for the identities below.
+typedef struct { double loss, *tl, *lse, *ent, *lp, *dh, *dW, *db; } RefOut;
+
+static RefOut ref_run(const Problem *p, const float *gtl, int want_ent) {
+    const int64_t N = p->cfg.n_tokens, H = p->cfg.hidden, Vp = p->cfg.vocab_padded;
+    RefOut o;
+    o.tl = alloc_f64(N); o.lse = alloc_f64(N); o.ent = alloc_f64(N); o.lp = alloc_f64(N);
+    o.dh = alloc_f64(N * H); o.dW = alloc_f64(Vp * H); o.db = alloc_f64(Vp);
+    const flce_reference_extra ex = problem_extra(p, want_ent ? o.ent : NULL, want_ent ? o.lp : NULL);
+    if (flce_reference_ex(&p->cfg, p->h, p->W, p->bias, p->targets, gtl, &ex, &o.loss, o.tl, o.lse,
+                          o.dh, o.dW, p->cfg.has_bias ? o.db : NULL, NULL) != FLCE_OK)
+        o.loss = NAN;
+    return o;
+}
+
+static void ref_free(RefOut *o) {
+    free(o->tl); free(o->lse); free(o->ent); free(o->lp); free(o->dh); free(o->dW); free(o->db);
+}
+
+static int same_f64(const double *a, const double *b, size_t n) {
+    return memcmp(a, b, n * sizeof(double)) == 0;
+}
+
+// max |a - b| / max(|b|, floor)
+static double max_rel(const double *a, const double *b, size_t n) {
+    double e = 0.0, m = 1e-300;
+    for (size_t i = 0; i < n; i++) m = fabs(b[i]) > m ? fabs(b[i]) : m;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs(a[i] - b[i]) / m;
+        e = d > e || d != d ? d : e;
+    }
+    return e;
+}
+
+static void test_options_identities(void) {
+    const int64_t N = 21, H = 16, V = 13, Vp = 16;
+    // temperature 1 is no temperature: outputs requested but no new option changes nothing,
+    // bit for bit (the old code path)
+    {
+        Problem p = make_problem(N, H, V, Vp, 1, 41);
+        p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.softcap = 5.0f;
+        p.targets[3] = -100;
+        RefOut a = ref_run(&p, NULL, 0), b = ref_run(&p, NULL, 1);
+        double l_old = NAN, *dh = alloc_f64(N * H), *dW = alloc_f64(Vp * H);
+        flce_status st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, &l_old, NULL, NULL,
+                                        dh, dW, NULL, NULL);
+        test_check(st == FLCE_OK && a.loss == b.loss && a.loss == l_old && same_f64(a.tl, b.tl, N) &&
+                       same_f64(a.dh, b.dh, N * H) && same_f64(a.dW, b.dW, Vp * H) &&
+                       same_f64(a.dh, dh, N * H) && same_f64(a.dW, dW, Vp * H),
+                   "temperature 1 with entropy / log-probability outputs: bitwise the plain call");
+        free(dh); free(dW);
+        ref_free(&a); ref_free(&b);
+        free_problem(&p);
+    }
+    // temperature 2 on (h, W, b) is temperature 1 on (h, W / 2, b / 2), bit for bit (halving
+    // is exact): the same losses, LSE, entropies, d_h, and half the parameter gradients
+    {
+        Problem p = make_problem(N, H, V, Vp, 1, 42);
+        p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.has_class_weights = 1;
+        p.use_ge = p.use_gl = 1;
+        p.targets[5] = -100;
+        p.cfg.temperature = 2.0f;
+        RefOut a = ref_run(&p, NULL, 1);
+        for (int64_t k = 0; k < Vp * H; k++) p.W[k] *= 0.5f;
+        for (int64_t j = 0; j < Vp; j++) p.bias[j] *= 0.5f;
+        p.cfg.temperature = 1.0f;
+        RefOut b = ref_run(&p, NULL, 1);
+        for (int64_t k = 0; k < Vp * H; k++) b.dW[k] *= 0.5;
+        for (int64_t j = 0; j < Vp; j++) b.db[j] *= 0.5;
+        test_check(a.loss == b.loss && same_f64(a.tl, b.tl, N) && same_f64(a.lse, b.lse, N) &&
+                       same_f64(a.ent, b.ent, N) && same_f64(a.lp, b.lp, N) && same_f64(a.dh, b.dh, N * H) &&
+                       same_f64(a.dW, b.dW, Vp * H) && same_f64(a.db, b.db, Vp),
+                   "temperature 2 on (h, W, b) == temperature 1 on (h, W/2, b/2), bitwise (loss %.6f)",
+                   a.loss);
+        ref_free(&a); ref_free(&b);
+        free_problem(&p);
+    }
+    // class weights all 1 are no weights; a constant weight leaves a mean unchanged (no z-loss:
+    // it is not weighted, but divided by the weights' sum)
+    for (int red = 0; red <= 2; red++) {
+        Problem p = make_problem(N, H, V, Vp, 1, 43 + red);
+        p.cfg.reduction = (flce_reduction)red;
+        p.cfg.label_smoothing = 0.1f; p.cfg.z_loss_scale = 1e-2f; p.cfg.softcap = 5.0f;
+        p.targets[1] = -100;
+        RefOut a = ref_run(&p, red == 2 ? p.gtl : NULL, 0);
+        for (int64_t j = 0; j < V; j++) p.cw[j] = 1.0f;
+        p.cfg.has_class_weights = 1;
+        RefOut b = ref_run(&p, red == 2 ? p.gtl : NULL, 0);
+        double e = fabs(a.loss - b.loss) / fabs(a.loss);
+        double et = max_rel(b.tl, a.tl, N), eh = max_rel(b.dh, a.dh, N * H), eW = max_rel(b.dW, a.dW, Vp * H);
+        test_check(e < 1e-13 && et < 1e-13 && eh < 1e-13 && eW < 1e-13,
+                   "class weights all 1 == unweighted (reduction %d): loss %.1e token %.1e d_h %.1e d_W %.1e",
+                   red, e, et, eh, eW);
+        ref_free(&a); ref_free(&b);
+        free_problem(&p);
+    }
+    {
+        Problem p = make_problem(N, H, V, Vp, 0, 46);
+        p.cfg.label_smoothing = 0.2f;
+        p.targets[0] = -100;
+        RefOut a = ref_run(&p, NULL, 0);
+        for (int64_t j = 0; j < V; j++) p.cw[j] = 3.0f;
+        p.cfg.has_class_weights = 1;
+        RefOut b = ref_run(&p, NULL, 0);
+        double e = fabs(a.loss - b.loss) / fabs(a.loss), eh = max_rel(b.dh, a.dh, N * H);
+        double eW = max_rel(b.dW, a.dW, Vp * H);
+        test_check(e < 1e-13 && eh < 1e-13 && eW < 1e-13,
+                   "class weights all 3, mean with smoothing == unweighted: loss %.1e d_h %.1e d_W %.1e", e,
+                   eh, eW);
+        // a target of weight 0 costs nothing (no smoothing): its token's loss is 0
+        p.cfg.label_smoothing = 0.0f;
+        p.cw[p.targets[4]] = 0.0f;
+        RefOut c = ref_run(&p, NULL, 0);
+        test_check(c.tl[4] == 0.0 && c.tl[6] != 0.0, "a target of weight 0: token loss %g", c.tl[4]);
+        // every target of weight 0: mean 0 with zero gradients (never 0/0), like all ignored
+        for (int64_t j = 0; j < V; j++) p.cw[j] = 0.0f;
+        RefOut d = ref_run(&p, NULL, 0);
+        test_check(d.loss == 0.0 && all_zero_f64(d.dh, N * H) && all_zero_f64(d.dW, Vp * H),
+                   "every weight 0, mean: loss %g, zero gradients", d.loss);
+        ref_free(&a); ref_free(&b); ref_free(&c); ref_free(&d);
+        free_problem(&p);
+    }
+    // a uniform row (W = 0, no bias): entropy log V, log-probability -log V, at any temperature
+    {
+        Problem p = make_problem(N, H, V, Vp, 0, 47);
+        memset(p.W, 0, (size_t)(Vp * H) * sizeof(float));
+        p.cfg.temperature = 0.3f;
+        p.targets[2] = -100;
+        RefOut a = ref_run(&p, NULL, 1);
+        int ok = 1;
+        for (int64_t i = 0; i < N; i++) {
+            ok = ok && fabs(a.ent[i] - log((double)V)) < 1e-14 && fabs(a.lse[i] - log((double)V)) < 1e-14;
+            ok = ok && (i == 2 ? a.lp[i] == 0.0 : fabs(a.lp[i] + log((double)V)) < 1e-14);
+        }
+        test_check(ok, "uniform rows: entropy = lse = log V = %.6f, log-probability -log V (0 if ignored)",
+                   log((double)V));
+        ref_free(&a);
+        free_problem(&p);
+    }
+    // on a random problem: 0 <= H <= log V, logprob <= 0, and with neither smoothing nor z-loss
+    // nor weights the token loss is exactly -logprob
+    {
+        Problem p = make_problem(N, H, V, Vp, 1, 48);
+        p.cfg.temperature = 0.5f;
+        p.cfg.reduction = FLCE_REDUCTION_NONE;
+        p.targets[7] = -100;
+        RefOut a = ref_run(&p, NULL, 1);
+        int range = 1, nll = 1;
+        for (int64_t i = 0; i < N; i++) {
+            range = range && a.ent[i] >= 0.0 && a.ent[i] <= log((double)V) + 1e-12 && a.lp[i] <= 0.0;
+            nll = nll && a.tl[i] == -a.lp[i];
+        }
+        test_check(range && nll, "0 <= entropy <= log V, logprob <= 0 (%d); token loss == -logprob bitwise (%d)",
+                   range, nll);
+        ref_free(&a);
+        // an upstream gradient -g of the log-probability is the gradient g of the loss
+        float *neg = alloc_f32(N), *zeros = alloc_f32(N);
+        for (int64_t i = 0; i < N; i++) neg[i] = -p.gtl[i];
+        RefOut b = ref_run(&p, p.gtl, 0);
+        float *gl = p.gl;
+        p.gl = neg;
+        p.use_gl = 1;
+        RefOut c = ref_run(&p, zeros, 0);
+        p.gl = gl;
+        double eh = max_rel(c.dh, b.dh, N * H), eW = max_rel(c.dW, b.dW, Vp * H);
+        test_check(eh < 1e-13 && eW < 1e-13,
+                   "log-probability upstream -g == loss upstream g: d_h %.1e d_W %.1e", eh, eW);
+        ref_free(&b); ref_free(&c);
+        free(neg); free(zeros);
+        free_problem(&p);
+    }
+    // an entropy gradient reaches ignored tokens too (every token has a softmax); a
+    // log-probability gradient does not
+    {
+        Problem p = make_problem(N, H, V, Vp, 0, 49);
+        for (int64_t i = 0; i < N; i++) p.targets[i] = -100;
+        p.use_gl = 1;
+        RefOut a = ref_run(&p, NULL, 1);
+        p.use_ge = 1;
+        RefOut b = ref_run(&p, NULL, 1);
+        test_check(a.loss == 0.0 && all_zero_f64(a.dh, N * H) && !all_zero_f64(b.dh, N * H) &&
+                       all_zero_f64(b.lp, N),
+                   "all ignored: the log-probability gradient is 0, the entropy gradient is not");
+        ref_free(&a); ref_free(&b);
+        free_problem(&p);
+    }
+}
+
+// Bad flce 1.1 arguments are refused before anything is written.
+static void test_options_rejected(void) {
+    const int64_t N = 9, H = 8, V = 5, Vp = 8;
+    Problem p = make_problem(N, H, V, Vp, 1, 51);
+    const float bad_t[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int k = 0; k < 4; k++) {
+        p.cfg.temperature = bad_t[k];
+        Outputs o = guarded_outputs(&p.cfg);
+        flce_status st = flce_reference(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, o.loss, o.tl, o.lse,
+                                        o.dh, o.dW, o.db, NULL);
+        test_check(st == FLCE_ERR_INVALID_VALUE && outputs_untouched(&o, &p.cfg, 1),
+                   "reference: temperature %g refused (status %d), outputs untouched", (double)bad_t[k],
+                   (int)st);
+        free_outputs(&o);
+    }
+    p.cfg.temperature = 1.0f;
+    flce_reference_extra ex = problem_extra(&p, NULL, NULL);
+    p.cfg.has_class_weights = 1;
+    ex.class_weights = NULL;
+    flce_status st = flce_reference_ex(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, &ex, NULL, NULL,
+                                       NULL, NULL, NULL, NULL, NULL);
+    test_check(st == FLCE_ERR_NULL_POINTER, "reference: has_class_weights without weights refused (%d)",
+               (int)st);
+    p.cfg.has_class_weights = 0;
+    ex.class_weights = p.cw;
+    st = flce_reference_ex(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, &ex, NULL, NULL, NULL, NULL, NULL,
+                           NULL, NULL);
+    test_check(st == FLCE_ERR_INVALID_VALUE, "reference: weights without has_class_weights refused (%d)",
+               (int)st);
+    p.cfg.has_class_weights = 2;
+    st = flce_reference_ex(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, &ex, NULL, NULL, NULL, NULL, NULL,
+                           NULL, NULL);
+    test_check(st == FLCE_ERR_INVALID_VALUE, "reference: has_class_weights = 2 refused (%d)", (int)st);
+    p.cfg.has_class_weights = 1;
+    p.cw[3] = NAN;
+    Outputs o = guarded_outputs(&p.cfg);
+    st = flce_reference_ex(&p.cfg, p.h, p.W, p.bias, p.targets, NULL, &ex, o.loss, o.tl, o.lse, o.dh,
+                           o.dW, o.db, NULL);
+    test_check(st == FLCE_ERR_INVALID_VALUE && outputs_untouched(&o, &p.cfg, 1),
+               "reference: a NaN class weight refused (%d), outputs untouched", (int)st);
+    free_outputs(&o);
+    free_problem(&p);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -705,6 +1101,89 @@ static void test_fixture_reader(const char *good_path) {
     free(data);
 }
 
+
+// A version 2 fixture written here from the reference's own answer (what export_fixtures.py
+// writes from PyTorch's, in the layout of fixture.h): the reader must load every array of it,
+// and test_fixture must pass on it. Then a header flag other than 0 or 1 is refused.
+static void put_f32(FILE *fp, const double *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = (float)x[i];
+        fwrite(&v, 4, 1, fp);
+    }
+}
+
+static void test_fixture_v2_roundtrip(void) {
+    const int64_t N = 13, H = 16, V = 11, Vp = 16;
+    Problem p = make_problem(N, H, V, Vp, 1, 61);
+    p.cfg.reduction = FLCE_REDUCTION_MEAN;
+    p.cfg.temperature = 0.75f; p.cfg.has_class_weights = 1; p.cfg.label_smoothing = 0.1f;
+    p.use_ge = p.use_gl = 1;
+    p.targets[3] = -100;
+    RefOut o = ref_run(&p, NULL, 1);
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/flce_test_cpu_v2_%d.bin", (int)getpid());
+    FILE *fp = fopen(path, "wb");
+    if (!test_check(fp != NULL, "write %s", path)) { ref_free(&o); free_problem(&p); return; }
+    int32_t hd[256];
+    memset(hd, 0, sizeof(hd));
+    hd[0] = FIXTURE_MAGIC; hd[1] = 2; hd[2] = (int32_t)N; hd[3] = (int32_t)H; hd[4] = (int32_t)V;
+    hd[5] = (int32_t)Vp; hd[6] = 1; hd[7] = 0; hd[8] = -100; hd[9] = 0;
+    hd[10] = 1; hd[11] = 1; hd[12] = 1; hd[13] = 1; hd[14] = 1;
+    memcpy(&hd[16], &p.cfg.label_smoothing, 4); memcpy(&hd[17], &p.cfg.z_loss_scale, 4);
+    memcpy(&hd[18], &p.cfg.softcap, 4); memcpy(&hd[19], &p.cfg.grad_scale, 4);
+    memcpy(&hd[20], &p.cfg.temperature, 4);
+    fwrite(hd, 4, 256, fp);
+    fwrite(p.h, 4, N * H, fp); fwrite(p.W, 4, Vp * H, fp); fwrite(p.bias, 4, Vp, fp);
+    fwrite(p.targets, 4, N, fp);
+    fwrite(p.cw, 4, V, fp); fwrite(p.ge, 4, N, fp); fwrite(p.gl, 4, N, fp);
+    put_f32(fp, &o.loss, 1); put_f32(fp, o.tl, N); put_f32(fp, o.lse, N); put_f32(fp, o.dh, N * H);
+    put_f32(fp, o.dW, Vp * H); put_f32(fp, o.db, Vp); put_f32(fp, o.ent, N); put_f32(fp, o.lp, N);
+    const int closed = fclose(fp) == 0;
+    Fixture f;
+    int ok = closed && fixture_load(path, &f);
+    if (ok) {
+        ok = f.version == 2 && f.temperature == 0.75f && f.has_class_weights && f.has_entropy &&
+             f.has_logprob && f.has_grad_entropy && f.has_grad_logprob && fixture_has_new_options(&f) &&
+             memcmp(f.class_weights, p.cw, V * 4) == 0 && memcmp(f.grad_logprob, p.gl, N * 4) == 0 &&
+             f.token_entropy[5] == (float)o.ent[5] && f.token_logprob[N - 1] == (float)o.lp[N - 1];
+        fixture_free(&f);
+    }
+    test_check(ok, "reader: a version 2 fixture (temperature, weights, entropy, log-probabilities) loads");
+    if (ok) test_fixture(path);
+    // a flag of 2 is refused
+    fp = fopen(path, "r+b");
+    if (fp != NULL) {
+        const int32_t two = 2;
+        fseek(fp, 11 * 4, SEEK_SET);
+        fwrite(&two, 4, 1, fp);
+        fclose(fp);
+    }
+    printf("  (the reader message below is expected)\n");
+    fflush(stdout);
+    test_check(fp != NULL && load_should_fail(path), "reader: refuses a version 2 header flag of 2");
+    remove(path);
+    ref_free(&o);
+    free_problem(&p);
+}
+
+// The fixtures of the flce 1.1 options come from scripts/export_fixtures.py, which needs
+// PyTorch: where they have not been exported yet, say so (not a failure).
+static void note_option_fixtures(char **paths, int n_paths, const char *dir) {
+    int n_new = 0;
+    for (int k = 0; k < n_paths; k++) {
+        Fixture f;
+        if (!fixture_load(paths[k], &f)) continue;
+        n_new += fixture_has_new_options(&f);
+        fixture_free(&f);
+    }
+    if (n_new == 0)
+        printf("  (note: no fixtures of the temperature / class-weight / entropy / log-probability "
+               "options in %s; `python3 scripts/export_fixtures.py %s` on a machine with PyTorch writes "
+               "them)\n", dir, dir);
+    else
+        printf("  (%d fixtures of the flce 1.1 options checked above)\n", n_new);
+}
+
 // ---------------------------------------------------------------------------------------
 // host-only library functions (flce.cu), compiled in with -DFLCE_HAVE_LIB
 
@@ -715,13 +1194,15 @@ static void test_library_host(char **paths, int n_paths) {
     test_check(c.n_tokens == 37 && c.hidden == 64 && c.vocab == 1001 && c.vocab_padded == 1001 &&
                c.ignore_index == -100 && c.reduction == FLCE_REDUCTION_MEAN &&
                c.label_smoothing == 0.0f && c.z_loss_scale == 0.0f && c.softcap == 0.0f &&
-               c.grad_scale == 1.0f && c.has_bias == 0 && c.max_chunk_tokens == 0,
+               c.grad_scale == 1.0f && c.has_bias == 0 && c.max_chunk_tokens == 0 &&
+               c.temperature == 1.0f && c.has_class_weights == 0,
                "lib: flce_config_init sets the documented defaults");
     char msg[256];
     test_check(flce_config_check(&c, msg, sizeof(msg)) == FLCE_OK, "lib: defaults pass the check");
 
     // each broken field alone must be refused, with a message
-    struct { const char *what; flce_config c; flce_status expect; } bad[16];
+    struct { const char *what; flce_config c; flce_status expect; const char *field; } bad[24];
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) bad[k].field = NULL;
     int nb = 0;
     bad[nb].what = "vocab_padded < vocab"; bad[nb].c = c; bad[nb].c.vocab_padded = 1000;
     bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
@@ -753,12 +1234,25 @@ static void test_library_host(char **paths, int n_paths) {
     bad[nb].what = "vocab_offset < 0"; bad[nb].c = c; bad[nb].c.vocab_parallel = 1;
     bad[nb].c.vocab_offset = -1; bad[nb].c.vocab_total = 2000;
     bad[nb++].expect = FLCE_ERR_INVALID_SIZE;
+    // flce 1.1: the message names the field
+    const float bad_t[] = {0.0f, -2.0f, NAN, INFINITY};
+    const char *bad_t_what[] = {"temperature 0", "temperature -2", "temperature NaN", "temperature inf"};
+    for (int k = 0; k < 4; k++) {
+        bad[nb].what = bad_t_what[k]; bad[nb].c = c; bad[nb].c.temperature = bad_t[k];
+        bad[nb].field = "temperature"; bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
+    }
+    bad[nb].what = "has_class_weights 2"; bad[nb].c = c; bad[nb].c.has_class_weights = 2;
+    bad[nb].field = "has_class_weights"; bad[nb++].expect = FLCE_ERR_INVALID_VALUE;
     for (int k = 0; k < nb; k++) {
         msg[0] = 0;
         flce_status st = flce_config_check(&bad[k].c, msg, sizeof(msg));
-        test_check(st == bad[k].expect && msg[0] != 0, "lib: config_check refuses %s (%d: %s)",
-                   bad[k].what, (int)st, msg);
+        test_check(st == bad[k].expect && msg[0] != 0 && (!bad[k].field || strstr(msg, bad[k].field)),
+                   "lib: config_check refuses %s (%d: %s)", bad[k].what, (int)st, msg);
     }
+    flce_config tc = c;
+    tc.temperature = 0.5f; tc.has_class_weights = 1;
+    test_check(flce_config_check(&tc, msg, sizeof(msg)) == FLCE_OK,
+               "lib: temperature 0.5 with class weights is a valid config");
 
     // a valid vocab-parallel config; ranks with the same rows but fewer real classes (the last
     // shard) are planned the same chunks, on either path (the collectives count the chunks)
@@ -767,21 +1261,36 @@ static void test_library_host(char **paths, int n_paths) {
         r0.vocab_parallel = r1.vocab_parallel = 1;
         r0.vocab_total = r1.vocab_total = 2 * 1001 - 37;
         r0.vocab_offset = 0; r1.vocab_offset = 1001; r1.vocab = 1001 - 37;
+        msg[0] = 0;
         test_check(flce_config_check(&r0, msg, sizeof(msg)) == FLCE_OK &&
                        flce_config_check(&r1, msg, sizeof(msg)) == FLCE_OK,
                    "lib: vocab-parallel configs of two ranks pass the check %s", msg);
         int same = 1;
-        for (int hop = 0; hop < 2; hop++) {
-            setenv("FLCE_HOPPER", hop ? "1" : "0", 1);
-            for (size_t budget = (size_t)40 << 10; budget <= (size_t)4 << 20; budget *= 2) {
-                size_t b0 = 0, b1 = 0;
-                flce_workspace_size(&r0, budget, &b0);
-                flce_workspace_size(&r1, budget, &b1);
-                same = same && b1 <= b0 && flce_chunk_tokens(&r0, b0) == flce_chunk_tokens(&r1, b0);
+        for (int opts = 0; opts < 2; opts++) {
+            // with flce 1.1's options too (class weights add the targets' weights to the buffer
+            // the ranks sum with the target logits)
+            if (opts) {
+                r0.temperature = r1.temperature = 0.6f;
+                r0.has_class_weights = r1.has_class_weights = 1;
+                r0.label_smoothing = r1.label_smoothing = 0.1f;
+                msg[0] = 0;
+                test_check(flce_config_check(&r0, msg, sizeof(msg)) == FLCE_OK &&
+                               flce_config_check(&r1, msg, sizeof(msg)) == FLCE_OK,
+                           "lib: vocab-parallel configs with temperature, class weights, smoothing pass %s", msg);
+            }
+            for (int hop = 0; hop < 2; hop++) {
+                setenv("FLCE_HOPPER", hop ? "1" : "0", 1);
+                for (size_t budget = (size_t)40 << 10; budget <= (size_t)4 << 20; budget *= 2) {
+                    size_t b0 = 0, b1 = 0;
+                    flce_workspace_size(&r0, budget, &b0);
+                    flce_workspace_size(&r1, budget, &b1);
+                    same = same && b1 <= b0 && flce_chunk_tokens(&r0, b0) == flce_chunk_tokens(&r1, b0);
+                }
             }
         }
         setenv("FLCE_HOPPER", "0", 1);
-        test_check(same, "lib: vocab-parallel ranks of equal rows are planned the same chunks");
+        test_check(same, "lib: vocab-parallel ranks of equal rows are planned the same chunks (with and "
+                         "without the 1.1 options)");
     }
 
     // workspace sizing: within budget, a chunk of at least one token, no more than N
@@ -886,6 +1395,7 @@ static void test_library_host(char **paths, int n_paths) {
         fc.reduction = (flce_reduction)f.reduction; fc.ignore_index = f.ignore_index;
         fc.label_smoothing = f.label_smoothing; fc.z_loss_scale = f.z_loss_scale;
         fc.softcap = f.softcap; fc.grad_scale = f.grad_scale;
+        fc.temperature = f.temperature; fc.has_class_weights = f.has_class_weights;
         msg[0] = 0;
         test_check(flce_config_check(&fc, msg, sizeof(msg)) == FLCE_OK,
                    "lib: config of %s is valid %s", f.name, msg);
@@ -968,8 +1478,13 @@ int main(int argc, char **argv) {
     test_padding_and_reductions();
     test_bad_targets();
     test_all_ignored();
+    test_options_finite_differences();
+    test_options_identities();
+    test_options_rejected();
     test_vocab_parallel();
     if (n_paths > 0) test_fixture_reader(paths[0]);
+    test_fixture_v2_roundtrip();
+    note_option_fixtures(paths, n_paths, dir);
 
 #ifdef FLCE_HAVE_LIB
     test_library_host(paths, n_paths);

@@ -8,7 +8,13 @@ test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
   3. determinism: the same batch twice gives bitwise the same gradients;
   4. resume: a checkpoint written mid-run and resumed continues with bitwise the same losses;
   5. -r 0 (GELU outputs kept) against -r 1 (recomputed): bitwise where the forward's GELU is
-     the recomputed one's.
+     the recomputed one's;
+  6. ZeRO-1 (-z 1): on one rank bitwise the plain run (steps, parameters, resume); over 3 ranks
+     emulated on this GPU (the collectives done by copies: this build has no NCCL) each rank's
+     update of its slice, slice boundaries inside tensors, gives bitwise the ZeRO-0 parameters
+     and its slice of master, m, v, and its slice's squared norm ZeRO-0's; a backward with
+     gradient buckets (-ov 1) leaves bitwise the same gradients. The real collectives run in
+     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs).
 The trainer runs in bf16 against PyTorch's fp32/fp64, so the bounds are bf16's: they are
 printed with the measured errors.
 */
@@ -31,8 +37,9 @@ printed with the measured errors.
 static const char *MODEL_PATH = "test/fixtures/gpt2_debug.bin";
 static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
 
-// The model of -e arg (a file or a descriptor) on the device, as main() builds it.
-static void build_model(GPT2 *m, const char *arg) {
+// The model of -e arg (a file or a descriptor) on the device, as main() builds it (mg: the ranks,
+// NULL for one; zero: -z; overlap: -ov).
+static void build_model(GPT2 *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1) {
     char err[1024];
     GPT2Config config;
     float *host = NULL;
@@ -40,7 +47,7 @@ static void build_model(GPT2 *m, const char *arg) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
-    gpt2_build(m, &config);
+    gpt2_build(m, &config, mg, zero, overlap);
     gpt2_upload_params(m, host);
     free(host);
 }
@@ -49,7 +56,8 @@ static void build_model(GPT2 *m, const char *arg) {
 static int resume_checkpoint(GPT2 *m, DataLoader *loader, const char *dir, const MultiGpu *mg) {
     char err[1024];
     Checkpoint ck;
-    const int rc = checkpoint_load_checked(dir, &m->config, mg->rank, mg->nproc, loader, &ck, err, sizeof(err));
+    const int rc = checkpoint_load_checked(dir, &m->config, mg->rank, mg->nproc, m->zero.stage, loader, &ck, err,
+                                           sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
@@ -147,8 +155,9 @@ static float train_step(GPT2 *m, DataLoader *loader, int B, int T, int step, cud
     return loss;
 }
 
-// 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses
-static void test_resume_bitwise(void) {
+// 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses (at
+// ZeRO stage zero on one rank; its losses into out[4] when given)
+static void test_resume_bitwise(int zero, float *out = NULL) {
     const int B = 4, T = 64, steps = 4, at = 2;
     char dir[] = "/tmp/train_gpt_resume_XXXXXX";
     if (!test_check(mkdtemp(dir) != NULL, "mkdtemp for the resume test")) return;
@@ -160,7 +169,7 @@ static void test_resume_bitwise(void) {
     single.nproc = 1;
     {
         GPT2 m;
-        build_model(&m, "d6");
+        build_model(&m, "d6", &single, zero);
         gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -173,7 +182,7 @@ static void test_resume_bitwise(void) {
     }
     {
         GPT2 m;
-        build_model(&m, "d6");
+        build_model(&m, "d6", &single, zero);
         gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -189,8 +198,17 @@ static void test_resume_bitwise(void) {
         same &= memcmp(&straight[k], &resumed[k], sizeof(float)) == 0;
     }
     test_check(same && isfinite(straight[steps - 1]) && straight[steps - 1] < straight[0],
-               "resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
-               straight[0], straight[steps - 1]);
+               "-z %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
+               zero, straight[0], straight[steps - 1]);
+    if (out != NULL) memcpy(out, straight, sizeof(float) * steps);
+    char path[CHECKPOINT_PATH_MAX];
+    for (int r = -1; r <= 1; r++) {  // the step's files, so that the directory can go
+        if (r < 0) checkpoint_model_path(path, sizeof(path), dir, at);
+        else if (r == 0) checkpoint_state_path(path, sizeof(path), dir, at, 0);
+        else checkpoint_done_path(path, sizeof(path), dir, at);
+        remove(path);
+    }
+    rmdir(dir);
     cudaCheck(cudaStreamDestroy(s));
 }
 
@@ -259,6 +277,120 @@ static void test_recompute_modes(void) {
     cudaCheck(cudaStreamDestroy(s));
 }
 
+// 6. ZeRO-1 on one GPU: on one rank bitwise the plain run; over 3 ranks emulated, each rank's
+// slice of the update bitwise ZeRO-0's
+static void test_zero(void) {
+    printf("-- ZeRO-1\n");
+    // one rank: the resume test's 4 steps at -z 1 and -z 0, bitwise the same losses
+    float l0[4], l1[4];
+    test_resume_bitwise(0, l0);
+    test_resume_bitwise(1, l1);
+    test_check(memcmp(l0, l1, sizeof(l0)) == 0, "-z 1 on one rank: bitwise the losses of -z 0 (%.9g %.9g %.9g %.9g)",
+               l1[0], l1[1], l1[2], l1[3]);
+
+    // three ranks on this GPU: A is the plain model (one process, ZeRO-0); R[r] rank r of 3 at
+    // ZeRO-1; Z rank 0 of 3 at ZeRO-0 with gradient buckets. The collectives are copies here.
+    const int B = 4, T = 64, nproc = 3, steps = 3;
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    MultiGpu ranks[nproc];
+    GPT2 A, Z, R[nproc];
+    build_model(&A, "d6");
+    gpt2_alloc_activations(&A, B, T, (size_t)256 << 20, 1, 1);
+    for (int r = 0; r < nproc; r++) {
+        memset(&ranks[r], 0, sizeof(ranks[r]));
+        ranks[r].nproc = nproc;
+        ranks[r].rank = r;
+        build_model(&R[r], "d6", &ranks[r], 1, 0);
+        gpt2_alloc_activations(&R[r], 1, 64, (size_t)64 << 20, 1, 1);  // its norm's scratch
+    }
+    build_model(&Z, "d6", &ranks[0], 0, 1);
+    gpt2_alloc_activations(&Z, B, T, (size_t)256 << 20, 1, 1);
+    const size_t n = A.num_parameters;
+    const ZeroLayout *z0 = &R[0].zero;
+    int cuts = 0;  // slice boundaries inside a tensor
+    for (int r = 1; r < nproc; r++)
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+            cuts += A.tensors[i].offset < r * z0->slice && r * z0->slice < A.tensors[i].offset + A.tensors[i].numel;
+    test_check(z0->slice % ZERO_ALIGN == 0 && z0->padded >= n && z0->padded - n < (size_t)nproc * ZERO_ALIGN &&
+               R[0].zero.opt_count == z0->slice && Z.zero.opt_count == n && cuts == nproc - 1,
+               "d6 over %d ranks: slices of %zu (aligned), %d boundaries inside tensors; ZeRO-1 keeps %zu of %zu in "
+               "master, m, v", nproc, z0->slice, cuts, R[0].zero.opt_count, n);
+    DataLoader loader;
+    dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
+    float *h = (float *)malloc(z0->padded * sizeof(float)), *h2 = (float *)malloc(z0->padded * sizeof(float));
+    uint16_t *pa = (uint16_t *)malloc(n * 2), *pr = (uint16_t *)malloc(n * 2);
+    int grads_same = 1, norms_same = 1, params_same = 1, state_same = 1;
+    for (int k = 0; k < steps; k++) {
+        dataloader_next_batch(&loader);
+        for (int which = 0; which < 2; which++) {  // A, then Z with its buckets
+            GPT2 *m = which == 0 ? &A : &Z;
+            gpt2_zero_grad(m, s);
+            gpt2_set_batch(m, loader.inputs, loader.targets, B, T, 1, s);
+            gpt2_forward_train(m, B, T, 0, s);
+            gpt2_backward(m, B, T, s, 1);
+            gpt2_reduce_grads(m, s);
+        }
+        test_check(Z.buckets_pending == 0, "the buckets' wait was taken (step %d)", k + 1);
+        cudaCheck(cudaStreamSynchronize(s));
+        cudaCheck(cudaMemcpy(h, A.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h2, Z.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        grads_same &= memcmp(h, h2, n * sizeof(float)) == 0;
+        const float norm = gpt2_grad_norm(&A, s);
+        const float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
+        // the ranks' reduced gradients: A's (a reduce-scatter of equal copies)
+        for (int r = 0; r < nproc; r++) {
+            cudaCheck(cudaMemcpy(R[r].grads_memory, A.grads_memory, n * sizeof(float), cudaMemcpyDeviceToDevice));
+            gpt2_grad_norm(&R[r], s);  // its own slice's partial sum (the others' would come by NCCL)
+        }
+        gpt2_grad_norm(&Z, s);  // ZeRO-0 sums every slice itself
+        float pz[nproc], prr;
+        cudaCheck(cudaMemcpy(pz, Z.norm_partials, sizeof(pz), cudaMemcpyDeviceToHost));
+        for (int r = 0; r < nproc; r++) {
+            cudaCheck(cudaMemcpy(&prr, R[r].norm_partials + r, sizeof(float), cudaMemcpyDeviceToHost));
+            norms_same &= memcmp(&prr, &pz[r], sizeof(float)) == 0;
+        }
+        gpt2_update(&A, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
+        for (int r = 0; r < nproc; r++) gpt2_update(&R[r], 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
+        cudaCheck(cudaStreamSynchronize(s));
+        // the all-gather: each rank's slice of the bf16 parameters to every other rank
+        for (int r = 0; r < nproc; r++)
+            for (int q = 0; q < nproc; q++)
+                if (q != r)
+                    cudaCheck(cudaMemcpy(R[q].params_memory + R[r].zero.lo, R[r].params_memory + R[r].zero.lo,
+                                         R[r].zero.count * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(pa, A.params_memory, n * 2, cudaMemcpyDeviceToHost));
+        for (int r = 0; r < nproc; r++) {
+            cudaCheck(cudaMemcpy(pr, R[r].params_memory, n * 2, cudaMemcpyDeviceToHost));
+            params_same &= memcmp(pa, pr, n * 2) == 0;
+            float *bufs[3][2] = {{A.master, R[r].master}, {A.m, R[r].m}, {A.v, R[r].v}};
+            for (int b = 0; b < 3; b++) {
+                const size_t cnt = R[r].zero.count;
+                cudaCheck(cudaMemcpy(h, bufs[b][0] + R[r].zero.lo, cnt * sizeof(float), cudaMemcpyDeviceToHost));
+                cudaCheck(cudaMemcpy(h2, bufs[b][1], cnt * sizeof(float), cudaMemcpyDeviceToHost));
+                state_same &= memcmp(h, h2, cnt * sizeof(float)) == 0;
+            }
+        }
+        // Z follows A (its own update would be A's: it holds every parameter)
+        cudaCheck(cudaMemcpy(Z.params_memory, A.params_memory, n * 2, cudaMemcpyDeviceToDevice));
+    }
+    test_check(grads_same, "a backward with gradient buckets (-ov 1; the collectives no-ops here): bitwise the "
+               "gradients of the plain backward, %d steps", steps);
+    test_check(norms_same, "each ZeRO-1 rank's squared norm of its slice: bitwise ZeRO-0's sum of that slice");
+    test_check(params_same && state_same, "%d AdamW steps over %d emulated ZeRO-1 ranks: bitwise the ZeRO-0 bf16 "
+               "parameters after the all-gather (stochastic rounding included), each rank's master, m, v its slice "
+               "of ZeRO-0's", steps, nproc);
+    free(h);
+    free(h2);
+    free(pa);
+    free(pr);
+    dataloader_free(&loader);
+    gpt2_free(&A);
+    gpt2_free(&Z);
+    for (int r = 0; r < nproc; r++) gpt2_free(&R[r]);
+    cudaCheck(cudaStreamDestroy(s));
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -269,7 +401,8 @@ int main(void) {
     test_matmul();
     test_attention();
     test_model_vs_pytorch();
-    test_resume_bitwise();
+    test_resume_bitwise(0);
     test_recompute_modes();
+    test_zero();
     return test_summary();
 }

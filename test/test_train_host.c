@@ -4,7 +4,9 @@ checks against each other, the processes and the model), gpt2.h (the parameter t
 pointers, descriptors, initialisation, config comparison), schedulers.h, sampler.h, mfu.h,
 and checkpoint.h's protocol: a crash injected after every stage of a checkpoint write, stale
 DONE_ markers of an older run, a state without master weights (llm.c -w 0), a checkpoint of
-another model. multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and
+another model; zero.h (ZeRO-1's slices, each rank's share of every tensor, the gradient
+buckets) and ZeRO-1's per-rank state files, with the refusal to resume a checkpoint of another
+process count or ZeRO stage. multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and
 its fs and tcp link between processes (forked here, no GPU): joining, NCCL's id (never an
 earlier run's under fs), a failure or a kill of one process ending the others within seconds
 with its message, timeouts. Then ./train_gpt itself (given as the first argument) with a table
@@ -25,6 +27,7 @@ The last line is "N passed, M failed". Temporary files go to /tmp/test_train_hos
 #include "../llmc/schedulers.h"
 #include "../llmc/train_config.h"
 #include "../llmc/utils.h"
+#include "../llmc/zero.h"
 #include "test_util.h"
 
 #include <arpa/inet.h>
@@ -111,7 +114,12 @@ static const BadLine bad_lines[] = {
     {"-f 0", "-f 0: out of range [1, 1048576]", 0},
     {"-m -2", "-m -2: out of range [-1, 2147483647]", 0},
     {"-k cosin", "-k cosin: unknown schedule", 0},
-    {"-z 1", "unknown flag -z", 0},
+    {"-z 2", "-z 2: out of range [0, 1]", 0},
+    {"-z -1", "-z -1: out of range [0, 1]", 0},
+    {"-z one", "-z one: not an integer", 0},
+    {"-ov 2", "-ov 2: out of range [0, 1]", 0},
+    {"-ov -1", "-ov -1: out of range [0, 1]", 0},
+    {"-ov yes", "-ov yes: not an integer", 0},
     {"-x", "flag -x needs a value", 0},
     {"stray", "unexpected argument 'stray'", 0},
     // the batch: no zero, no wrap-around, no silent default (defect 4)
@@ -285,15 +293,15 @@ static void test_train_config(void) {
     int rc = parse_and_check("", 1, &c, err, sizeof(err));
     test_check(rc == 0 && c.B == 4 && c.T == 1024 && c.total_batch == 4096 && c.grad_accum == 1 &&
                c.max_steps == -1 && c.lr == 3e-4f && c.schedule == LR_COSINE && strcmp(c.model, "d12") == 0 &&
-               c.out_dir == NULL && c.sample_every == 20 && c.flce_mib == 1024,
-               "defaults: llm.c's (B 4, T 1024, total batch B*T, one epoch, lr 3e-4, cosine, d12)%s", err);
+               c.out_dir == NULL && c.sample_every == 20 && c.flce_mib == 1024 && c.zero_stage == 0 && c.overlap == 1,
+               "defaults: llm.c's (B 4, T 1024, total batch B*T, one epoch, lr 3e-4, cosine, d12, -z 0), -ov 1%s", err);
     rc = parse_and_check("-b 8 -t 256 -d 8192 -x 50 -k wsd -l 1e-3 -q 0.1 -c 0.1 -u 5 -o out -y 1 -n 10 -fl 1 "
-                         "-fa 1 -f 160 -V 151936 -e d24 -m -1", 2, &c, err, sizeof(err));
+                         "-fa 1 -f 160 -V 151936 -e d24 -m -1 -z 1 -ov 0", 2, &c, err, sizeof(err));
     test_check(rc == 0 && c.B == 8 && c.T == 256 && c.total_batch == 8192 && c.grad_accum == 2 && c.max_steps == 50 &&
                c.schedule == LR_WSD && c.lr == 1e-3f && c.final_frac == 0.1f && c.weight_decay == 0.1f &&
                c.warmup == 5 && strcmp(c.out_dir, "out") == 0 && c.resume == 1 && c.ckpt_every == 10 &&
                c.flce_fp32_logits == 1 && c.flce_autotune == 1 && c.flce_mib == 160 && c.vocab == 151936 &&
-               c.val_max == -1,
+               c.val_max == -1 && c.zero_stage == 1 && c.overlap == 0,
                "every flag parsed; -d 8192 over B*T = 2048 on 2 processes: 2 accumulation steps%s", err);
     rc = parse_and_check("-b 4 -t 64", 3, &c, err, sizeof(err));
     test_check(rc == 0 && c.total_batch == 768, "-d -1: B*T*processes (3 processes: 768)");
@@ -308,6 +316,14 @@ static void test_train_config(void) {
     test_check(rc == 0 && c.tp == 0, "-tp: 0 by default (data parallel)");
     rc = parse_and_check("-tp 0", 1, &c, err, sizeof(err));
     test_check(rc == 0 && c.tp == 0, "-tp 0 on one process%s", err);
+    // with ZeRO-1 and the bucketed reduction (their collectives come after the head's, in the
+    // same order on every rank)
+    rc = parse_and_check("-tp 1 -z 1 -b 2 -t 64", 2, &c, err, sizeof(err));
+    test_check(rc == 0 && c.tp == 1 && c.zero_stage == 1 && c.overlap == 1, "-tp 1 -z 1 (-ov 1) on 2 processes%s",
+               err);
+    rc = parse_and_check("-tp 1 -z 0 -ov 0 -b 2 -t 64", 2, &c, err, sizeof(err));
+    test_check(rc == 0 && c.tp == 1 && c.zero_stage == 0 && c.overlap == 0, "-tp 1 -z 0 -ov 0 on 2 processes%s",
+               err);
 
     // -tp 1's shards of the vocabulary: every row once, in order, cut at multiples of 128 (the
     // last rank takes any rest), the real classes V over the ranks, no rank all padding
@@ -540,7 +556,7 @@ static void ckpt_free(TestCkpt *k) {
 // belongs to (-1 when its model and state files come from different writes).
 static int ckpt_load(const char *dir, const GPT2Config *config, int *gen, char *err, size_t err_len) {
     Checkpoint ck;
-    const int rc = checkpoint_load_checked(dir, config, 0, 1, NULL, &ck, err, err_len);
+    const int rc = checkpoint_load_checked(dir, config, 0, 1, 0, NULL, &ck, err, err_len);
     if (rc <= 0) return rc == 0 ? -1 : -2;
     const float p = float_from_bf16(ck.params[0]), m = ck.state.m[0];
     *gen = p == m ? (int)p / 16 : -1;
@@ -655,21 +671,21 @@ static void test_checkpoint_protocol(void) {
     w0.params[5] = bf16_from_float(-1.5f);
     ckpt_write(&w0, dir, 0);
     Checkpoint ck;
-    int rc = checkpoint_load_checked(dir, &c, 0, 1, NULL, &ck, err, sizeof(err));
+    int rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
     int same = rc == 1 && ck.master != NULL;
     for (size_t i = 0; same && i < ck.num_parameters; i++) same = ck.master[i] == float_from_bf16(w0.params[i]);
     test_check(same && ck.master[5] == -1.5f, "a state without master weights: the fp32 master copy is the loaded "
                "parameters widened, so AdamW continues from them%s", rc < 0 ? err : "");
     if (rc == 1) checkpoint_free(&ck);
     ckpt_write(&a10, dir, 0);
-    rc = checkpoint_load_checked(dir, &c, 0, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc == 1 && ck.step == 40 && ck.master[0] == mark(3, 40), "(the latest step is still 40)");
     if (rc == 1) checkpoint_free(&ck);
     ckpt_write(&a20, dir, 0);
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "master");
     ckpt_write(&a20, dir, 0);
-    rc = checkpoint_load_checked(dir, &c, 0, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc == 1 && ck.master[0] == mark(1, 20) + 0.25f, "with master weights: the state file's");
     if (rc == 1) checkpoint_free(&ck);
     clear_dir(dir);
@@ -680,16 +696,17 @@ static void test_checkpoint_protocol(void) {
     ckpt_write(&a20, dir, 0);
     GPT2Config other = c;
     other.vocab_size = 12;
-    rc = checkpoint_load_checked(dir, &other, 0, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, &other, 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "another model") && contains(err, "vocab_size 10 vs 12") &&
                gpt2_num_parameters(&other) == gpt2_num_parameters(&c),
                "a checkpoint of V 10 for a run of V 12 (same parameter count): %s", err);
     other = c;
     other.max_seq_len = 16;
-    rc = checkpoint_load_checked(dir, &other, 0, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, &other, 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "max_seq_len 8 vs 16"), "maxT differs: %s", err);
-    rc = checkpoint_load_checked(dir, &c, 0, 2, NULL, &ck, err, sizeof(err));
-    test_check(rc == 0, "2 processes: rank 1's state is missing, so there is no complete checkpoint");
+    rc = checkpoint_load_checked(dir, &c, 0, 2, 0, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "written by 1 process, this run has 2"),
+               "a checkpoint of 1 process for a run of 2: an error naming both, not a fresh start: %s", err);
     clear_dir(dir);
 
     // a long -o: found up front, not after training (defect 7)
@@ -719,6 +736,302 @@ static void test_checkpoint_protocol(void) {
     ckpt_free(&a20);
     ckpt_free(&b20);
     ckpt_free(&b30);
+}
+
+// ----------------------------------------------------------------------------
+// zero.h: slices, each rank's share of the tensors, the gradient buckets
+
+// The bucket of flat element i by the rule, written out here (layer l's slices: bucket l; wte,
+// wpe, lnfw, lnfb: L).
+static int expected_bucket(const ParameterTensor *t, int L, size_t i) {
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (i < t[k].offset || i >= t[k].offset + t[k].numel) continue;
+        const char *n = t[k].name;
+        if (!strcmp(n, "wte") || !strcmp(n, "wpe") || !strcmp(n, "lnfw") || !strcmp(n, "lnfb")) return L;
+        return (int)((i - t[k].offset) / (t[k].numel / (size_t)L));
+    }
+    return -1;
+}
+
+// Every check of one model at nproc processes and ZeRO stage; with `full`, element by element.
+static int zero_layout_ok(const GPT2Config *c, int nproc, int stage, int full, char *why, size_t why_len) {
+    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_tensors(c, t);
+    const size_t n = gpt2_num_parameters(c);
+    const int L = c->num_layers;
+    char err[256];
+    unsigned char *seen = full ? (unsigned char *)calloc(n, 1) : NULL;
+    size_t covered = 0, expect_lo = 0;
+    int ok = 1;
+#define ZFAIL_(...) do { llmc_set_error(why, why_len, __VA_ARGS__); ok = 0; goto done; } while (0)
+    for (int r = 0; r < nproc; r++) {
+        ZeroLayout z;
+        if (zero_layout(&z, n, nproc, r, stage, err, sizeof(err)) != 0) ZFAIL_("rank %d: %s", r, err);
+        if (z.slice % ZERO_ALIGN != 0 || z.padded != z.slice * (size_t)nproc || z.padded < n ||
+            z.padded - n >= (size_t)nproc * ZERO_ALIGN || z.lo != (size_t)r * z.slice || z.count > z.slice)
+            ZFAIL_("rank %d: slice %zu padded %zu lo %zu count %zu for n %zu", r, z.slice, z.padded, z.lo, z.count, n);
+        if (z.count > 0 && z.lo != expect_lo) ZFAIL_("rank %d's slice starts at %zu, not %zu", r, z.lo, expect_lo);
+        expect_lo += z.count;
+        if (stage == 1 ? z.opt_lo != z.lo || z.opt_count != z.count : z.opt_lo != 0 || z.opt_count != n)
+            ZFAIL_("rank %d: the optimizer's share [%zu, +%zu)", r, z.opt_lo, z.opt_count);
+        // the optimizer's share of each tensor: contiguous over [opt_lo, opt_lo + opt_count)
+        ZeroRange rg[NUM_PARAMETER_TENSORS];
+        const int nr = zero_optimizer_ranges(&z, t, NUM_PARAMETER_TENSORS, rg);
+        size_t at = z.opt_lo;
+        for (int k = 0; k < nr; k++) {
+            const ParameterTensor *pt = &t[rg[k].tensor];
+            if (rg[k].offset != at || rg[k].numel == 0 || rg[k].state_offset != at - z.opt_lo ||
+                rg[k].index0 != at - pt->offset || rg[k].offset + rg[k].numel > pt->offset + pt->numel)
+                ZFAIL_("rank %d range %d (%s): offset %zu numel %zu state %zu index0 %zu", r, k, pt->name,
+                       rg[k].offset, rg[k].numel, rg[k].state_offset, rg[k].index0);
+            at += rg[k].numel;
+            if (stage == 1) covered += rg[k].numel;
+        }
+        if (at != z.opt_lo + z.opt_count) ZFAIL_("rank %d: the ranges end at %zu", r, at);
+        // buckets, seen from this rank (the same on every rank: checked on rank 0's)
+        if (r > 0) continue;
+        ZeroPiece *pc = (ZeroPiece *)malloc((size_t)zero_bucket_pieces_max(&z) * sizeof(ZeroPiece));
+        size_t in_buckets = 0;
+        for (int b = 0; b <= L && ok; b++) {
+            const int np = zero_bucket_pieces(&z, c, t, b, pc);
+            for (int k = 0; k < np && ok; k++) {
+                const ZeroPiece *q = &pc[k];
+                in_buckets += q->count;
+                if (q->count == 0 || q->offset + q->count > n || (k > 0 && q->offset < pc[k - 1].offset + pc[k - 1].count))
+                    { llmc_set_error(why, why_len, "bucket %d piece %d: [%zu, +%zu)", b, k, q->offset, q->count); ok = 0; }
+                else if (stage == 0 ? q->owner != -1
+                         : q->owner != (int)(q->offset / z.slice) || q->offset + q->count > (size_t)(q->owner + 1) * z.slice)
+                    { llmc_set_error(why, why_len, "bucket %d piece %d: owner %d of [%zu, +%zu)", b, k, q->owner, q->offset,
+                                     q->count); ok = 0; }
+                for (size_t i = q->offset; full && ok && i < q->offset + q->count; i++) {
+                    if (seen[i] != 0 || expected_bucket(t, L, i) != b) {
+                        llmc_set_error(why, why_len, "element %zu: in bucket %d (again: %d), belongs in %d", i, b, seen[i],
+                                       expected_bucket(t, L, i));
+                        ok = 0;
+                    }
+                    seen[i] = 1;
+                }
+            }
+        }
+        free(pc);
+        if (ok && in_buckets != n) { llmc_set_error(why, why_len, "the buckets hold %zu of %zu", in_buckets, n); ok = 0; }
+        if (!ok) goto done;
+    }
+    if (expect_lo != n) ZFAIL_("the slices hold %zu of %zu parameters", expect_lo, n);
+    if (stage == 1 && covered != n) ZFAIL_("the ranks' optimizer shares hold %zu of %zu", covered, n);
+#undef ZFAIL_
+done:
+    free(seen);
+    return ok;
+}
+
+static void test_zero_layout(void) {
+    printf("-- zero.h: ZeRO-1's slices, the optimizer's shares, the gradient buckets\n");
+    char err[256] = "";
+    ZeroLayout z;
+    test_check(zero_layout(&z, 1000, 2, 0, 2, err, sizeof(err)) < 0 && contains(err, "ZeRO stage 2"),
+               "stage 2: an error: %s", err);
+    test_check(zero_layout(&z, 1000, 2, 2, 1, err, sizeof(err)) < 0, "rank 2 of 2: an error");
+    // d12 over 2: the slices are halves, rounded up to the alignment
+    GPT2Config d12;
+    gpt2_config_from_descriptor("d12", 0, &d12, err, sizeof(err));
+    const size_t n12 = gpt2_num_parameters(&d12);
+    zero_layout(&z, n12, 2, 1, 1, err, sizeof(err));
+    test_check(z.slice == (n12 / 2 + ZERO_ALIGN - 1) / ZERO_ALIGN * ZERO_ALIGN && z.lo == z.slice &&
+               z.count == n12 - z.slice && z.opt_count == z.count,
+               "d12 (%zu parameters) over 2: slices of %zu, rank 1 holds %zu", n12, z.slice, z.count);
+    // small models element by element, d12 by ranges; one to 8 processes, both stages
+    const GPT2Config smalls[] = {small_config(), {64, 100, 128, 2, 2, 16}, {16, 50, 128, 1, 2, 32}};
+    const int procs[] = {1, 2, 3, 4, 8};
+    int all = 1;
+    char why[512] = "";
+    for (size_t m = 0; m < sizeof(smalls) / sizeof(smalls[0]) + 1 && all; m++)
+        for (size_t p = 0; p < sizeof(procs) / sizeof(procs[0]) && all; p++)
+            for (int stage = 0; stage <= 1 && all; stage++) {
+                const int small = m < sizeof(smalls) / sizeof(smalls[0]);
+                all = zero_layout_ok(small ? &smalls[m] : &d12, procs[p], stage, small, why, sizeof(why));
+                if (!all) printf("      model %zu, %d processes, -z %d: %s\n", m, procs[p], stage, why);
+            }
+    test_check(all, "4 models (L 1, 2, 12) on 1, 2, 3, 4, 8 processes at -z 0 and 1: equal aligned slices that hold "
+               "the parameters once; each rank's ranges tile its share with state offsets and tensor indices; the "
+               "buckets hold every gradient once, each in its layer's bucket (wte, wpe, lnf: the last), ZeRO-1 "
+               "pieces within their owner's slice");
+    // d12's buckets at 2 processes: 12 pieces a layer, 13 in the one whose attprojw holds the
+    // slice boundary; the last bucket 2 (wte+wpe and lnfw+lnfb, merged)
+    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    gpt2_parameter_tensors(&d12, t);
+    zero_layout(&z, n12, 2, 0, 1, err, sizeof(err));
+    ZeroPiece pc[NUM_PARAMETER_TENSORS + 2];
+    int total = 0, twelve = 0, thirteen = 0;
+    for (int b = 0; b < 12; b++) {
+        const int k = zero_bucket_pieces(&z, &d12, t, b, pc);
+        total += k;
+        twelve += k == 12;
+        thirteen += k == 13;
+    }
+    const int last = zero_bucket_pieces(&z, &d12, t, 12, pc);
+    total += last;
+    test_check(twelve == 11 && thirteen == 1 && last == 2 && pc[0].offset == 0 && pc[0].count == t[0].numel + t[1].numel &&
+               pc[0].owner == 0 && pc[1].offset == t[14].offset && pc[1].count == 2 * 768 && pc[1].owner == 1,
+               "d12 -z 1 over 2: 12 pieces a layer (13 where the slice boundary falls), the last bucket wte+wpe on rank "
+               "0 and lnfw+lnfb on rank 1: %d pieces in all", total);
+}
+
+// ----------------------------------------------------------------------------
+// ZeRO-1's state files: one per rank with its slice; resume refuses another shape
+
+// A checkpoint of step written by nproc processes at ZeRO stage `zero` into dir (ranks written
+// last to first, as their barrier would order them): each rank's m holds the flat indices of
+// its share, v their negatives, master those + 0.5; the bf16 parameters (i % 64). A rank in
+// bad_rank writes a state one float too long.
+static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int nproc, int zero, int use_master,
+                           int bad_rank) {
+    const size_t n = gpt2_num_parameters(c);
+    uint16_t *params = (uint16_t *)malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) params[i] = bf16_from_float((float)(i % 64));
+    int rc = 0;
+    char err[1024];
+    for (int r = nproc - 1; r >= 0 && rc == 0; r--) {
+        ZeroLayout z;
+        zero_layout(&z, n, nproc, r, zero, err, sizeof(err));
+        TrainingState st;
+        memset(&st, 0, sizeof(st));
+        st.num_processes = nproc;
+        st.process_rank = r;
+        st.use_master_weights = use_master;
+        st.zero_stage = zero;
+        st.step = step;
+        st.num_parameters = z.opt_count + (r == bad_rank);
+        st.m = (float *)malloc((st.num_parameters + 1) * sizeof(float));
+        st.v = (float *)malloc((st.num_parameters + 1) * sizeof(float));
+        st.master_weights = (float *)malloc((st.num_parameters + 1) * sizeof(float));
+        for (size_t i = 0; i < st.num_parameters; i++) {
+            st.m[i] = (float)(z.opt_lo + i);
+            st.v[i] = -(float)(z.opt_lo + i);
+            st.master_weights[i] = (float)(z.opt_lo + i) + 0.5f;
+        }
+        CheckpointWrite w;
+        memset(&w, 0, sizeof(w));
+        w.dir = dir;
+        w.config = c;
+        w.params = params;
+        w.state = &st;
+        rc = checkpoint_write_checked(&w, err, sizeof(err));
+        if (rc != 0) printf("      write failed: %s\n", err);
+        state_free(&st);
+    }
+    free(params);
+    return rc;
+}
+
+static void test_zero_checkpoints(void) {
+    printf("-- checkpoint.h with ZeRO-1: per-rank state files, resume of another shape refused\n");
+    char err[1024] = "", dir[256], path[CHECKPOINT_PATH_MAX];
+    const GPT2Config c = {64, 100, 128, 2, 2, 16};
+    const size_t n = gpt2_num_parameters(&c);
+    ZeroLayout z0, z1;
+    zero_layout(&z0, n, 2, 0, 1, err, sizeof(err));
+    zero_layout(&z1, n, 2, 1, 1, err, sizeof(err));
+    make_dir(dir, sizeof(dir), "zero");
+    test_check(zero_ckpt_write(dir, &c, 20, 2, 1, 1, -1) == 0, "a -z 1 checkpoint of 2 processes written");
+    // llm.c's names: one state file per rank, the model and marker once
+    int names = 1;
+    const char *files[] = {"model_00000020.bin", "state_00000020_00000.bin", "state_00000020_00001.bin", "DONE_00000020"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        names = names && file_exists(path);
+    }
+    checkpoint_state_path(path, sizeof(path), dir, 20, 1);
+    struct stat sb;
+    const int sized = stat(path, &sb) == 0 && (size_t)sb.st_size == STATE_HEADER_BYTES + 3 * z1.count * sizeof(float);
+    TrainingState head;
+    const int peeked = state_peek_checked(path, &head, err, sizeof(err)) == 0 && head.zero_stage == 1 &&
+                       head.num_processes == 2 && head.process_rank == 1 && head.step == 20;
+    test_check(names && sized && peeked && z1.count < z0.count,
+               "files model_00000020.bin, state_00000020_0000{0,1}.bin, DONE_00000020; rank 1's state holds its "
+               "slice alone (%zu of %zu parameters: %lld bytes), its header -z 1 (header[6])", z1.count, n,
+               (long long)sb.st_size);
+    // each rank loads its slice
+    Checkpoint ck;
+    int ok = 1;
+    for (int r = 0; r < 2; r++) {
+        const ZeroLayout *z = r == 0 ? &z0 : &z1;
+        const int rc = checkpoint_load_checked(dir, &c, r, 2, 1, NULL, &ck, err, sizeof(err));
+        ok = ok && rc == 1 && ck.zero.opt_lo == z->lo && ck.zero.opt_count == z->count && ck.num_parameters == n &&
+             ck.state.num_parameters == z->count && ck.state.m[0] == (float)z->lo &&
+             ck.state.v[z->count - 1] == -(float)(z->lo + z->count - 1) && ck.master[1] == (float)(z->lo + 1) + 0.5f &&
+             float_from_bf16(ck.params[n - 1]) == (float)((n - 1) % 64);
+        if (rc == 1) checkpoint_free(&ck);
+    }
+    test_check(ok, "rank r of 2 at -z 1 loads its slice's master, m, v (and every parameter)%s%s", ok ? "" : ": ",
+               ok ? "" : err);
+    // another shape: an error that names both values, never a fresh start
+    struct { int rank, nproc, zero; const char *message; } bad[] = {
+        {0, 1, 1, "written by 2 processes, this run has 1 (each process resumes its own state file: run 2)"},
+        {0, 3, 1, "written by 2 processes, this run has 3"},
+        {2, 3, 1, "written by 2 processes, this run has 3"},
+        {0, 2, 0, "written with -z 1 (ZeRO stage 1), this run has -z 0 (the optimizer state's layout differs: "
+                  "resume with -z 1)"},
+        {0, 1, 0, "written by 2 processes, this run has 1 (each process resumes its own state file: run 2); written "
+                  "with -z 1 (ZeRO stage 1), this run has -z 0"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const int rc = checkpoint_load_checked(dir, &c, bad[i].rank, bad[i].nproc, bad[i].zero, NULL, &ck, err,
+                                               sizeof(err));
+        test_check(rc < 0 && contains(err, bad[i].message) && contains(err, "cannot resume checkpoint 20"),
+                   "rank %d of %d at -z %d: %s", bad[i].rank, bad[i].nproc, bad[i].zero, err);
+        if (rc == 1) checkpoint_free(&ck);
+    }
+    // an older complete checkpoint of this run's shape does not hide a newer one of another shape
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "zero");
+    zero_ckpt_write(dir, &c, 10, 1, 0, 1, -1);
+    zero_ckpt_write(dir, &c, 20, 2, 1, 1, -1);
+    int rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "checkpoint 20") && contains(err, "written by 2 processes, this run has 1"),
+               "a -z 0 checkpoint of step 10 and a newer -z 1 one of 2 processes: a 1-process run refuses: %s", err);
+    if (rc == 1) checkpoint_free(&ck);
+    // a newer step that only rank 0 finished (no marker: not a checkpoint) is passed over
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "zero");
+    zero_ckpt_write(dir, &c, 10, 2, 1, 1, -1);
+    zero_ckpt_write(dir, &c, 20, 2, 1, 1, -1);
+    checkpoint_state_path(path, sizeof(path), dir, 20, 1);
+    remove(path);
+    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    test_check(rc == 1 && ck.step == 10 && ck.state.m[0] == (float)z1.lo,
+               "step 20 without rank 1's state: rank 1 resumes step 10 (the same shape)%s", rc < 0 ? err : "");
+    if (rc == 1) checkpoint_free(&ck);
+    // a state without master weights (llm.c -w 0): the master slice is the rank's parameters widened
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "zero");
+    zero_ckpt_write(dir, &c, 30, 2, 1, 0, -1);
+    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    ok = rc == 1;
+    for (size_t i = 0; ok && i < z1.count; i++) ok = ck.master[i] == (float)((z1.lo + i) % 64);
+    test_check(ok, "-z 1 without master weights: rank 1's master is its slice of the parameters widened%s",
+               rc < 0 ? err : "");
+    if (rc == 1) checkpoint_free(&ck);
+    // a state file of the wrong share size is refused
+    clear_dir(dir);
+    make_dir(dir, sizeof(dir), "zero");
+    zero_ckpt_write(dir, &c, 40, 2, 1, 1, 1);
+    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "trailing bytes"), "rank 1's state one float longer than its slice: %s", err);
+    if (rc == 1) checkpoint_free(&ck);
+    // a bad ZeRO stage in the header
+    checkpoint_state_path(path, sizeof(path), dir, 40, 0);
+    FILE *f = fopen(path, "r+b");
+    const int32_t two = 2;
+    if (f != NULL) {
+        fseek(f, 6 * 4, SEEK_SET);
+        fwrite(&two, 4, 1, f);
+        fclose(f);
+    }
+    rc = checkpoint_load_checked(dir, &c, 0, 2, 1, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "bad ZeRO stage 2 (0 or 1)"), "a state whose header says ZeRO stage 2: %s", err);
+    if (rc == 1) checkpoint_free(&ck);
+    clear_dir(dir);
 }
 
 // ----------------------------------------------------------------------------
@@ -1102,6 +1415,16 @@ static void test_trainer_binary(const char *bin) {
     expect_trainer_error(bin, args, "the checkpoint resumed is at step 20 and the run ends at step 10 (-x)");
     snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s %s -x 30", model63, shard, shard, dir, common);
     expect_trainer_error(bin, args, "vocab_size 64 vs 63");
+    // another ZeRO stage or process count: refused on the host, naming both values
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s %s -x 30 -z 1", model, shard, shard, dir, common);
+    expect_trainer_error(bin, args, "written with -z 0 (ZeRO stage 0), this run has -z 1");
+    char dir2[256];
+    make_dir(dir2, sizeof(dir2), "run2");
+    zero_ckpt_write(dir2, &c, 20, 2, 1, 1, -1);
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s %s -x 30 -z 1", model, shard, shard, dir2, common);
+    expect_trainer_error(bin, args, "cannot resume checkpoint 20 in '/tmp/test_train_host_");
+    expect_trainer_error(bin, args, "written by 2 processes, this run has 1 (each process resumes its own state file: run 2)");
+    clear_dir(dir2);
     snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s -b 2 -t 4 -s 0 -x 30", model, shard, shard, dir);
     char out[8192];
     run_trainer(bin, args, out, sizeof(out));  // a fresh run (it stops at the GPU, or trains on one)
@@ -1126,6 +1449,8 @@ int main(int argc, char **argv) {
     test_gpt2();
     test_schedules_sampler_mfu();
     test_checkpoint_protocol();
+    test_zero_layout();
+    test_zero_checkpoints();
     test_link_tcp();
     test_link_fs();
     if (argc > 1) test_trainer_binary(argv[1]);

@@ -21,7 +21,8 @@ import threading
 # --- flce.h's ABI: keep in step with the header (the CPU test compares every offset) ---------
 
 VERSION_MAJOR = 2   # FLCE_VERSION_MAJOR this binding mirrors
-VERSION_MINOR = 0   # FLCE_VERSION_MINOR it needs at least
+VERSION_MINOR = 0   # FLCE_VERSION_MINOR it needs at least (2.0: the options of 1.1, temperature,
+                    # class weights, entropy and log-probabilities, and vocab parallelism's fields)
 
 
 class Status(enum.IntEnum):
@@ -82,7 +83,10 @@ class Config(ctypes.Structure):
         ("max_chunk_tokens", ctypes.c_int64),
         ("max_vocab_tile", ctypes.c_int64),
         ("bf16_logits", ctypes.c_int),
-        # vocabulary parallelism: its communicator (flce_set_comm) is not bound here
+        # since 1.1
+        ("temperature", ctypes.c_float),
+        ("has_class_weights", ctypes.c_int),
+        # since 2.0: vocabulary parallelism; its communicator (flce_set_comm) is not bound here
         ("vocab_parallel", ctypes.c_int),
         ("d_hidden_partial", ctypes.c_int),
         ("vocab_offset", ctypes.c_int64),
@@ -104,6 +108,12 @@ class Tensors(ctypes.Structure):
         ("d_hidden", ctypes.c_void_p),
         ("d_weight", ctypes.c_void_p),
         ("d_bias", ctypes.c_void_p),
+        # 1.1
+        ("class_weights", ctypes.c_void_p),
+        ("token_entropy", ctypes.c_void_p),
+        ("token_logprob", ctypes.c_void_p),
+        ("grad_entropy", ctypes.c_void_p),
+        ("grad_logprob", ctypes.c_void_p),
     ]
 
 

@@ -7,7 +7,11 @@ taken from torch's caching allocator. With reduction "mean" or "sum" the gradien
 computed in the forward call (as Liger does: the logits are never held) and scaled by
 grad_output in backward(); with reduction "none" the upstream gradient is a per-token vector
 known only at backward time, so the forward call computes the losses alone and backward()
-runs flce_forward_backward with it as flce's grad_token_loss.
+runs flce_forward_backward with it as flce's grad_token_loss. With return_logprobs or
+return_entropy the outputs' upstream gradients are known only at backward time too: the
+forward call computes the values, and backward() runs flce_forward_backward once with all
+three upstream gradients (the loss's as a per-token vector: grad_output, divided by the mean's
+divisor, computed on the device without a host sync).
 """
 import math
 import threading
@@ -98,14 +102,19 @@ def check_errors(device=None):
 # --- argument checks --------------------------------------------------------------------------
 
 class _Options:
-    __slots__ = ("ignore_index", "reduction", "label_smoothing", "z_loss", "softcap")
+    __slots__ = ("ignore_index", "reduction", "label_smoothing", "z_loss", "softcap", "temperature",
+                 "return_logprobs", "return_entropy")
 
-    def __init__(self, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    def __init__(self, ignore_index, reduction, label_smoothing, z_loss, softcap, temperature=1.0,
+                 return_logprobs=False, return_entropy=False):
         self.ignore_index = ignore_index
         self.reduction = reduction
         self.label_smoothing = label_smoothing
         self.z_loss = z_loss
         self.softcap = softcap
+        self.temperature = temperature
+        self.return_logprobs = return_logprobs
+        self.return_entropy = return_entropy
 
 
 def _number(name, x):
@@ -116,15 +125,16 @@ def _number(name, x):
 
 def _check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, ce_weight, temperature,
                    return_logprobs, return_entropy):
-    """The scalar options as flce takes them (raises naming the argument)."""
-    if ce_weight is not None:
-        raise NotImplementedError("ce_weight (per-class weights) is not supported by flce yet")
-    if _number("temperature", temperature) != 1.0:
-        raise NotImplementedError("temperature = %r: only 1.0 is supported by flce yet" % (temperature,))
-    if return_logprobs:
-        raise NotImplementedError("return_logprobs is not supported by flce yet")
-    if return_entropy:
-        raise NotImplementedError("return_entropy is not supported by flce yet")
+    """The scalar options as flce takes them (raises naming the argument); ce_weight's tensor
+    checks are _check_ce_weight's."""
+    if ce_weight is not None and not isinstance(ce_weight, torch.Tensor):
+        raise TypeError("ce_weight must be a torch.Tensor of shape (V,) or None, got %s" % type(ce_weight).__name__)
+    temp = _number("temperature", temperature)
+    if not (math.isfinite(temp) and temp > 0.0):
+        raise ValueError("temperature = %r must be finite and > 0" % (temperature,))
+    for name, flag in (("return_logprobs", return_logprobs), ("return_entropy", return_entropy)):
+        if not isinstance(flag, bool):
+            raise TypeError("%s must be a bool, got %r" % (name, flag))
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError("ignore_index must be an int, got %r" % (ignore_index,))
     if not -2**63 <= ignore_index < 2**63:
@@ -142,7 +152,22 @@ def _check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, ce
         cap = _number("softcap", softcap)
         if not (math.isfinite(cap) and cap > 0.0):
             raise ValueError("softcap = %r must be None (off) or finite and > 0" % (softcap,))
-    return _Options(ignore_index, reduction, eps, zl, cap)
+    return _Options(ignore_index, reduction, eps, zl, cap, temp, return_logprobs, return_entropy)
+
+
+def _check_ce_weight(ce_weight, hidden, V):
+    """ce_weight as flce takes it: a contiguous float32 (V,) tensor on hidden's device, or None.
+    (Its values are not inspected, which would wait for the device: they must be finite.)"""
+    if ce_weight is None:
+        return None
+    if ce_weight.dim() != 1 or ce_weight.shape[0] != V:
+        raise ValueError("ce_weight must have shape (V,) = (%d,), got %s" % (V, tuple(ce_weight.shape)))
+    if ce_weight.device != hidden.device:
+        raise ValueError("ce_weight is on %s, hidden on %s: all must be on one CUDA device"
+                         % (ce_weight.device, hidden.device))
+    if not ce_weight.is_floating_point():
+        raise TypeError("ce_weight has dtype %s; it must be a floating-point tensor" % ce_weight.dtype)
+    return ce_weight.detach().to(torch.float32).contiguous()
 
 
 def _check_tensors(hidden, weight, target, bias):
@@ -204,9 +229,14 @@ def _check_tensors(hidden, weight, target, bias):
 
 # --- the call ---------------------------------------------------------------------------------
 
-def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, grad_token_loss=None):
-    """One flce call on the current stream: (loss or token losses, d_hidden, d_weight, d_bias),
-    the gradients None unless wanted; d_weight and d_bias in the inputs' dtype."""
+def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, grad_token_loss=None,
+         ce_weight=None, reduction=None, want_logprobs=False, want_entropy=False, grad_logprobs=None,
+         grad_entropy=None):
+    """One flce call on the current stream: (loss or token losses, d_hidden, d_weight, d_bias,
+    logprobs, entropy), the gradients None unless wanted, logprobs and entropy None unless wanted;
+    d_weight and d_bias in the inputs' dtype. reduction overrides opt's; ce_weight is a float32
+    (V,) tensor; grad_logprobs and grad_entropy float32 per-token upstream gradients."""
+    reduction = opt.reduction if reduction is None else reduction
     N, H, V = target.numel(), hidden.shape[-1], weight.shape[0]
     dev = hidden.device
     lib = _lib.load_library()
@@ -215,11 +245,13 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
     cfg.dtype = dtype
     cfg.target_type = _INDEX_TYPES[target.dtype]
     cfg.ignore_index = opt.ignore_index
-    cfg.reduction = _REDUCTIONS[opt.reduction]
+    cfg.reduction = _REDUCTIONS[reduction]
     cfg.label_smoothing = opt.label_smoothing
     cfg.z_loss_scale = opt.z_loss
     cfg.softcap = opt.softcap
+    cfg.temperature = opt.temperature
     cfg.has_bias = 1 if bias is not None else 0
+    cfg.has_class_weights = 1 if ce_weight is not None else 0
     # d_hidden in the inputs' dtype; d_weight and d_bias in fp32 (flce accumulates d_W in fp32
     # in place: no (V, H) fp32 buffer in the workspace) and cast below
     cfg.d_hidden_dtype = dtype
@@ -234,8 +266,10 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
             raise FlceError(st, "flce_workspace_size: %s" % (msg or _lib.status_string(st)))
         ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
         f32 = dict(dtype=torch.float32, device=dev)
-        loss = torch.empty((), **f32) if opt.reduction != "none" else None
-        token_loss = torch.empty(target.shape, **f32) if opt.reduction == "none" else None
+        loss = torch.empty((), **f32) if reduction != "none" else None
+        token_loss = torch.empty(target.shape, **f32) if reduction == "none" else None
+        logprobs = torch.empty(target.shape, **f32) if want_logprobs else None
+        entropy = torch.empty(target.shape, **f32) if want_entropy else None
         d_h = torch.empty_like(hidden) if backward and want_h else None
         d_w = torch.empty(V, H, **f32) if backward and want_w else None
         d_b = torch.empty(V, **f32) if backward and want_b else None
@@ -246,7 +280,9 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         t = _lib.Tensors(hidden=ptr(hidden), weight=ptr(weight), bias=ptr(bias), targets=ptr(target),
                          grad_token_loss=ptr(grad_token_loss), loss=ptr(loss),
                          token_loss=ptr(token_loss), token_lse=None, d_hidden=ptr(d_h),
-                         d_weight=ptr(d_w), d_bias=ptr(d_b))
+                         d_weight=ptr(d_w), d_bias=ptr(d_b), class_weights=ptr(ce_weight),
+                         token_entropy=ptr(entropy), token_logprob=ptr(logprobs),
+                         grad_entropy=ptr(grad_entropy), grad_logprob=ptr(grad_logprobs))
         ctx = _context(dev)
         stream = torch.cuda.current_stream(dev).cuda_stream
         fn = lib.flce_forward_backward if backward else lib.flce_forward
@@ -260,14 +296,14 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         d_w = d_w.to(weight.dtype)
     if d_b is not None and bias.dtype != torch.float32:
         d_b = d_b.to(bias.dtype)
-    return out, d_h, d_w, d_b
+    return out, d_h, d_w, d_b, logprobs, entropy
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """autograd over flce: apply(hidden, weight, target, bias, options) with checked inputs."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, bias, opt):
+    def forward(ctx, hidden, weight, target, bias, opt, ce_weight=None):
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         want_b = bias is not None and ctx.needs_input_grad[3]
         ctx.opt = opt
@@ -275,11 +311,12 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         ctx.grads = None
         if opt.reduction == "none":
             # the upstream gradient is per token: the gradients are computed in backward()
-            ctx.save_for_backward(hidden, weight, target, bias)
-            out, _, _, _ = _run(hidden, weight, target, bias, opt, False, False, False, backward=False)
+            ctx.save_for_backward(hidden, weight, target, bias, ce_weight)
+            out = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
+                       ce_weight=ce_weight)[0]
         else:
             out, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b,
-                                      backward=True)
+                                      backward=True, ce_weight=ce_weight)[:4]
             ctx.grads = [d_h, d_w, d_b]
         return out
 
@@ -288,11 +325,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         opt = ctx.opt
         want_h, want_w, want_b = ctx.want
         if opt.reduction == "none":
-            hidden, weight, target, bias = ctx.saved_tensors
+            hidden, weight, target, bias, ce_weight = ctx.saved_tensors
             g = grad_output.reshape(-1).to(device=hidden.device, dtype=torch.float32).contiguous()
             _, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b,
-                                    backward=True, grad_token_loss=g)
-            return d_h, d_w, None, d_b, None
+                                    backward=True, grad_token_loss=g, ce_weight=ce_weight)[:4]
+            return d_h, d_w, None, d_b, None, None
         if ctx.grads is None:
             raise RuntimeError(
                 "flce.linear_cross_entropy: backward ran twice through one call (retain_graph=True); "
@@ -305,7 +342,74 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         for d in (d_h, d_w, d_b):
             if d is not None:
                 d.mul_(grad_output)
-        return d_h, d_w, None, d_b, None
+        return d_h, d_w, None, d_b, None, None
+
+
+def _per_token_upstream(grad_output, target, opt, ce_weight, V):
+    """The loss's upstream gradient as flce's reduction-none grad_token_loss: grad_output per
+    token for "none", broadcast for "sum", and for "mean" divided by the mean's divisor (the
+    non-ignored tokens, or their targets' weights; 0 when that is 0, as flce's mean), all on the
+    device."""
+    dev = target.device
+    if grad_output is None:
+        return torch.zeros(target.numel(), dtype=torch.float32, device=dev)
+    g = grad_output.to(device=dev, dtype=torch.float32)
+    if opt.reduction == "none":
+        return g.reshape(-1).contiguous()
+    g = g.reshape(()).expand(target.numel())
+    if opt.reduction == "sum":
+        return g.contiguous()
+    valid = (target.reshape(-1) != opt.ignore_index)
+    if ce_weight is None:
+        div = valid.sum().to(torch.float64)
+    else:
+        # a target outside [0, V) is clamped here only so that the gather stays in bounds: flce
+        # reports it, and its loss is NaN
+        idx = target.reshape(-1).clamp(0, V - 1).long()
+        div = torch.where(valid, ce_weight[idx].double(), torch.zeros((), dtype=torch.float64, device=dev)).sum()
+    scale = torch.where(div != 0, 1.0 / torch.where(div != 0, div, torch.ones_like(div)), torch.zeros_like(div))
+    return (g.double() * scale).to(torch.float32).contiguous()
+
+
+class LinearCrossEntropyOutputsFunction(torch.autograd.Function):
+    """autograd over flce with per-token outputs: apply(hidden, weight, target, bias, ce_weight,
+    options) -> (loss, logprobs, entropy), each of the last two present only if options ask for it.
+    The forward call computes values only; backward() runs flce_forward_backward once with the
+    upstream gradients of the loss (per token, reduction none), the log-probabilities and the
+    entropy."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, bias, ce_weight, opt):
+        ctx.set_materialize_grads(False)
+        ctx.opt = opt
+        ctx.want = (ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                    bias is not None and ctx.needs_input_grad[3])
+        ctx.save_for_backward(hidden, weight, target, bias, ce_weight)
+        out, _, _, _, lp, ent = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
+                                     ce_weight=ce_weight, want_logprobs=opt.return_logprobs,
+                                     want_entropy=opt.return_entropy)
+        outs = [out] + ([lp] if opt.return_logprobs else []) + ([ent] if opt.return_entropy else [])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        opt = ctx.opt
+        hidden, weight, target, bias, ce_weight = ctx.saved_tensors
+        want_h, want_w, want_b = ctx.want
+        grads = list(grads)
+        g_loss = grads.pop(0)
+        g_lp = grads.pop(0) if opt.return_logprobs else None
+        g_ent = grads.pop(0) if opt.return_entropy else None
+        V = weight.shape[0]
+        gtl = _per_token_upstream(g_loss, target, opt, ce_weight, V)
+
+        def per_token(g):
+            return g.reshape(-1).to(device=hidden.device, dtype=torch.float32).contiguous() if g is not None else None
+
+        _, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward=True,
+                                grad_token_loss=gtl, ce_weight=ce_weight, reduction="none",
+                                grad_logprobs=per_token(g_lp), grad_entropy=per_token(g_ent))[:4]
+        return d_h, d_w, None, d_b, None, None
 
 
 def _autocast_dtype():
@@ -329,6 +433,13 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
       z_loss   z * logsumexp(logits)^2 added to each non-ignored token's loss (PaLM's z-loss;
                Liger's lse_square_scale)
       softcap  logits -> softcap * tanh(logits / softcap) before the softmax (Gemma 2)
+      temperature  logits / temperature before the softmax, after the softcap (as verl, vLLM)
+      ce_weight    per-class weights (V,): F.cross_entropy's weight, label smoothing's term
+               included; a mean divides by the non-ignored targets' weights (z-loss unweighted)
+      return_logprobs, return_entropy  also return per-token log_softmax(logits)[target] (0
+               for ignored tokens) and entropy -sum p log p (every token), float32 of target's
+               shape, differentiable: the result is then (loss, logprobs, entropy) with None for
+               the one not asked for (verl's use: their gradients flow into hidden and weight)
     hidden (..., H) and weight (V, H) are torch.bfloat16 or torch.float32 (the same), bias (V,)
     the same dtype, target hidden.shape[:-1] of torch.int32 or torch.int64, all contiguous on
     one CUDA device; H a multiple of 8 (bf16) or 4 (fp32). Returns a float32 scalar, or with
@@ -337,8 +448,8 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
     to bfloat16, hidden, weight and bias are cast to it first. A target id outside [0, V) that
     is not ignore_index makes the loss NaN and is reported by flce.check_errors() or by the next
     call on the device (FlceError).
-    Not supported yet (NotImplementedError): ce_weight (per-class weights), temperature != 1,
-    return_logprobs, return_entropy."""
+    With return_logprobs or return_entropy the gradients are computed at backward time (one flce
+    call there), for every reduction."""
     opt = _check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, ce_weight,
                          temperature, return_logprobs, return_entropy)
     if isinstance(hidden, torch.Tensor) and hidden.is_cuda and _autocast_dtype() == torch.bfloat16:
@@ -348,11 +459,24 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
         if isinstance(bias, torch.Tensor):
             bias = bias.to(torch.bfloat16)
     _check_tensors(hidden, weight, target, bias)
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or
-                                    (bias is not None and bias.requires_grad)):
-        return LinearCrossEntropyFunction.apply(hidden, weight, target, bias, opt)
-    out, _, _, _ = _run(hidden, weight, target, bias, opt, False, False, False, backward=False)
-    return out
+    cw = _check_ce_weight(ce_weight, hidden, weight.shape[0])
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or
+                                        (bias is not None and bias.requires_grad))
+    if opt.return_logprobs or opt.return_entropy:
+        if grad:
+            outs = list(LinearCrossEntropyOutputsFunction.apply(hidden, weight, target, bias, cw, opt))
+        else:
+            out, _, _, _, lp, ent = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
+                                         ce_weight=cw, want_logprobs=opt.return_logprobs,
+                                         want_entropy=opt.return_entropy)
+            outs = [out] + ([lp] if opt.return_logprobs else []) + ([ent] if opt.return_entropy else [])
+        loss = outs.pop(0)
+        lp = outs.pop(0) if opt.return_logprobs else None
+        ent = outs.pop(0) if opt.return_entropy else None
+        return loss, lp, ent
+    if grad:
+        return LinearCrossEntropyFunction.apply(hidden, weight, target, bias, opt, cw)
+    return _run(hidden, weight, target, bias, opt, False, False, False, backward=False, ce_weight=cw)[0]
 
 
 class FusedLinearCrossEntropyLoss(torch.nn.Module):
@@ -390,5 +514,8 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                                     return_entropy=self.return_entropy)
 
     def extra_repr(self):
-        return ("ignore_index=%d, reduction=%r, label_smoothing=%g, z_loss=%g, softcap=%r"
-                % (self.ignore_index, self.reduction, self.label_smoothing, self.z_loss, self.softcap))
+        return ("ignore_index=%d, reduction=%r, label_smoothing=%g, z_loss=%g, softcap=%r, temperature=%g, "
+                "ce_weight=%s, return_logprobs=%r, return_entropy=%r"
+                % (self.ignore_index, self.reduction, self.label_smoothing, self.z_loss, self.softcap,
+                   self.temperature, "None" if self.ce_weight is None else "(%d,)" % self.ce_weight.numel(),
+                   self.return_logprobs, self.return_entropy))

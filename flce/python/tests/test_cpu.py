@@ -69,6 +69,9 @@ def test_library_loads():
 def test_version_and_sizes():
     lib = flce.load_library()
     major, minor = flce.version()
+    check((_lib.VERSION_MAJOR, _lib.VERSION_MINOR) == (2, 0) and major == 2,
+          "the binding mirrors ABI 2.0 (1.1's options and vocab parallelism) and the library is 2.x: %d.%d"
+          % (major, minor))
     check((major, minor >= _lib.VERSION_MINOR) == (_lib.VERSION_MAJOR, True),
           "library ABI %d.%d, binding mirrors %d.%d" % (major, minor, _lib.VERSION_MAJOR, _lib.VERSION_MINOR))
     with open(HEADER) as f:
@@ -192,7 +195,8 @@ def test_config_init():
         cfg.z_loss_scale == 0.0 and cfg.softcap == 0.0 and cfg.has_bias == 0 and \
         cfg.d_hidden_dtype == Dtype.BF16 and cfg.d_weight_dtype == Dtype.FP32 and \
         cfg.d_bias_dtype == Dtype.FP32 and cfg.max_chunk_tokens == 0 and cfg.max_vocab_tile == 0 and \
-        cfg.bf16_logits == 0
+        cfg.bf16_logits == 0 and cfg.temperature == 1.0 and cfg.has_class_weights == 0 and \
+        cfg.vocab_parallel == 0 and cfg.d_hidden_partial == 0 and cfg.vocab_offset == 0 and cfg.vocab_total == 0
     check(ok, "flce_config_init fills flce.h's defaults into the ctypes struct")
 
 
@@ -225,6 +229,15 @@ def _bad_configs():
         ("bf16_logits 3", mk(bf16_logits=3), Status.ERR_INVALID_VALUE, "bf16_logits"),
         ("max_chunk_tokens -1", mk(max_chunk_tokens=-1), Status.ERR_INVALID_VALUE, "max_chunk_tokens"),
         ("max_vocab_tile 63", mk(max_vocab_tile=63), Status.ERR_INVALID_VALUE, "max_vocab_tile"),
+        ("temperature 0", mk(temperature=0.0), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature -1", mk(temperature=-1.0), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature NaN", mk(temperature=math.nan), Status.ERR_INVALID_VALUE, "temperature"),
+        ("temperature inf", mk(temperature=math.inf), Status.ERR_INVALID_VALUE, "temperature"),
+        ("has_class_weights 2", mk(has_class_weights=2), Status.ERR_INVALID_VALUE, "has_class_weights"),
+        ("vocab_parallel 2", mk(vocab_parallel=2), Status.ERR_INVALID_VALUE, "vocab_parallel"),
+        ("vocab_offset without vocab_parallel", mk(vocab_offset=128), Status.ERR_INVALID_VALUE, "vocab_offset"),
+        ("vocab_parallel, a shard past vocab_total",
+         mk(vocab_parallel=1, vocab_offset=4000, vocab_total=10000), Status.ERR_INVALID_SIZE, "vocab_total"),
     ]
 
 
@@ -250,6 +263,13 @@ def test_workspace_size():
     cfg = _good_config()
     cfg.vocab, cfg.vocab_padded, cfg.label_smoothing, cfg.z_loss_scale, cfg.softcap = 50257, 50304, 0.1, 1e-4, 30.0
     good.append(("padded vocabulary, smoothing, z-loss, softcap", cfg))
+    cfg = _good_config()
+    cfg.temperature, cfg.has_class_weights, cfg.label_smoothing = 0.7, 1, 0.1
+    good.append(("temperature, class weights, smoothing (1.1)", cfg))
+    cfg = _good_config()
+    cfg.vocab_parallel, cfg.vocab_offset, cfg.vocab_total = 1, 8000, 24000
+    cfg.temperature, cfg.has_class_weights = 1.5, 1
+    good.append(("vocab parallel shard 8000..16000 of 24000, temperature, class weights (2.0)", cfg))
     for what, cfg in good:
         st, nbytes = _lib.workspace_size(cfg, budget)
         chunk = _lib.chunk_tokens(cfg, nbytes)
@@ -331,6 +351,7 @@ def test_abi_refusal():
     good = (_lib.VERSION_MAJOR * 1000 + _lib.VERSION_MINOR, ctypes.sizeof(Config), ctypes.sizeof(Tensors))
     cases = [("major + 1", (good[0] + 1000, good[1], good[2]), "ABI"),
              ("an older minor", (good[0] - 1, good[1], good[2]) if _lib.VERSION_MINOR > 0 else None, "ABI"),
+             ("ABI 1.1 (the options without vocab parallelism)", (1001, good[1], good[2]), "ABI"),
              ("a larger flce_config", (good[0], good[1] + 8, good[2]), "flce_config"),
              ("a larger flce_tensors", (good[0], good[1], good[2] + 8), "flce_tensors")]
     for what, args, word in cases:

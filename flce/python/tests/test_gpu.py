@@ -260,8 +260,8 @@ def test_module(path):
     assert "ignore_index=0" in repr(mod)
     with pytest.raises(ValueError, match="reduction"):
         flce.FusedLinearCrossEntropyLoss(reduction="avg")
-    with pytest.raises(NotImplementedError, match="temperature"):
-        flce.FusedLinearCrossEntropyLoss(temperature=2.0)
+    with pytest.raises(ValueError, match="temperature"):
+        flce.FusedLinearCrossEntropyLoss(temperature=0.0)
 
 
 def test_autocast(path):
@@ -346,10 +346,12 @@ def test_input_errors(case):
     (dict(softcap=0.0), ValueError, "softcap"),
     (dict(softcap=-3.0), ValueError, "softcap"),
     (dict(ignore_index=1.5), TypeError, "ignore_index"),
-    (dict(ce_weight=torch.ones(100)), NotImplementedError, "ce_weight"),
-    (dict(temperature=0.7), NotImplementedError, "temperature"),
-    (dict(return_logprobs=True), NotImplementedError, "return_logprobs"),
-    (dict(return_entropy=True), NotImplementedError, "return_entropy"),
+    (dict(ce_weight=[1.0] * 100), TypeError, "ce_weight"),
+    (dict(ce_weight=torch.ones(7, device=DEV)), ValueError, "ce_weight"),
+    (dict(temperature=0.0), ValueError, "temperature"),
+    (dict(temperature=float("inf")), ValueError, "temperature"),
+    (dict(return_logprobs=1), TypeError, "return_logprobs"),
+    (dict(return_entropy="yes"), TypeError, "return_entropy"),
 ])
 def test_option_errors(kw, exc, word):
     h, W, y = _args()
@@ -427,3 +429,48 @@ def test_training_loop(path, dtype):
             o.step()
     for (n, pe), (_, pf) in zip(eager.named_parameters(), fused.named_parameters()):
         assert rel(pf, pe) < tol, "parameter %s after 5 steps: rel L2 %g" % (n, rel(pf, pe))
+
+
+# --- the options of flce 1.1 ------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_options_outputs(path, reduction, dtype):
+    """temperature, ce_weight, return_logprobs and return_entropy against fp64 PyTorch, with
+    upstream gradients into all three outputs (verl's use: the loss, log-probabilities and
+    entropy all feed the objective)."""
+    N, H, V = 257, 64, 1003
+    h, W, y, b = make(N, H, V, dtype, seed=21, bias=True)
+    g = torch.Generator().manual_seed(22)
+    cw = (torch.rand(V, generator=g) * 1.5 + 0.25).to(DEV)
+    T, eps, cap = 0.7, 0.1, 20.0
+    up_lp = torch.randn(N, generator=g).to(DEV)
+    up_ent = torch.randn(N, generator=g).to(DEV)
+    up_loss = torch.randn(N, generator=g).to(DEV) if reduction == "none" else torch.tensor(0.5, device=DEV)
+    hh, WW, bb = (t.clone().requires_grad_() for t in (h, W, b))
+    loss, lp, ent = flce.linear_cross_entropy(hh, WW, y, bb, reduction=reduction, label_smoothing=eps,
+                                              softcap=cap, ce_weight=cw, temperature=T,
+                                              return_logprobs=True, return_entropy=True)
+    ((loss * up_loss).sum() + (lp * up_lp).sum() + (ent * up_ent).sum()).backward()
+    h64, W64, b64 = (t.detach().double().requires_grad_() for t in (h, W, b))
+    z = (h64 @ W64.T + b64)
+    z = cap * torch.tanh(z / cap) / T
+    rl = F.cross_entropy(z, y, weight=cw.double(), reduction=reduction, label_smoothing=eps)
+    logp = torch.log_softmax(z, dim=1)
+    valid = y != -100
+    rlp = torch.where(valid, logp.gather(1, y.clamp(min=0).unsqueeze(1)).squeeze(1), torch.zeros_like(logp[:, 0]))
+    rent = -(logp.exp() * logp).sum(1)
+    ((rl * up_loss.double()).sum() + (rlp * up_lp.double()).sum() + (rent * up_ent.double()).sum()).backward()
+    tol = TOL_FP32 if dtype == torch.float32 else TOL_BF16_GRAD
+    errs = [rel(loss, rl), rel(lp, rlp), rel(ent, rent), rel(hh.grad, h64.grad), rel(WW.grad, W64.grad),
+            rel(bb.grad, b64.grad)]
+    assert errs[0] < TOL_LOSS and errs[1] < TOL_LOSS and errs[2] < TOL_LOSS, errs
+    assert max(errs[3:]) < tol, errs
+    # with neither output asked for, temperature and ce_weight alone (gradients in forward)
+    hh2 = h.clone().requires_grad_()
+    loss2 = flce.linear_cross_entropy(hh2, W, y, ce_weight=cw, temperature=T, reduction="mean")
+    loss2.backward()
+    h64b = h.detach().double().requires_grad_()
+    rl2 = F.cross_entropy(h64b @ W.double().T / T, y, weight=cw.double())
+    rl2.backward()
+    assert rel(loss2, rl2) < TOL_LOSS and rel(hh2.grad, h64b.grad) < tol
