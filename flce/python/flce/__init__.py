@@ -16,7 +16,7 @@ when first used.
 from ._lib import (FlceError, FlceLibraryError, Status, Dtype, IndexType, Reduction, Config,
                    Tensors, load_library, library_path, version)
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 _TORCH_NAMES = ("linear_cross_entropy", "FusedLinearCrossEntropyLoss", "LinearCrossEntropyFunction",
                 "check_errors", "set_workspace_budget", "set_hopper", "set_autotune", "hopper_default")
