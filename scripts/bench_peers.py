@@ -97,8 +97,12 @@ calls; /tmp and ignored paths there survive only while it does):
           which runs --assemble /tmp/flce_whl again (completing the wheel), then the device
           README's install, then this script:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site .whl/*.whl /tmp/flce_whl/*.whl && export PYTHONPATH=/tmp/site
-  (PYTHONPATH does not run .pth files; this script runs site.addsitedir() on each PYTHONPATH
+      --target /tmp/peers/site-packages .whl/*.whl /tmp/flce_whl/*.whl && export PYTHONPATH=/tmp/peers/site-packages
+  (The folder's name must contain site-packages: QuACK keys its compile cache by the source of
+  the functions an epilogue reaches, but treats code under a site-packages folder as pinned by
+  its version; from any other folder it walks into CuTe-DSL's globals and fails with "epilogue fn
+  depends on <ContextVar '_LOC_TRANSFORMS'> ... no fail-closed semantic key", as on 2026-12-01.
+  PYTHONPATH does not run .pth files; this script runs site.addsitedir() on each PYTHONPATH
   folder that has one, as nvidia-cutlass-dsl's .pth puts its dsl_packages on sys.path.) If
   part-aa is lost between the calls, the wheel is not assembled and QuACK reports its import
   error; the other peers still run.
@@ -203,6 +207,9 @@ def flce_on_path():
 
 
 def git_commit():
+    # $FLCE_COMMIT where the copy's git history is not its tree's (a GPU machine's copy of a checkout)
+    if os.environ.get("FLCE_COMMIT"):
+        return os.environ["FLCE_COMMIT"]
     try:
         r = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %cd", "--date=short"],
                            capture_output=True, text=True, timeout=10)

@@ -28,7 +28,7 @@
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
 #   cuBLASLt path; train-bmax: B=256; bench-flce: the flce rows of the benchmark only.
 #   bench-peers (not in the default list): scripts/bench_peers.py, flce through its binding against
-#   the Python peers in one process (the carried .whl/ wheels installed into /tmp/site, the split one
+#   the Python peers in one process (the carried .whl/ wheels installed into /tmp/peers/site-packages, the split one
 #   reassembled first: the script's header says how), $OUT/peers.md and $OUT/peers.png;
 #   BENCH_PEERS_SECONDS (default 420) bounds the run.
 set -uo pipefail
@@ -261,11 +261,11 @@ for s in $steps; do
     bench-peers) { [ -f build/libflce.so ] && [ -x build/flce_bench ]; } ||
                      run_step build_peers make -j"$(nproc)" lib build/flce_bench
                  run_step bench_peers_wheels bash -c 'python3 scripts/bench_peers.py --assemble /tmp/flce_whl
-                     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+                     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/peers/site-packages \
                          .whl/*.whl $(ls /tmp/flce_whl/*.whl 2>/dev/null) &&
-                     echo "OK: wheels installed in /tmp/site ($(ls /tmp/flce_whl/*.whl 2>/dev/null | wc -l) reassembled)" ||
-                     { echo "FAIL: pip install into /tmp/site"; exit 1; }'
-                 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 run_step bench_peers \
+                     echo "OK: wheels installed in /tmp/peers/site-packages ($(ls /tmp/flce_whl/*.whl 2>/dev/null | wc -l) reassembled)" ||
+                     { echo "FAIL: pip install into /tmp/peers/site-packages"; exit 1; }'
+                 PYTHONPATH=/tmp/peers/site-packages${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 run_step bench_peers \
                      timeout $(( ${BENCH_PEERS_SECONDS:-420} + 120 )) python3 scripts/bench_peers.py --budget 1 \
                      --time-limit "${BENCH_PEERS_SECONDS:-420}" --c-bench build/flce_bench -o "$OUT/peers.md" --png "$OUT/peers.png" ;;
     gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;

@@ -231,10 +231,10 @@ def _check_tensors(hidden, weight, target, bias):
 
 def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, grad_token_loss=None,
          ce_weight=None, reduction=None, want_logprobs=False, want_entropy=False, grad_logprobs=None,
-         grad_entropy=None):
+         grad_entropy=None, defer_cast=False):
     """One flce call on the current stream: (loss or token losses, d_hidden, d_weight, d_bias,
     logprobs, entropy), the gradients None unless wanted, logprobs and entropy None unless wanted;
-    d_weight and d_bias in the inputs' dtype. reduction overrides opt's; ce_weight is a float32
+    d_weight and d_bias in the inputs' dtype (fp32 with defer_cast, for the caller to cast). reduction overrides opt's; ce_weight is a float32
     (V,) tensor; grad_logprobs and grad_entropy float32 per-token upstream gradients."""
     reduction = opt.reduction if reduction is None else reduction
     N, H, V = target.numel(), hidden.shape[-1], weight.shape[0]
@@ -292,11 +292,23 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         # ws goes back to the caching allocator on this stream: reused only by later work on it
         del ws
     out = loss if loss is not None else token_loss
-    if d_w is not None and weight.dtype != torch.float32:
-        d_w = d_w.to(weight.dtype)
-    if d_b is not None and bias.dtype != torch.float32:
-        d_b = d_b.to(bias.dtype)
+    if not defer_cast:
+        if d_w is not None and weight.dtype != torch.float32:
+            d_w = d_w.to(weight.dtype)
+        if d_b is not None and bias.dtype != torch.float32:
+            d_b = d_b.to(bias.dtype)
     return out, d_h, d_w, d_b, logprobs, entropy
+
+
+def _scaled_as(d, grad_output, dtype):
+    """d * grad_output in dtype: one pass over d (the cast to a bf16 parameter's dtype and the
+    upstream scale together, rather than a cast and then a scale); in place when d has that dtype
+    already (it is ours alone)."""
+    if d.dtype == dtype:
+        return d.mul_(grad_output)
+    out = torch.empty(d.shape, dtype=dtype, device=d.device)
+    torch.mul(d, grad_output, out=out)
+    return out
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
@@ -315,9 +327,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             out = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
                        ce_weight=ce_weight)[0]
         else:
+                # d_weight and d_bias stay fp32 until backward, which scales and casts them in one pass
             out, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b,
-                                      backward=True, ce_weight=ce_weight)[:4]
+                                      backward=True, ce_weight=ce_weight, defer_cast=True)[:4]
             ctx.grads = [d_h, d_w, d_b]
+            ctx.grad_dtypes = [hidden.dtype, weight.dtype, bias.dtype if bias is not None else None]
         return out
 
     @staticmethod
@@ -335,14 +349,10 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                 "flce.linear_cross_entropy: backward ran twice through one call (retain_graph=True); "
                 "with reduction 'mean' or 'sum' its gradients are computed in the forward call and "
                 "handed out once: call it again for a second backward")
-        d_h, d_w, d_b = ctx.grads
+        grads = [_scaled_as(d, grad_output, dt) if d is not None else None
+                 for d, dt in zip(ctx.grads, ctx.grad_dtypes)]
         ctx.grads = None
-        # scaled in place (they are ours alone), in the gradients' dtype: for bf16 ones
-        # grad_output is rounded to bf16, as in an eager bf16 model's backward
-        for d in (d_h, d_w, d_b):
-            if d is not None:
-                d.mul_(grad_output)
-        return d_h, d_w, None, d_b, None, None
+        return grads[0], grads[1], None, grads[2], None, None
 
 
 def _per_token_upstream(grad_output, target, opt, ce_weight, V):

@@ -25,7 +25,10 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU", allow_module_level=True)
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the package in this source tree, unless FLCE_TEST_INSTALLED=1 asks for the installed one
+# (`pip install ./flce/python`, which carries its own copy of libflce.so)
+if os.environ.get("FLCE_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flce  # noqa: E402
 from flce import _torch  # noqa: E402
 
