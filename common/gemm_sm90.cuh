@@ -73,6 +73,25 @@ __device__ __forceinline__ uint32_t sm90_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// Loads by shared address. Through a C pointer into the kernel's aligned dynamic buffer (its
+// address passed through an integer) the compiler emits generic loads, which wait on the long
+// scoreboard like global ones; volatile keeps them after the stage's mbarrier wait.
+__device__ __forceinline__ float2 sm90_lds_f2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ int2 sm90_lds_i2(uint32_t addr) {
+    int2 v;
+    asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ int sm90_lds_i(uint32_t addr) {
+    int v;
+    asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr));
+    return v;
+}
+
 __device__ __forceinline__ void sm90_mbar_init(uint64_t *bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sm90_smem(bar)), "r"(count) : "memory");
 }

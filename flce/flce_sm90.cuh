@@ -417,17 +417,18 @@ struct flce_sm90_dw : sm90_policy_base {
 
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
                                   int, const sm90_thread &th, uint32_t (&af)[16]) {
-        const float *sc = (const float *)sx, *cs = (const float *)(sx + 256);
-        const int *ys = (const int *)(sx + 512);
-        const float *ct = (const float *)(sx + 768), *mx = (const float *)(sx + 1024);
-        const float *us = (const float *)(sx + 1280);
+        // the stage's per-row arrays (stage_extra), read by shared address (sm90_lds_*): scale,
+        // cs, target, ct, and with XF the tile max and entropy scale, 64 chunk rows each
+        const uint32_t xs = sm90_smem(sx), sc = xs, cs = xs + 256, ys = xs + 512, ct = xs + 768, mx = xs + 1024,
+                       us = xs + 1280;
         const int lane = th.lt % 32, mi = lane / 8;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the common case, decided for the warp: none of the 64 rows' targets among its 16
         // vocabulary rows, all of them real classes: dz = s e - cs, one FFMA
         const int vw = ts.v[0] - th.g;
         const bool plain = !XF && vw + 16 <= a.r.V &&
-                           !__any_sync(0xffffffffu, (unsigned)(ys[lane] - vw) < 16u || (unsigned)(ys[lane + 32] - vw) < 16u);
+                           !__any_sync(0xffffffffu, (unsigned)(sm90_lds_i(ys + 4 * lane) - vw) < 16u ||
+                                                        (unsigned)(sm90_lds_i(ys + 4 * (lane + 32)) - vw) < 16u);
         const flce_sm90_xf_call xc = flce_sm90_xf_init(a.r);
         // one straight line of code per case (see flce_sm90_dh)
         if (plain) {
@@ -440,8 +441,8 @@ struct flce_sm90_dw : sm90_policy_base {
 #pragma unroll
                 for (int kh = 0; kh < 2; kh++) {
                     const int k = 16 * kk + 8 * kh + 2 * th.t;
-                    const float2 s2 = *reinterpret_cast<const float2 *>(sc + k);
-                    const float2 c2 = *reinterpret_cast<const float2 *>(cs + k);
+                    const float2 s2 = sm90_lds_f2(sc + 4 * k);
+                    const float2 c2 = sm90_lds_f2(cs + 4 * k);
 #pragma unroll
                     for (int h = 0; h < 2; h++)
                         af[4 * kk + 2 * kh + h] = sm90_pack_bf16(s2.x * sm90_bf16_lo(r[2 * kh + h]) - c2.x,
@@ -456,12 +457,13 @@ struct flce_sm90_dw : sm90_policy_base {
 #pragma unroll
                 for (int kh = 0; kh < 2; kh++) {
                     const int k = 16 * kk + 8 * kh + 2 * th.t;
-                    const float2 s2 = *reinterpret_cast<const float2 *>(sc + k);
-                    const float2 c2 = *reinterpret_cast<const float2 *>(cs + k);
-                    const int2 y2 = *reinterpret_cast<const int2 *>(ys + k);
-                    const float2 t2 = *reinterpret_cast<const float2 *>(ct + k);
-                    const float m0 = XF ? mx[k] : 0.0f, m1 = XF ? mx[k + 1] : 0.0f;
-                    const float u0 = XF ? us[k] : 0.0f, u1 = XF ? us[k + 1] : 0.0f;
+                    const float2 s2 = sm90_lds_f2(sc + 4 * k);
+                    const float2 c2 = sm90_lds_f2(cs + 4 * k);
+                    const int2 y2 = sm90_lds_i2(ys + 4 * k);
+                    const float2 t2 = sm90_lds_f2(ct + 4 * k);
+                    const float2 m2 = XF ? sm90_lds_f2(mx + 4 * k) : make_float2(0.0f, 0.0f);
+                    const float2 u2 = XF ? sm90_lds_f2(us + 4 * k) : make_float2(0.0f, 0.0f);
+                    const float m0 = m2.x, m1 = m2.y, u0 = u2.x, u1 = u2.y;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const uint32_t x = r[2 * kh + h];
