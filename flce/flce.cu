@@ -98,6 +98,7 @@ const char *flce_last_error(const flce_context *ctx) { return ctx != NULL ? ctx-
 
 // ABI check for bindings (flce.h)
 int flce_version(void) { return FLCE_VERSION; }
+
 size_t flce_config_size(void) { return sizeof(flce_config); }
 size_t flce_tensors_size(void) { return sizeof(flce_tensors); }
 
@@ -124,6 +125,42 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
 static size_t flce_dtype_size(flce_dtype t) { return t == FLCE_FP32 ? 4 : 2; }
 
 static int flce_is_dtype(flce_dtype t) { return t == FLCE_BF16 || t == FLCE_FP32; }
+
+// x *= *scale unless *scale is 1: 16-byte vectors where x is aligned, then the tail. Every
+// block reads the scale and leaves at once when there is nothing to do.
+template <typename T>
+__global__ void flce_scale_device_kernel(T *x, int64_t n, const float *scale) {
+    const float g = *scale;
+    if (g == 1.0f) return;
+    constexpr int VEC = 16 / (int)sizeof(T);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t nvec = ((uintptr_t)x % 16 == 0) ? n / VEC : 0;
+    for (int64_t i = first; i < nvec; i += stride) {
+        uint4 v = reinterpret_cast<uint4 *>(x)[i];
+        T *e = reinterpret_cast<T *>(&v);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) e[k] = (T)((float)e[k] * g);
+        reinterpret_cast<uint4 *>(x)[i] = v;
+    }
+    for (int64_t i = nvec * VEC + first; i < n; i += stride) x[i] = (T)((float)x[i] * g);
+}
+
+flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float *scale, void *cuda_stream) {
+    if (n < 0) return FLCE_ERR_INVALID_SIZE;
+    if (!flce_is_dtype(dtype)) return FLCE_ERR_INVALID_VALUE;
+    if (n == 0) return FLCE_OK;
+    if (x == NULL || scale == NULL) return FLCE_ERR_NULL_POINTER;
+    cudaStream_t stream = (cudaStream_t)cuda_stream;
+    const int64_t vec = dtype == FLCE_BF16 ? 8 : 4;
+    const int64_t blocks = (n / vec + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > 2048 ? 2048 : blocks);
+    if (dtype == FLCE_BF16)
+        flce_scale_device_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>((__nv_bfloat16 *)x, n, scale);
+    else
+        flce_scale_device_kernel<float><<<grid, 256, 0, stream>>>((float *)x, n, scale);
+    return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
+}
 
 static int flce_is_flag(int x) { return x == 0 || x == 1; }
 
@@ -466,8 +503,7 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
     if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
         int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms);
         int dw_acc = 0;
-        // (the Hopper path's d_W GEMM writes fp32 only: a bf16 d_W always goes through it)
-        if (bf16_dw && (sms || c < N || cfg->accumulate_d_weight)) {
+        if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
             // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
             dw_acc = 1;
             c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms);
@@ -483,7 +519,7 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
     if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
     if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
     for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
-        const int dw_acc = bf16_dw && (sms || c < N || cfg->accumulate_d_weight);
+        const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
         if (v > 0) {
             const int64_t cb = flce_balance(N, c, FLCE_CHUNK_MULTIPLE);
@@ -517,7 +553,7 @@ static flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int
     flce_plan p;
     flce_make_plan(cfg, budget, 1, 1, sms, &p);
     if (p.chunk == 0) {
-        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (sms || cfg->n_tokens > 1 || cfg->accumulate_d_weight);
+        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
         *bytes = flce_layout(cfg, 1, sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
         return FLCE_ERR_WORKSPACE;
     }
@@ -1156,9 +1192,12 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         });
     }
     if (t->d_weight != NULL) {
-        // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32
+        // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32; a
+        // bf16 d_W without an accumulator (one chunk of all the tokens, nothing to add to) is
+        // written by the GEMM in bf16
         const int acc = p->dw_accumulator;
-        float *dw = (float *)(acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + v0 * H;
+        const int bf16_out = !acc && cfg->d_weight_dtype == FLCE_BF16;
+        char *dw = (acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + (size_t)v0 * H * (bf16_out ? 2 : 4);
         const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
         sm90_problem q;
         q.a = E;
@@ -1169,9 +1208,12 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         flce_sm90_grad_args a;
         a.r = *r;
         FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
-            FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, 4));
+            FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
             cudaError_t err;
-            if (r->xf)
+            if (bf16_out)
+                err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)
+                            : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream);
+            else if (r->xf)
                 err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
                           : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
             else

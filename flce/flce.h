@@ -262,6 +262,14 @@ flce_status flce_check_errors(flce_context *ctx, void *cuda_stream);
 const char *flce_last_error(const flce_context *ctx);
 const char *flce_status_string(flce_status status);
 
+// (since 2.1) x[i] *= *scale for i < n on the stream, x of dtype (FLCE_FP32 or FLCE_BF16,
+// products rounded once), scale a device pointer: for a binding's backward, which gets the
+// upstream gradient of a mean or sum (computed by flce with the loss) as a device scalar. The
+// kernel reads it and leaves x alone when it is exactly 1, so that the common loss.backward()
+// costs no pass over d_weight and the host never waits for the value. Checked: x and scale not
+// NULL (unless n = 0), n >= 0, dtype.
+flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float *scale, void *cuda_stream);
+
 /*
 ABI check, for bindings that load the library at run time (flce/python, through ctypes) and
 mirror the structs and enums above by hand: they compare the library's flce_version() and
@@ -273,10 +281,11 @@ its size too, so an old binding refuses the new library even if the version was 
 flce/python's CPU test also compares every field's offset and every enum value with this header.
 History: 1.0; 1.1 the temperature, class weights, entropy and log-probability (fields appended
 to flce_config and flce_tensors); 2.0 vocabulary parallelism (flce_config's fields appended
-after 1.1's, FLCE_ERR_COMM, flce_comm, flce_set_comm), with every option of 1.1.
+after 1.1's, FLCE_ERR_COMM, flce_comm, flce_set_comm), with every option of 1.1; 2.1
+flce_scale_device.
 */
 #define FLCE_VERSION_MAJOR 2
-#define FLCE_VERSION_MINOR 0
+#define FLCE_VERSION_MINOR 1
 #define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
 
 int flce_version(void);             // FLCE_VERSION of the library's build

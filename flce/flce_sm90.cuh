@@ -386,8 +386,11 @@ struct flce_sm90_dh : sm90_policy_base {
 // scale, cs, y, ct (and for the general transform m2 and u) of 64 rows
 #define FLCE_SM90_DW_EXTRA(XF) ((XF ? 6 : 4) * 64 * 4)
 
-template <bool ADD, bool XF>
+// OutT: fp32 (added over chunks with ADD), or bf16 for a d_W that one GEMM writes whole (one
+// chunk, nothing to add to)
+template <bool ADD, bool XF, typename OutT = float>
 struct flce_sm90_dw : sm90_policy_base {
+    static_assert(sizeof(OutT) == 4 || !ADD, "a bf16 d_W is written, not added to");
     typedef flce_sm90_grad_args Args;
     struct TileState {
         int v[2];                  // the thread's two vocabulary rows: 16 w + g, + 8
@@ -480,7 +483,7 @@ struct flce_sm90_dw : sm90_policy_base {
 
     __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
-        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+        sm90_store_tile<OutT, ADD>(st, th, map_d, d, tile);
     }
 };
 

@@ -375,7 +375,7 @@ static int test_fixtures(const char *dir) {
         Expected ex = {f.loss, f.token_loss, f.token_lse, f.d_h, f.d_W, f.d_bias, f.token_entropy, f.token_logprob};
         for (int dti = 0; dti < 2; dti++) {
             flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
-            for (int variant = 0; variant < 6; variant++) {
+            for (int variant = 0; variant < 7; variant++) {
                 Problem pb = fixture_problem(&f, dt);
                 RunMode mode = {1, 1, 0, 0};
                 const char *vname = "one chunk";
@@ -404,6 +404,11 @@ static int test_fixtures(const char *dir) {
                     pb.cfg.bf16_logits = dt == FLCE_BF16;
                     vname = dt == FLCE_BF16 ? "tiles of 128 columns, bf16 logits, fp32 d_h, int64 targets"
                                             : "tiles of 128 columns, fp32 d_h, int64 targets";
+                } else if (variant == 6) {
+                    // one chunk: the d_W GEMM writes a bf16 d_W itself, no accumulator
+                    if (dt != FLCE_BF16) continue;
+                    pb.cfg.d_weight_dtype = FLCE_BF16;
+                    vname = "one chunk, bf16 d_W";
                 } else if (variant == 2) {
                     pb.cfg.max_chunk_tokens = 7;
                     pb.cfg.d_hidden_dtype = FLCE_FP32;
@@ -1220,6 +1225,61 @@ static void test_vocab_parallel(void) {
 #endif
 }
 
+// flce_scale_device: x *= *scale bitwise as the host computes it (the product in fp32, rounded
+// once to bf16), nothing written when the scale is 1, an odd length from an aligned and from a
+// misaligned pointer (the vector loop and the scalar tail)
+static void test_scale_device(void) {
+    const int64_t n = 1037;
+    const float scales[3] = {1.0f, 0.5f, -3.0f};
+    uint64_t rng = 12345;
+    float *hx = (float *)malloc((n + 1) * sizeof(float)), *hy = (float *)malloc((n + 1) * sizeof(float));
+    uint16_t *hb = (uint16_t *)malloc((n + 1) * 2), *hbo = (uint16_t *)malloc((n + 1) * 2);
+    fill_uniform(hx, (size_t)(n + 1), 2.0f, &rng);
+    for (int64_t i = 0; i < n + 1; i++) hb[i] = f32_to_bf16_bits(hx[i]);
+    float *dx = NULL, *dg = NULL;
+    cudaCheck(cudaMalloc(&dx, (n + 1) * sizeof(float)));
+    cudaCheck(cudaMalloc(&dg, sizeof(float)));
+    for (int si = 0; si < 3; si++) {
+        const float g = scales[si];
+        cudaCheck(cudaMemcpy(dg, &g, sizeof(float), cudaMemcpyHostToDevice));
+        for (int bf = 0; bf < 2; bf++) {
+            for (int off = 0; off < 2; off++) {
+                const size_t es = bf ? 2 : 4;
+                cudaCheck(cudaMemcpy(dx, bf ? (const void *)hb : (const void *)hx, (n + 1) * es, cudaMemcpyHostToDevice));
+                flce_status st = flce_scale_device((char *)dx + off * es, bf ? FLCE_BF16 : FLCE_FP32, n, dg, g_stream);
+                cudaCheck(cudaStreamSynchronize(g_stream));
+                int bad = 0;
+                if (bf) {
+                    cudaCheck(cudaMemcpy(hbo, dx, (n + 1) * 2, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < n + 1; i++) {
+                        const int in = i >= off && i < off + n;
+                        const uint16_t want = in ? f32_to_bf16_bits(bf16_bits_to_f32(hb[i]) * g) : hb[i];
+                        bad += hbo[i] != want;
+                    }
+                } else {
+                    cudaCheck(cudaMemcpy(hy, dx, (n + 1) * 4, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < n + 1; i++) {
+                        const int in = i >= off && i < off + n;
+                        const float want = in ? hx[i] * g : hx[i];
+                        bad += memcmp(&hy[i], &want, 4) != 0;
+                    }
+                }
+                test_check(st == FLCE_OK && bad == 0, "flce_scale_device %s, scale %g, %s pointer, n %lld: %d elements differ",
+                           bf ? "bf16" : "fp32", g, off ? "misaligned" : "aligned", (long long)n, bad);
+            }
+        }
+    }
+    test_check(flce_scale_device(dx, FLCE_BF16, -1, dg, g_stream) == FLCE_ERR_INVALID_SIZE &&
+                   flce_scale_device(NULL, FLCE_BF16, 4, dg, g_stream) == FLCE_ERR_NULL_POINTER,
+               "flce_scale_device refuses n < 0 and a NULL x");
+    cudaCheck(cudaFree(dx));
+    cudaCheck(cudaFree(dg));
+    free(hx);
+    free(hy);
+    free(hb);
+    free(hbo);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "test/fixtures";
     int dev_count = 0;
@@ -1249,6 +1309,7 @@ int main(int argc, char **argv) {
         test_vocab_parallel();
         flce_destroy(g_ctx);
     }
+    test_scale_device();
     cudaCheck(cudaStreamDestroy(g_stream));
     return test_summary();
 }

@@ -252,13 +252,18 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
     cfg.temperature = opt.temperature
     cfg.has_bias = 1 if bias is not None else 0
     cfg.has_class_weights = 1 if ce_weight is not None else 0
-    # d_hidden in the inputs' dtype; d_weight and d_bias in fp32 (flce accumulates d_W in fp32
-    # in place: no (V, H) fp32 buffer in the workspace) and cast below
+    # d_hidden and d_weight in the inputs' dtype, written by flce (a bf16 d_W that takes more
+    # than one chunk is summed in an fp32 accumulator in the workspace: the budget grows by its
+    # V x H x 4 bytes, the fp32 d_W this binding would otherwise allocate, so the chunks stay as
+    # large); d_bias in fp32 and cast below
     cfg.d_hidden_dtype = dtype
-    cfg.d_weight_dtype = Dtype.FP32
+    cfg.d_weight_dtype = dtype
     cfg.d_bias_dtype = Dtype.FP32
+    budget = _workspace_budget or (1 << 30)
+    if backward and want_w and dtype == Dtype.BF16:
+        budget += V * H * 4
     with torch.cuda.device(dev):
-        st, ws_bytes = _lib.workspace_size(cfg, _workspace_budget)
+        st, ws_bytes = _lib.workspace_size(cfg, budget)
         if st != Status.OK:
             msg = _lib.config_check(cfg)[1] if st != Status.ERR_WORKSPACE else (
                 "the workspace budget of %d bytes is too small for this problem: it needs at least "
@@ -271,7 +276,7 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         logprobs = torch.empty(target.shape, **f32) if want_logprobs else None
         entropy = torch.empty(target.shape, **f32) if want_entropy else None
         d_h = torch.empty_like(hidden) if backward and want_h else None
-        d_w = torch.empty(V, H, **f32) if backward and want_w else None
+        d_w = torch.empty(V, H, dtype=weight.dtype, device=dev) if backward and want_w else None
         d_b = torch.empty(V, **f32) if backward and want_b else None
 
         def ptr(t):
@@ -292,18 +297,26 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         # ws goes back to the caching allocator on this stream: reused only by later work on it
         del ws
     out = loss if loss is not None else token_loss
-    if not defer_cast:
-        if d_w is not None and weight.dtype != torch.float32:
-            d_w = d_w.to(weight.dtype)
-        if d_b is not None and bias.dtype != torch.float32:
-            d_b = d_b.to(bias.dtype)
+    if not defer_cast and d_b is not None and bias.dtype != torch.float32:
+        d_b = d_b.to(bias.dtype)
     return out, d_h, d_w, d_b, logprobs, entropy
 
 
 def _scaled_as(d, grad_output, dtype):
-    """d * grad_output in dtype: one pass over d (the cast to a bf16 parameter's dtype and the
-    upstream scale together, rather than a cast and then a scale); in place when d has that dtype
-    already (it is ours alone)."""
+    """d * grad_output in dtype, for the gradients computed in the forward call. d_hidden and
+    d_weight (already in their dtype) are scaled in place by flce_scale_device, which reads
+    grad_output on the device and skips the pass when it is 1 (loss.backward()): no host sync,
+    no pass over d_weight in the common case. d_bias (fp32) is scaled and cast in one pass."""
+    if d.dtype == dtype and dtype in _DTYPES:
+        g = grad_output.detach().to(device=d.device, dtype=torch.float32).contiguous()
+        if g.numel() != 1:
+            return d.mul_(grad_output)
+        lib = _lib.load_library()
+        st = lib.flce_scale_device(d.data_ptr(), int(_DTYPES[dtype]), d.numel(), g.data_ptr(),
+                                   torch.cuda.current_stream(d.device).cuda_stream)
+        if st != Status.OK:
+            raise FlceError(st, "flce_scale_device: %s" % _lib.status_string(st))
+        return d
     if d.dtype == dtype:
         return d.mul_(grad_output)
     out = torch.empty(d.shape, dtype=dtype, device=d.device)
@@ -327,7 +340,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             out = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
                        ce_weight=ce_weight)[0]
         else:
-                # d_weight and d_bias stay fp32 until backward, which scales and casts them in one pass
+                # d_bias stays fp32 until backward, which scales and casts it in one pass
             out, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b,
                                       backward=True, ce_weight=ce_weight, defer_cast=True)[:4]
             ctx.grads = [d_h, d_w, d_b]

@@ -69,8 +69,8 @@ def test_library_loads():
 def test_version_and_sizes():
     lib = flce.load_library()
     major, minor = flce.version()
-    check((_lib.VERSION_MAJOR, _lib.VERSION_MINOR) == (2, 0) and major == 2,
-          "the binding mirrors ABI 2.0 (1.1's options and vocab parallelism) and the library is 2.x: %d.%d"
+    check((_lib.VERSION_MAJOR, _lib.VERSION_MINOR) == (2, 1) and major == 2 and minor >= 1,
+          "the binding mirrors ABI 2.1 (1.1's options, vocab parallelism, flce_scale_device) and the library is 2.x, x >= 1: %d.%d"
           % (major, minor))
     check((major, minor >= _lib.VERSION_MINOR) == (_lib.VERSION_MAJOR, True),
           "library ABI %d.%d, binding mirrors %d.%d" % (major, minor, _lib.VERSION_MAJOR, _lib.VERSION_MINOR))
@@ -375,6 +375,18 @@ def test_abi_refusal():
         check(False, "a library without flce_version is refused")
     except flce.FlceLibraryError as e:
         check("flce_version" in str(e), "a library without flce_version is refused: %s" % e)
+
+
+def test_scale_device_checks():
+    # flce_scale_device's argument checks come before any GPU work (n = 0 launches nothing)
+    lib = flce.load_library()
+    cases = [("n -1", (None, int(Dtype.BF16), -1, None, None), Status.ERR_INVALID_SIZE),
+             ("dtype 2", (None, 2, 4, None, None), Status.ERR_INVALID_VALUE),
+             ("x and scale NULL with n 4", (None, int(Dtype.BF16), 4, None, None), Status.ERR_NULL_POINTER),
+             ("n 0", (None, int(Dtype.FP32), 0, None, None), Status.OK)]
+    for what, args, want in cases:
+        got = lib.flce_scale_device(*args)
+        check(got == want, "flce_scale_device, %s: %s (want %s)" % (what, Status(got).name, want.name))
 
 
 def main():
