@@ -161,10 +161,11 @@ def make_inputs(c):
     return h, W, b, y, gtl, ex
 
 
-def reference_options(c, h, W, b, y, gtl, ex):
-    """reference() with the options of flce 1.1: returns its outputs plus the per-token
-    entropy and log-probability."""
-    V, red, ii = c["V"], c["reduction"], c["ignore_index"]
+def leaves_and_logits(c, h, W, b):
+    """h, W and b as float64 leaves (b None without a bias) and the logits of the real classes:
+    bias, softcap, then the temperature of flce 1.1 (after the softcap, as verl and vLLM; a
+    temperature of 1 divides nothing, so the version 1 files are as before)."""
+    V = c["V"]
     h64 = h.double().requires_grad_(True)
     W64 = W.double().requires_grad_(True)
     b64 = b.double().requires_grad_(True) if b is not None else None
@@ -173,8 +174,16 @@ def reference_options(c, h, W, b, y, gtl, ex):
         logits = logits + b64[:V]
     if c["softcap"] > 0:
         logits = c["softcap"] * torch.tanh(logits / c["softcap"])
-    if c["temperature"] != 1.0:
-        logits = logits / c["temperature"]  # after the softcap, as verl and vLLM
+    if c.get("temperature", 1.0) != 1.0:
+        logits = logits / c["temperature"]
+    return h64, W64, b64, logits
+
+
+def reference_options(c, h, W, b, y, gtl, ex):
+    """reference() with the options of flce 1.1: returns its outputs plus the per-token
+    entropy and log-probability."""
+    V, red, ii = c["V"], c["reduction"], c["ignore_index"]
+    h64, W64, b64, logits = leaves_and_logits(c, h, W, b)
     lse = torch.logsumexp(logits, dim=1)
     valid_b = y != ii
     valid = valid_b.double()
@@ -218,14 +227,7 @@ def reference_options(c, h, W, b, y, gtl, ex):
 
 def reference(c, h, W, b, y, gtl):
     V, red, ii = c["V"], c["reduction"], c["ignore_index"]
-    h64 = h.double().requires_grad_(True)
-    W64 = W.double().requires_grad_(True)
-    b64 = b.double().requires_grad_(True) if b is not None else None
-    logits = h64 @ W64[:V].T
-    if b64 is not None:
-        logits = logits + b64[:V]
-    if c["softcap"] > 0:
-        logits = c["softcap"] * torch.tanh(logits / c["softcap"])
+    h64, W64, b64, logits = leaves_and_logits(c, h, W, b)
     lse = torch.logsumexp(logits, dim=1)
     valid = (y != ii).double()
     n_valid = int(valid.sum().item())

@@ -124,6 +124,71 @@ typedef struct {
     int graph;         // capture the call in a CUDA graph and replay it
 } RunMode;
 
+// A problem's per-token upstream gradients and class weights (cw_host: the V this call sees)
+// on the device, and its entropy / log-probability outputs, poisoned, where it asks for them;
+// NULL where not. set() puts them into t, download() the outputs into r.
+typedef struct {
+    float *gtl, *cw, *ge, *gl, *ent, *lp;
+} DevExtras;
+
+static DevExtras dev_extras(const Problem *pb, const float *cw_host, size_t V, size_t N) {
+    DevExtras x;
+    x.gtl = pb->grad_token_loss ? (float *)dev_upload(pb->grad_token_loss, N, FLCE_FP32) : NULL;
+    x.cw = cw_host ? (float *)dev_upload(cw_host, V, FLCE_FP32) : NULL;
+    x.ge = pb->grad_entropy ? (float *)dev_upload(pb->grad_entropy, N, FLCE_FP32) : NULL;
+    x.gl = pb->grad_logprob ? (float *)dev_upload(pb->grad_logprob, N, FLCE_FP32) : NULL;
+    x.ent = x.lp = NULL;
+    if (pb->want_entropy) {
+        cudaCheck(cudaMalloc(&x.ent, N * 4));
+        cudaCheck(cudaMemset(x.ent, 0xff, N * 4));
+    }
+    if (pb->want_logprob) {
+        cudaCheck(cudaMalloc(&x.lp, N * 4));
+        cudaCheck(cudaMemset(x.lp, 0xff, N * 4));
+    }
+    return x;
+}
+
+static void dev_extras_set(const DevExtras *x, flce_tensors *t) {
+    t->grad_token_loss = x->gtl;
+    t->class_weights = x->cw; t->grad_entropy = x->ge; t->grad_logprob = x->gl;
+    t->token_entropy = x->ent; t->token_logprob = x->lp;
+}
+
+static void dev_extras_download(const DevExtras *x, size_t N, Result *r) {
+    if (x->ent) r->token_entropy = dev_download(x->ent, N, FLCE_FP32);
+    if (x->lp) r->token_logprob = dev_download(x->lp, N, FLCE_FP32);
+}
+
+static void dev_extras_free(DevExtras *x) {
+    cudaFree(x->gtl); cudaFree(x->cw); cudaFree(x->ge); cudaFree(x->gl); cudaFree(x->ent); cudaFree(x->lp);
+    memset(x, 0, sizeof(*x));
+}
+
+// The workspace flce_workspace_size gives for budget, allocated and poisoned (NULL on an error).
+static flce_status dev_workspace(const flce_config *c, size_t budget, void **ws, size_t *bytes) {
+    *ws = NULL;
+    *bytes = 0;
+    const flce_status st = flce_workspace_size(c, budget, bytes);
+    if (st == FLCE_OK) {
+        cudaCheck(cudaMalloc(ws, *bytes));
+        cudaCheck(cudaMemset(*ws, 0xff, *bytes));
+    }
+    return st;
+}
+
+// A call's tensors: inputs, outputs, gradients and the extras of flce 1.1.
+static flce_tensors dev_tensors(void *h, void *W, void *bias, void *targets, float *loss, float *tl, float *tlse,
+                                void *dh, void *dW, void *db, const DevExtras *x) {
+    flce_tensors t;
+    memset(&t, 0, sizeof(t));
+    t.hidden = h; t.weight = W; t.bias = bias; t.targets = targets;
+    t.loss = loss; t.token_loss = tl; t.token_lse = tlse;
+    t.d_hidden = dh; t.d_weight = dW; t.d_bias = db;
+    dev_extras_set(x, &t);
+    return t;
+}
+
 // Uploads the problem, poisons every output and the workspace, runs, downloads.
 static Result run_flce(const Problem *pb, RunMode mode) {
     Result r;
@@ -143,19 +208,7 @@ static Result run_flce(const Problem *pb, RunMode mode) {
         cudaCheck(cudaMalloc(&targets, N * 4));
         cudaCheck(cudaMemcpy(targets, pb->targets, N * 4, cudaMemcpyHostToDevice));
     }
-    float *gtl = pb->grad_token_loss ? (float *)dev_upload(pb->grad_token_loss, N, FLCE_FP32) : NULL;
-    float *cw = pb->class_weights ? (float *)dev_upload(pb->class_weights, (size_t)cfg.vocab, FLCE_FP32) : NULL;
-    float *ge = pb->grad_entropy ? (float *)dev_upload(pb->grad_entropy, N, FLCE_FP32) : NULL;
-    float *gl = pb->grad_logprob ? (float *)dev_upload(pb->grad_logprob, N, FLCE_FP32) : NULL;
-    float *ent = NULL, *lp = NULL;
-    if (pb->want_entropy) {
-        cudaCheck(cudaMalloc(&ent, N * 4));
-        cudaCheck(cudaMemset(ent, 0xff, N * 4));
-    }
-    if (pb->want_logprob) {
-        cudaCheck(cudaMalloc(&lp, N * 4));
-        cudaCheck(cudaMemset(lp, 0xff, N * 4));
-    }
+    DevExtras x = dev_extras(pb, pb->class_weights, (size_t)cfg.vocab, N);
     size_t dh_es = cfg.d_hidden_dtype == FLCE_FP32 ? 4 : 2, dw_es = cfg.d_weight_dtype == FLCE_FP32 ? 4 : 2;
     size_t db_es = cfg.d_bias_dtype == FLCE_FP32 ? 4 : 2;
     float *loss, *tl, *tlse;
@@ -174,19 +227,9 @@ static Result run_flce(const Problem *pb, RunMode mode) {
     if (db) cudaCheck(cudaMemset(db, 0xff, Vp * db_es));
 
     size_t ws_bytes = 0;
-    r.status = flce_workspace_size(&cfg, mode.budget, &ws_bytes);
     void *ws = NULL;
-    if (r.status == FLCE_OK) {
-        cudaCheck(cudaMalloc(&ws, ws_bytes));
-        cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
-    }
-    flce_tensors t;
-    memset(&t, 0, sizeof(t));
-    t.hidden = h; t.weight = W; t.bias = bias; t.targets = targets; t.grad_token_loss = gtl;
-    t.loss = loss; t.token_loss = tl; t.token_lse = tlse;
-    t.d_hidden = dh; t.d_weight = dW; t.d_bias = db;
-    t.class_weights = cw; t.grad_entropy = ge; t.grad_logprob = gl;
-    t.token_entropy = ent; t.token_logprob = lp;
+    r.status = dev_workspace(&cfg, mode.budget, &ws, &ws_bytes);
+    flce_tensors t = dev_tensors(h, W, bias, targets, loss, tl, tlse, dh, dW, db, &x);
     for (int call = 0; call < mode.calls && r.status == FLCE_OK; call++) {
         if (call == 1) cfg.accumulate_d_hidden = cfg.accumulate_d_weight = cfg.accumulate_d_bias = 1;
         if (mode.graph) {
@@ -212,9 +255,8 @@ static Result run_flce(const Problem *pb, RunMode mode) {
     cudaCheck(cudaMemcpy(&r.loss, loss, 4, cudaMemcpyDeviceToHost));
     r.token_loss = dev_download(tl, N, FLCE_FP32);
     r.token_lse = dev_download(tlse, N, FLCE_FP32);
-    if (ent) r.token_entropy = dev_download(ent, N, FLCE_FP32);
-    if (lp) r.token_logprob = dev_download(lp, N, FLCE_FP32);
-    cudaFree(cw); cudaFree(ge); cudaFree(gl); cudaFree(ent); cudaFree(lp);
+    dev_extras_download(&x, N, &r);
+    dev_extras_free(&x);
     if (!mode.backward) {
         r.d_poison_left = all_poison(dh, N * H * dh_es) && all_poison(dW, Vp * H * dw_es);
     } else {
@@ -222,7 +264,7 @@ static Result run_flce(const Problem *pb, RunMode mode) {
         r.d_W = dev_download(dW, Vp * H, cfg.d_weight_dtype);
         if (db) r.d_b = dev_download(db, Vp, cfg.d_bias_dtype);
     }
-    cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(gtl); cudaFree(loss);
+    cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(loss);
     cudaFree(tl); cudaFree(tlse); cudaFree(dh); cudaFree(dW); cudaFree(db); cudaFree(ws);
     return r;
 }
@@ -453,6 +495,19 @@ static float *to_float(const double *x, size_t n) {
     return y;
 }
 
+// The reference's answer (float64) as a random case's expected values (float).
+static void set_expected(RandomCase *rc, double loss, const double *tl, const double *tlse, const double *dh,
+                         const double *dW, const double *db) {
+    const flce_config *c = &rc->pb.cfg;
+    const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
+    rc->ex.loss = (float)loss;
+    rc->ex.token_loss = rc->ex_arrays[0] = to_float(tl, N);
+    rc->ex.token_lse = rc->ex_arrays[1] = to_float(tlse, N);
+    rc->ex.d_h = rc->ex_arrays[2] = to_float(dh, N * H);
+    rc->ex.d_W = rc->ex_arrays[3] = to_float(dW, Vp * H);
+    rc->ex.d_b = rc->ex_arrays[4] = to_float(db, Vp);
+}
+
 // A random problem with bf16-representable inputs and its fp64 CPU reference.
 static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t Vp,
                         flce_dtype dt, uint64_t seed, int options) {
@@ -496,12 +551,7 @@ static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t
     flce_status st = flce_reference(c, rc->h, rc->W, rc->pb.bias, rc->targets, NULL, &loss, tl,
                                     tlse, dh, dW, c->has_bias ? db : NULL, &bad);
     if (st != FLCE_OK) fprintf(stderr, "reference failed: %s\n", flce_status_string(st));
-    rc->ex.loss = (float)loss;
-    rc->ex.token_loss = rc->ex_arrays[0] = to_float(tl, N);
-    rc->ex.token_lse = rc->ex_arrays[1] = to_float(tlse, N);
-    rc->ex.d_h = rc->ex_arrays[2] = to_float(dh, N * H);
-    rc->ex.d_W = rc->ex_arrays[3] = to_float(dW, Vp * H);
-    rc->ex.d_b = rc->ex_arrays[4] = to_float(db, Vp);
+    set_expected(rc, loss, tl, tlse, dh, dW, db);
     free(tl); free(tlse); free(dh); free(dW); free(db);
 }
 
@@ -653,12 +703,7 @@ static void options_case(RandomCase *rc, const OptionSet *o, uint64_t seed) {
     flce_status st = flce_reference_ex(c, rc->h, rc->W, rc->pb.bias, rc->targets, rc->pb.grad_token_loss, &ex,
                                        &loss, tl, tlse, dh, dW, c->has_bias ? db : NULL, NULL);
     if (st != FLCE_OK) fprintf(stderr, "reference failed: %s\n", flce_status_string(st));
-    rc->ex.loss = (float)loss;
-    rc->ex.token_loss = rc->ex_arrays[0] = to_float(tl, N);
-    rc->ex.token_lse = rc->ex_arrays[1] = to_float(tlse, N);
-    rc->ex.d_h = rc->ex_arrays[2] = to_float(dh, N * H);
-    rc->ex.d_W = rc->ex_arrays[3] = to_float(dW, Vp * H);
-    rc->ex.d_b = rc->ex_arrays[4] = to_float(db, Vp);
+    set_expected(rc, loss, tl, tlse, dh, dW, db);
     rc->ex.token_entropy = rc->ex_arrays[5] = to_float(ent, N);
     rc->ex.token_logprob = rc->ex_arrays[6] = to_float(lp, N);
     free(tl); free(tlse); free(ent); free(lp); free(dh); free(dW); free(db);
@@ -935,20 +980,7 @@ static void *vp_gpu_rank_main(void *arg) {
     cudaCheck(cudaMemcpy(targets, k->pb->targets, N * 4, cudaMemcpyHostToDevice));
     // flce 1.1: this rank's classes' weights; the upstream gradients and outputs of every token
     const Problem *pb = k->pb;
-    float *gtl = pb->grad_token_loss ? (float *)dev_upload(pb->grad_token_loss, N, FLCE_FP32) : NULL;
-    float *cw = pb->class_weights ? (float *)dev_upload(pb->class_weights + k->row0, (size_t)c->vocab, FLCE_FP32)
-                                  : NULL;
-    float *ge = pb->grad_entropy ? (float *)dev_upload(pb->grad_entropy, N, FLCE_FP32) : NULL;
-    float *gl = pb->grad_logprob ? (float *)dev_upload(pb->grad_logprob, N, FLCE_FP32) : NULL;
-    float *ent = NULL, *lp = NULL;
-    if (pb->want_entropy) {
-        cudaCheck(cudaMalloc(&ent, N * 4));
-        cudaCheck(cudaMemset(ent, 0xff, N * 4));
-    }
-    if (pb->want_logprob) {
-        cudaCheck(cudaMalloc(&lp, N * 4));
-        cudaCheck(cudaMemset(lp, 0xff, N * 4));
-    }
+    DevExtras x = dev_extras(pb, pb->class_weights ? pb->class_weights + k->row0 : NULL, (size_t)c->vocab, N);
     const size_t dh_es = c->d_hidden_dtype == FLCE_FP32 ? 4 : 2, dw_es = c->d_weight_dtype == FLCE_FP32 ? 4 : 2;
     float *loss, *tl, *tlse;
     void *dh, *dW, *db = NULL, *ws = NULL;
@@ -962,17 +994,9 @@ static void *vp_gpu_rank_main(void *arg) {
     cudaCheck(cudaMemset(dW, 0xff, rows * H * dw_es));
     if (db) cudaCheck(cudaMemset(db, 0xff, rows * 4));
     size_t ws_bytes = 0;
-    r->status = flce_workspace_size(c, k->budget, &ws_bytes);
+    r->status = dev_workspace(c, k->budget, &ws, &ws_bytes);
     if (r->status == FLCE_OK) {
-        cudaCheck(cudaMalloc(&ws, ws_bytes));
-        cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
-        flce_tensors t;
-        memset(&t, 0, sizeof(t));
-        t.hidden = h; t.weight = W; t.bias = bias; t.targets = targets; t.grad_token_loss = gtl;
-        t.loss = loss; t.token_loss = tl; t.token_lse = tlse;
-        t.d_hidden = dh; t.d_weight = dW; t.d_bias = db;
-        t.class_weights = cw; t.grad_entropy = ge; t.grad_logprob = gl;
-        t.token_entropy = ent; t.token_logprob = lp;
+        flce_tensors t = dev_tensors(h, W, bias, targets, loss, tl, tlse, dh, dW, db, &x);
         r->status = flce_forward_backward(ctx, c, &t, ws, ws_bytes, stream);
         if (r->status == FLCE_OK) r->status = flce_check_errors(ctx, stream);
         snprintf(k->message, sizeof(k->message), "%s", flce_last_error(ctx));
@@ -981,12 +1005,11 @@ static void *vp_gpu_rank_main(void *arg) {
     cudaCheck(cudaMemcpy(&r->loss, loss, 4, cudaMemcpyDeviceToHost));
     r->token_loss = dev_download(tl, N, FLCE_FP32);
     r->token_lse = dev_download(tlse, N, FLCE_FP32);
-    if (ent) r->token_entropy = dev_download(ent, N, FLCE_FP32);
-    if (lp) r->token_logprob = dev_download(lp, N, FLCE_FP32);
+    dev_extras_download(&x, N, r);
     r->d_h = dev_download(dh, N * H, c->d_hidden_dtype);
     r->d_W = dev_download(dW, rows * H, c->d_weight_dtype);
     if (db) r->d_b = dev_download(db, rows, FLCE_FP32);
-    cudaFree(gtl); cudaFree(cw); cudaFree(ge); cudaFree(gl); cudaFree(ent); cudaFree(lp);
+    dev_extras_free(&x);
     cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(loss); cudaFree(tl); cudaFree(tlse);
     cudaFree(dh); cudaFree(dW); cudaFree(db); cudaFree(ws);
     flce_destroy(ctx);
