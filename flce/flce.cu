@@ -98,7 +98,6 @@ const char *flce_last_error(const flce_context *ctx) { return ctx != NULL ? ctx-
 
 // ABI check for bindings (flce.h)
 int flce_version(void) { return FLCE_VERSION; }
-
 size_t flce_config_size(void) { return sizeof(flce_config); }
 size_t flce_tensors_size(void) { return sizeof(flce_tensors); }
 
