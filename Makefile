@@ -95,7 +95,12 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench \
+     $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),$(BUILD)/flce_vp_bench)
+
+# vocab-parallel flce on the GPUs of one host (NCCL), against one GPU; built where nccl.h is found
+$(BUILD)/flce_vp_bench: dev/flce_vp_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -o $@ $< $(BUILD)/libflce.a $(NVCC_LIBS) -lnccl -lpthread
 
 $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
@@ -117,7 +122,7 @@ $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
 $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS) -lpthread
 
-# vocab parallel on two GPUs through NCCL where the build finds it (the trainer's test of nccl.h)
+# vocab parallel on every GPU of the host through NCCL where the build finds it (the trainer's test of nccl.h)
 TEST_GPU_NCCL := $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),-DFLCE_TEST_NCCL -lnccl)
 $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(COMMON_HEADERS) $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_gpu.cu $(BUILD)/flce_ref.o $(BUILD)/libflce.a $(NVCC_LIBS) -lpthread \

@@ -6,8 +6,12 @@
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
-#                        [train-zero] [train-overlap] [train-tp]
-#   (default: all but the multi-GPU steps, which need 2 GPUs: train-mpi (mpirun -np 2); train-fs, train-tcp:
+#                        [train-zero] [train-overlap] [train-tp] [vp-bench]
+#   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
+#   every GPU of the host against one GPU (ms per call, errors).
+#   (default: all but the multi-GPU steps, which need 2 GPUs (MG_NP=N runs the mpirun ones on N: train-mpi,
+#   train-fault, train-zero, train-overlap, train-tp; the pairs below are 2 ranks and compare with a
+#   2-rank train-mpi): train-mpi (mpirun -np 2); train-fs, train-tcp:
 #   ranks 0 and 1 started with & (-pn 2 -pr 0|1, -pi fs -pf DIR | -pi tcp -ps 127.0.0.1), both must exit 0
 #   and print train-mpi's losses (run train-mpi first, or they run their own mpirun reference);
 #   train-nompi: the same tcp pair with a build without MPI (make NO_USE_MPI=1, into build/train_gpt_nompi);
@@ -37,8 +41,10 @@ OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
 steps="${*:-build test fixtures tokens gemm-sm90 attention pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-flags}"
 declare -A result
-# the multi-GPU runs: one configuration, so that their losses compare
-MG_ARGS="-b 16 -x 20 -v 10 -s 0"
+# the multi-GPU runs: one configuration, so that their losses compare ($MG_ARGS to change it), on
+# $MG_NP processes under mpirun (default 2; the -pn pairs of train-fs/tcp/nompi/fault-* are 2)
+MG_ARGS=${MG_ARGS:-"-b 16 -x 20 -v 10 -s 0"}
+MG_NP=${MG_NP:-2}
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mg_losses() {  # a log: its step and val loss lines, without times
     grep -oE "^step +[0-9]+/[0-9]+ \| loss [-0-9.naif]+|^val loss [-0-9.naif]+" "$1"
@@ -46,7 +52,7 @@ mg_losses() {  # a log: its step and val loss lines, without times
 # mpirun's losses for the pair runs: train-mpi's log, else a run of its own
 mg_reference() {
     [ -s "$OUT/train_mpi.log" ] && mg_losses "$OUT/train_mpi.log" | grep -q "^step" && { echo "$OUT/train_mpi.log"; return; }
-    timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt $MG_ARGS > "$OUT/train_mpi_ref.log" 2>&1
+    timeout 300 mpirun --allow-run-as-root -np $MG_NP ./train_gpt $MG_ARGS > "$OUT/train_mpi_ref.log" 2>&1
     echo "$OUT/train_mpi_ref.log"
 }
 # Ranks 0 and 1 of a 2-process run on this host, started as a launcher would (rank 1 in the
@@ -83,14 +89,14 @@ mg_build_nompi() {
     build/train_gpt_nompi -h | grep "This build"
     echo "OK: build/train_gpt_nompi (NCCL, no MPI)"
 }
-# -tp 0 and -tp 1 under mpirun -np 2, otherwise the same run ($MG_ARGS): both exit 0, the same
+# -tp 0 and -tp 1 under mpirun -np $MG_NP, otherwise the same run ($MG_ARGS): both exit 0, the same
 # step and val lines, every loss within 1e-3 of the other's; tok/s (the last step's average) and
 # memory (the trainer's report and what rank 0 holds at the end) of each
 mg_tp() {
     local tp log rc
     for tp in 0 1; do
         log="$OUT/train_tp${tp}.log"
-        timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt $MG_ARGS -tp $tp > "$log" 2>&1
+        timeout 300 mpirun --allow-run-as-root -np $MG_NP ./train_gpt $MG_ARGS -tp $tp > "$log" 2>&1
         rc=$?
         echo "== -tp $tp: exit code $rc ($log)"
         grep -E "^\| LM head|^\| ZeRO|^\| gradient red|^memory|^ +activations|device memory in use" "$log"
@@ -130,12 +136,12 @@ mg_mark() {  # FILE PATTERN: in the background, writes FILE.t when PATTERN appea
     ( while ! grep -q "$2" "$1" 2>/dev/null; do sleep 0.1; done; date +%s.%N > "$1.t" ) &
     MG_MARKER=$!
 }
-# mpirun -np 2 with TRAIN_FAULT on rank 1: non-zero within 30 s (timeout 60), rank 1's message shown
+# mpirun -np $MG_NP with TRAIN_FAULT on rank 1: non-zero within 30 s (timeout 60), rank 1's message shown
 mg_fault_mpi() {
     local log="$OUT/train_fault_run.log" t0 rc secs after
     t0=$(date +%s.%N)
     mg_mark "$log" "TRAIN_FAULT: rank 1 stops"
-    TRAIN_FAULT=1:3 timeout 60 mpirun --allow-run-as-root -x TRAIN_FAULT -x NCCL_NVLS_ENABLE -np 2 ./train_gpt $MG_ARGS \
+    TRAIN_FAULT=1:3 timeout 60 mpirun --allow-run-as-root -x TRAIN_FAULT -x NCCL_NVLS_ENABLE -np $MG_NP ./train_gpt $MG_ARGS \
         > "$log" 2>&1
     rc=$?
     secs=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
@@ -176,11 +182,11 @@ mg_fault_pair() {  # name, -pi flags (one word each, quoted together), fault, ra
         return 1
     fi
 }
-# mpirun -np 2 with the arguments given; its output into the file $1 (TRAIN_PROFILE=1 passed on
+# mpirun -np $MG_NP with the arguments given; its output into the file $1 (TRAIN_PROFILE=1 passed on
 # when set here)
 mg_mpirun() {
     local log=$1; shift
-    timeout 300 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x TRAIN_PROFILE="${TRAIN_PROFILE:-0}" -np 2 \
+    timeout 300 mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x TRAIN_PROFILE="${TRAIN_PROFILE:-0}" -np $MG_NP \
         ./train_gpt "$@" > "$log" 2>&1
 }
 # -z 0 and -z 1 on 2 GPUs: both exit 0 with bitwise the same losses; both memory reports; then a
@@ -270,6 +276,7 @@ for s in $steps; do
                      --time-limit "${BENCH_PEERS_SECONDS:-420}" --c-bench build/flce_bench -o "$OUT/peers.md" --png "$OUT/peers.png" ;;
     gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;
     attention) run_step attention timeout 240 build/attention_bench ;;
+    vp-bench) run_step vp_bench timeout 400 build/flce_vp_bench ;;
     pytest) run_step pytest env FLCE_LIBRARY=build/libflce.so timeout 300 python3 -m pytest -q flce/python/tests/test_gpu.py ;;
     train-profile) TRAIN_PROFILE=1 run_step train_profile timeout 300 ./train_gpt -b 64 -x 25 -v 0 -s 0 ;;
     train-lt) FLCE_HOPPER=0 run_step train_lt timeout 400 ./train_gpt ;;
@@ -281,7 +288,7 @@ for s in $steps; do
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
     train-mpi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
-                   run_step train_mpi timeout 300 mpirun --allow-run-as-root -np 2 ./train_gpt -b 16 -x 20 -v 10 -s 0 -o /tmp/mpi_run -n 10 ;;
+                   run_step train_mpi timeout 300 mpirun --allow-run-as-root -np $MG_NP ./train_gpt $MG_ARGS -o /tmp/mpi_run -n 10 ;;
     train-fs) rm -rf /tmp/train_fs_dir && mkdir -p /tmp/train_fs_dir
               run_step train_fs mg_pair train_fs ./train_gpt -pi fs -pf /tmp/train_fs_dir ;;
     train-tcp) run_step train_tcp mg_pair train_tcp ./train_gpt -pi tcp -ps 127.0.0.1 ;;

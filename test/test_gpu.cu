@@ -17,8 +17,9 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
   9. vocabulary parallelism: ranks as threads, each with a shard of W, its own context and
      stream, against single-GPU flce on the same inputs and the CPU reference; on one GPU
      through an emulated communicator (test/vp_comm.h: device buffers copied to the host and
-     reduced there), and on two GPUs through NCCL when the build has it (skipped with a note
-     on one GPU); with the options of flce 1.1 too (each rank its classes' weights).
+     reduced there), and on every GPU of the host (2 to 8) through NCCL when the build has it
+     (skipped with a note on one GPU); with the options of flce 1.1 too (each rank its classes'
+     weights).
 All of it runs once per GEMM path this build and GPU have: flce's own Hopper GEMMs with the loss
 fused (sm_90a builds on a 9.0 GPU; bf16 inputs), then cuBLASLt's; every compare() line names
 its path.
@@ -1228,23 +1229,28 @@ static void test_vocab_parallel(void) {
     int n_dev = 0;
     cudaCheck(cudaGetDeviceCount(&n_dev));
 #ifdef FLCE_TEST_NCCL
-    if (n_dev < 2) {
-        printf("  (vocab parallel on 2 GPUs through NCCL skipped: %d GPU)\n", n_dev);
+    // every GPU of the host (at most VP_MAX_RANKS), one rank each
+    const int P = n_dev < VP_MAX_RANKS ? n_dev : VP_MAX_RANKS;
+    if (P < 2) {
+        printf("  (vocab parallel on several GPUs through NCCL skipped: %d GPU)\n", n_dev);
         return;
     }
-    ncclComm_t nc[2];
-    int devices[2] = {0, 1};
-    if (!test_check(ncclCommInitAll(nc, 2, devices) == ncclSuccess, "ncclCommInitAll on GPUs 0 and 1")) return;
-    flce_comm comms[2];
-    for (int q = 0; q < 2; q++) {
+    ncclComm_t nc[VP_MAX_RANKS];
+    int devices[VP_MAX_RANKS];
+    for (int q = 0; q < P; q++) devices[q] = q;
+    if (!test_check(ncclCommInitAll(nc, P, devices) == ncclSuccess, "ncclCommInitAll on GPUs 0..%d", P - 1)) return;
+    flce_comm comms[VP_MAX_RANKS];
+    for (int q = 0; q < P; q++) {
         comms[q].user = nc[q];
         comms[q].allreduce = vp_nccl_allreduce;
     }
-    vp_gpu_cases("NCCL, 2 GPUs", 2, devices, comms);
-    for (int q = 0; q < 2; q++) ncclCommDestroy(nc[q]);
+    char how[64];
+    snprintf(how, sizeof(how), "NCCL, %d GPUs", P);
+    vp_gpu_cases(how, P, devices, comms);
+    for (int q = 0; q < P; q++) ncclCommDestroy(nc[q]);
     cudaCheck(cudaSetDevice(0));
 #else
-    printf("  (vocab parallel on 2 GPUs skipped: this build has no NCCL; %d GPU(s))\n", n_dev);
+    printf("  (vocab parallel on several GPUs skipped: this build has no NCCL; %d GPU(s))\n", n_dev);
 #endif
 }
 
