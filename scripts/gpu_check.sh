@@ -6,9 +6,11 @@
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
-#                        [train-zero] [train-overlap] [train-tp] [vp-bench]
+#                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale]
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
+#   train-scale (several GPUs): issue 13's table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
+#   one GPU, then -z 0|1 x -ov 0|1 at B = 64, tok/s, efficiency, memory (mg_scale says how).
 #   (default: all but the multi-GPU steps, which need 2 GPUs (MG_NP=N runs the mpirun ones on N: train-mpi,
 #   train-fault, train-zero, train-overlap, train-tp; the pairs below are 2 ranks and compare with a
 #   2-rank train-mpi): train-mpi (mpirun -np 2); train-fs, train-tcp:
@@ -242,6 +244,37 @@ mg_overlap() {
     [ "$(mg_losses "$ref" | grep -c "^step")" -ge 30 ] || { echo "FAIL: no losses in $ref"; return 1; }
     [ $bad -eq 0 ] && echo "OK: -z 0|1 x -ov 0|1: bitwise the same 30 losses" || return 1
 }
+# Median ms of a log's steps 11 and on (the trainer's step lines)
+mg_median_ms() {
+    grep -E "^step +[0-9]+/" "$1" | awk -F'|' 'NR > 10 {gsub(/ ms/, "", $5); print $5 + 0}' | sort -g |
+        awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+# Issue 13's table: $SCALE_MODELS (default d12) at B = 64, T = 1024 per GPU, 30 steps: one GPU,
+# then $MG_NP under mpirun with -z 0|1 x -ov 0|1. tok/s from the median step time of steps 11-30
+# (B T processes tokens a step), efficiency = tok/s / (MG_NP x one GPU's), MiB in use on rank 0
+# at the end. The data: Tiny Shakespeare's train shard repeated until a step fits (repeat_shard).
+mg_scale() {
+    local data=/tmp/scale_train.bin models=${SCALE_MODELS:-d12} bad=0 m one ms tok
+    local args="-b 64 -x 30 -v 0 -s 0 -i $data"
+    python3 scripts/repeat_shard.py data/tiny_shakespeare_train.bin $data $(( MG_NP * 65536 / 305260 + 2 )) || return 1
+    echo "| model | GPUs | ZeRO | overlap | ms/step | tok/s | efficiency | MiB in use (rank 0) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for m in $models; do
+        timeout 300 ./train_gpt $args -e $m > "$OUT/scale_${m}_1gpu.log" 2>&1 || { echo "FAIL: $m on one GPU"; bad=1; continue; }
+        ms=$(mg_median_ms "$OUT/scale_${m}_1gpu.log")
+        one=$(awk -v ms="$ms" 'BEGIN {printf "%.0f", 65536 / (ms / 1000)}')
+        echo "| $m | 1 | - | - | $ms | $one | 1.00 | $(grep -oE "at the end \(rank 0\): [0-9]+" "$OUT/scale_${m}_1gpu.log" | grep -oE "[0-9]+$") |"
+        for zs in 0 1; do for ov in 0 1; do
+            local log="$OUT/scale_${m}_${MG_NP}gpu_z${zs}_ov${ov}.log"
+            mg_mpirun "$log" $args -e $m -z $zs -ov $ov || { echo "FAIL: $m -z $zs -ov $ov"; tail -3 "$log"; bad=1; continue; }
+            ms=$(mg_median_ms "$log")
+            tok=$(awk -v ms="$ms" -v n="$MG_NP" 'BEGIN {printf "%.0f", n * 65536 / (ms / 1000)}')
+            echo "| $m | $MG_NP | $zs | $ov | $ms | $tok | $(awk -v t="$tok" -v o="$one" -v n="$MG_NP" 'BEGIN {printf "%.3f", t / (n * o)}') |" \
+                 "$(grep -oE "at the end \(rank 0\): [0-9]+" "$log" | grep -oE "[0-9]+$") |"
+        done; done
+    done
+    [ $bad -eq 0 ] && echo "OK: scaling table for $models on $MG_NP GPUs" || return 1
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -304,6 +337,7 @@ for s in $steps; do
     train-tp) run_step train_tp mg_tp ;;
     train-zero) run_step train_zero mg_zero ;;
     train-overlap) run_step train_overlap mg_overlap ;;
+    train-scale) run_step train_scale mg_scale; grep -E "^\|" "$OUT/train_scale.log" ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
