@@ -536,6 +536,10 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
 // The multiprocessors of the current GPU when new contexts take the Hopper path there (the
 // planner's argument), else 0.
 static int flce_default_sms(void) {
+    // FLCE_PLAN_SMS=n: the Hopper path's plans for a GPU of n multiprocessors, on any machine
+    // (what the CPU tests check of its planner); calls still take their context's path
+    const char *plan = getenv("FLCE_PLAN_SMS");
+    if (plan != NULL && atoi(plan) > 0) return atoi(plan);
     if (!flce_hopper_default()) return 0;
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {

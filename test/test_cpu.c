@@ -1419,6 +1419,32 @@ static long double planned_bytes_min(const flce_config *c, int64_t C, int64_t T)
 // answer must now be either a plan whose size holds what it plans, within the budget, or
 // FLCE_ERR_WORKSPACE with a true minimum above the budget. And the status list: out of
 // memory has a status of its own, appended so that the older values keep their numbers.
+// The Hopper path's planner, without a GPU (FLCE_PLAN_SMS): a bf16 d_W that one chunk writes
+// whole needs no fp32 accumulator (the same workspace as an fp32 d_W); over several chunks it
+// needs one (V x H x 4 bytes more), within the budget.
+static void test_hopper_plans(void) {
+    setenv("FLCE_PLAN_SMS", "132", 1);
+    for (int big = 0; big < 2; big++) {
+        flce_config c;
+        flce_config_init(&c, big ? 16384 : 4096, 1024, 50304);
+        const size_t budget = big ? (size_t)512 << 20 : (size_t)4 << 30;
+        size_t b32 = 0, b16 = 0;
+        const flce_status s32 = flce_workspace_size(&c, budget, &b32);
+        const int64_t c32 = flce_chunk_tokens(&c, b32);
+        c.d_weight_dtype = FLCE_BF16;
+        const flce_status s16 = flce_workspace_size(&c, budget, &b16);
+        const int64_t c16 = flce_chunk_tokens(&c, b16);
+        const size_t acc = (size_t)c.vocab_padded * (size_t)c.hidden * 4;
+        const int ok = s32 == FLCE_OK && s16 == FLCE_OK && b16 <= budget && b32 <= budget &&
+                       (big ? c16 < c.n_tokens && b16 >= acc : c16 == c.n_tokens && c32 == c.n_tokens && b16 == b32);
+        test_check(ok, "lib: Hopper plans (132 SMs, no GPU), N %lld, budget %zu MiB: fp32 d_W %zu bytes, chunks of "
+                   "%lld; bf16 d_W %zu bytes, chunks of %lld (%s)", (long long)c.n_tokens, budget >> 20, b32,
+                   (long long)c32, b16, (long long)c16,
+                   big ? "several chunks: an fp32 accumulator of V H 4 bytes" : "one chunk: no accumulator");
+    }
+    unsetenv("FLCE_PLAN_SMS");
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -1489,6 +1515,7 @@ int main(int argc, char **argv) {
 #ifdef FLCE_HAVE_LIB
     test_library_host(paths, n_paths);
     test_library_limits();
+    test_hopper_plans();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif
