@@ -26,7 +26,7 @@ NVCC_LIBS := -lcublasLt -lcublas
 
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
-FLCE_HEADERS := flce/flce.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
+FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
                 llmc/zero.h flce/flce.h

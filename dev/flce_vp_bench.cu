@@ -12,7 +12,7 @@ and int32 targets uniform over V with ~5% ignored (-100), mean reduction:
             reference for the errors, and the time the ranks are compared with;
   P GPUs    rank r on GPU r holds W's rows [v0, v0 + Vr) (Vr = ceil(V / P), copied from GPU 0),
             h and the targets; one thread per rank, an NCCL communicator (ncclCommInitAll) that
-            flce calls through flce_set_comm (its all-reduce enqueued on flce's stream); flce sums
+            flce calls through flce_set_comm (flce_nccl.h: its all-reduce enqueued on flce's stream); flce sums
             d_h over the ranks. Every repeat starts the ranks together (a barrier) and times each
             rank's call between CUDA events on its stream; a repeat's time is its slowest rank's.
 Reported: median ms of each, the speed-up, the per-call time a rank spends on the statistics'
@@ -21,10 +21,10 @@ GPU: loss abs, d_h rel L2 (rank 0's, summed), d_W rel L2 over all ranks' rows; p
 memory (the workspace). It reports, never asserts: the exit code is 1 only for a failed call or
 a non-finite result.
 */
-#include <nccl.h>
 #include <pthread.h>
 
 #include "common.cuh"
+#include "flce_nccl.h"  // flce/: flce_comm_nccl
 
 #define VPB_MAX_RANKS 8
 
@@ -40,15 +40,6 @@ a non-finite result.
 typedef struct {
     int64_t N, H, V;
 } Shape;
-
-// flce's all-reduce on the rank's NCCL communicator, enqueued on flce's stream
-static int vpb_allreduce(void *user, void *buf, size_t count, flce_comm_dtype dtype, flce_comm_op op, void *stream) {
-    return ncclAllReduce(buf, buf, count, dtype == FLCE_COMM_FP64 ? ncclFloat64 : ncclFloat32,
-                         op == FLCE_COMM_MAX ? ncclMax : ncclSum, (ncclComm_t)user, (cudaStream_t)stream) ==
-                   ncclSuccess
-               ? 0
-               : -1;
-}
 
 typedef struct {
     // in
@@ -91,7 +82,7 @@ static void *rank_main(void *arg) {
     cudaCheck(cudaMemcpyPeer(t, k->rank, k->t0, 0, (size_t)N * sizeof(int)));
     flce_context *ctx = NULL;
     flceCheck(flce_create(&ctx), NULL);
-    const flce_comm comm = {k->comm, vpb_allreduce};
+    const flce_comm comm = flce_comm_nccl(k->comm);
     flce_set_comm(ctx, &comm);
     flce_config cfg;
     flce_config_init(&cfg, N, H, k->vr);

@@ -249,6 +249,8 @@ mg_median_ms() {
     grep -E "^step +[0-9]+/" "$1" | awk -F'|' 'NR > 10 {gsub(/ ms/, "", $5); print $5 + 0}' | sort -g |
         awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
+# MiB in use on rank 0 at the end of a log's run (the trainer's last report)
+mg_mib() { grep -oE "at the end \(rank 0\): [0-9]+" "$1" | grep -oE "[0-9]+$"; }
 # Issue 13's table: $SCALE_MODELS (default d12) at B = 64, T = 1024 per GPU, 30 steps: one GPU,
 # then $MG_NP under mpirun with -z 0|1 x -ov 0|1. tok/s from the median step time of steps 11-30
 # (B T processes tokens a step), efficiency = tok/s / (MG_NP x one GPU's), MiB in use on rank 0
@@ -263,14 +265,14 @@ mg_scale() {
         timeout 300 ./train_gpt $args -e $m > "$OUT/scale_${m}_1gpu.log" 2>&1 || { echo "FAIL: $m on one GPU"; bad=1; continue; }
         ms=$(mg_median_ms "$OUT/scale_${m}_1gpu.log")
         one=$(awk -v ms="$ms" 'BEGIN {printf "%.0f", 65536 / (ms / 1000)}')
-        echo "| $m | 1 | - | - | $ms | $one | 1.00 | $(grep -oE "at the end \(rank 0\): [0-9]+" "$OUT/scale_${m}_1gpu.log" | grep -oE "[0-9]+$") |"
+        echo "| $m | 1 | - | - | $ms | $one | 1.00 | $(mg_mib "$OUT/scale_${m}_1gpu.log") |"
         for zs in 0 1; do for ov in 0 1; do
             local log="$OUT/scale_${m}_${MG_NP}gpu_z${zs}_ov${ov}.log"
             mg_mpirun "$log" $args -e $m -z $zs -ov $ov || { echo "FAIL: $m -z $zs -ov $ov"; tail -3 "$log"; bad=1; continue; }
             ms=$(mg_median_ms "$log")
             tok=$(awk -v ms="$ms" -v n="$MG_NP" 'BEGIN {printf "%.0f", n * 65536 / (ms / 1000)}')
             echo "| $m | $MG_NP | $zs | $ov | $ms | $tok | $(awk -v t="$tok" -v o="$one" -v n="$MG_NP" 'BEGIN {printf "%.3f", t / (n * o)}') |" \
-                 "$(grep -oE "at the end \(rank 0\): [0-9]+" "$log" | grep -oE "[0-9]+$") |"
+                 "$(mg_mib "$log") |"
         done; done
     done
     [ $bad -eq 0 ] && echo "OK: scaling table for $models on $MG_NP GPUs" || return 1

@@ -40,7 +40,7 @@ rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-
 #include "test_util.h"
 #include "vp_comm.h"
 #ifdef FLCE_TEST_NCCL
-#include <nccl.h>
+#include "flce_nccl.h"  // flce/: flce_comm_nccl
 #endif
 
 // ----------------------------------------------------------------------------------------
@@ -938,17 +938,6 @@ static int vp_from_host(void *dst, const void *src, size_t bytes, void *stream) 
                ? 0 : -1;
 }
 
-#ifdef FLCE_TEST_NCCL
-// what a caller with NCCL writes: the collective enqueued on flce's stream
-static int vp_nccl_allreduce(void *user, void *buf, size_t count, flce_comm_dtype dtype, flce_comm_op op,
-                             void *stream) {
-    return ncclAllReduce(buf, buf, count, dtype == FLCE_COMM_FP64 ? ncclFloat64 : ncclFloat32,
-                         op == FLCE_COMM_MAX ? ncclMax : ncclSum, (ncclComm_t)user, (cudaStream_t)stream) ==
-                   ncclSuccess
-               ? 0 : -1;
-}
-#endif
-
 typedef struct {
     int device, hopper;
     flce_comm comm;
@@ -1240,10 +1229,7 @@ static void test_vocab_parallel(void) {
     for (int q = 0; q < P; q++) devices[q] = q;
     if (!test_check(ncclCommInitAll(nc, P, devices) == ncclSuccess, "ncclCommInitAll on GPUs 0..%d", P - 1)) return;
     flce_comm comms[VP_MAX_RANKS];
-    for (int q = 0; q < P; q++) {
-        comms[q].user = nc[q];
-        comms[q].allreduce = vp_nccl_allreduce;
-    }
+    for (int q = 0; q < P; q++) comms[q] = flce_comm_nccl(nc[q]);  // what a caller with NCCL passes
     char how[64];
     snprintf(how, sizeof(how), "NCCL, %d GPUs", P);
     vp_gpu_cases(how, P, devices, comms);
