@@ -86,6 +86,11 @@ __device__ __forceinline__ int2 sm90_lds_i2(uint32_t addr) {
     asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
     return v;
 }
+__device__ __forceinline__ uint32_t sm90_lds_u32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+    return v;
+}
 __device__ __forceinline__ int sm90_lds_i(uint32_t addr) {
     int v;
     asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr));
@@ -274,6 +279,12 @@ __device__ __forceinline__ uint32_t sm90_swz(int row, int chunk) {
 
 __device__ __forceinline__ float sm90_bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float sm90_bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+// a * b + c on bf16 pairs, the exact product rounded once (HFMA2.BF16)
+__device__ __forceinline__ uint32_t sm90_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
 __device__ __forceinline__ uint32_t sm90_pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);

@@ -284,7 +284,7 @@ typedef struct {
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
     int64_t n_stat;      // 256-column statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
-        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_rec,
+        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_stat16, off_rec,
         off_dh_part, off_vp, off_logits, total;
 } flce_plan;
 
@@ -382,6 +382,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
     // the config does not say, and it is 4 bytes a row per 256 columns)
     p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
+    // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row)
+    p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 1, ldc, 2) : 0);
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
     p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
     p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
@@ -1255,6 +1257,9 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     r.stat_s = r.stat_m + p->n_stat * p->ldc;
     r.stat_sz = r.stat_s + p->n_stat * p->ldc;
     r.stat_q = r.stat_sz + p->n_stat * p->ldc;
+    r.stat_hi = (__nv_bfloat16 *)(s->ws + p->off_stat16);
+    r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
+    r.ncs = r.stat_lo + p->n_stat * p->ldc;
     r.coef = (float *)(s->ws + p->off_rec);
     r.ld = p->ldc;
     r.V = (int)V;

@@ -69,6 +69,9 @@ typedef struct {
     float *stat_sz;       // (tiles, ld): sum of z2 (w_j z2 with class weights) over the real
                           // classes (label smoothing); after the merge, under XF, the tile's u
     float *stat_q;        // (tiles, ld): sum of e (m - z2) (entropy)
+    // after the merge, for the d_W GEMM's plain transform on bf16 pairs (flce_sm90_split):
+    __nv_bfloat16 *stat_hi, *stat_lo;  // (tiles, ld): the tile's scale as hi + lo
+    __nv_bfloat16 *ncs;                // (ld): -cs
     // per row, in blocks of 64 rows (one copy per d_W stage): cs[64] = g eps / V (every
     // column's term), y[64] (int bits: the target column, -1 for none), ct[64] = g (1 - eps)
     // (the target's term); see flce_sm90_coef
@@ -283,6 +286,16 @@ __device__ __forceinline__ float flce_sm90_weight(const flce_sm90_rows &r, int j
 // ---------------------------------------------------------------------------------------
 // the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded
 
+// s as two bf16 (s_hi + s_lo, s to ~2^-16 relative), each in both halves of a bf16 pair, for
+// the plain transform dz = e s - cs done as two bf16x2 FMAs: e s_hi + (e s_lo - cs). The inner
+// FMA's rounding is ~2^-9 of a term 2^-8 of e s or of cs itself; the outer one rounds dz once
+// to bf16, as the fp32 FFMA and its conversion did.
+__device__ __forceinline__ void flce_sm90_split(float s, uint32_t &hi2, uint32_t &lo2) {
+    const float hi = sm90_bf16_lo(sm90_pack_bf16(s, 0.0f));
+    hi2 = sm90_pack_bf16(hi, hi);
+    lo2 = sm90_pack_bf16(s - hi, s - hi);
+}
+
 // The gradient products' arguments: the chunk's rows.
 struct flce_sm90_grad_args {
     flce_sm90_rows r;
@@ -296,6 +309,9 @@ struct flce_sm90_dh : sm90_policy_base {
         int y[2];                  // their targets (vocabulary column, -1 none)
         float ct[2], cs[2];
         float s[2], m2[2], u[2];   // the current statistics tile's scale, max and entropy scale
+        // the plain case's dz = s e - cs on bf16 pairs: s as hi + lo (bf16 each, s to ~2^-16),
+        // -cs, each in both halves (flce_sm90_split)
+        uint32_t s_hi[2], s_lo[2], ncs[2];
         int t;                     // that tile
     };
     static constexpr bool A_REGS = true;
@@ -312,6 +328,8 @@ struct flce_sm90_dh : sm90_policy_base {
             ts.s[h] = 0.0f;
             ts.m2[h] = 0.0f;
             ts.u[h] = 0.0f;
+            ts.ncs[h] = sm90_pack_bf16(-ts.cs[h], -ts.cs[h]);
+            ts.s_hi[h] = ts.s_lo[h] = 0u;
         }
         ts.t = -1;
     }
@@ -328,6 +346,7 @@ struct flce_sm90_dh : sm90_policy_base {
                     ts.s[h] = a.r.stat_s[(int64_t)t * a.r.ld + ts.row[h]];
                     if (XF) ts.m2[h] = a.r.stat_m[(int64_t)t * a.r.ld + ts.row[h]];
                     if (XF) ts.u[h] = a.r.stat_sz[(int64_t)t * a.r.ld + ts.row[h]];
+                    flce_sm90_split(ts.s[h], ts.s_hi[h], ts.s_lo[h]);
                 }
         }
         const int lane = th.lt % 32, mi = lane / 8;
@@ -346,11 +365,11 @@ struct flce_sm90_dh : sm90_policy_base {
             for (int kk = 0; kk < SM90_BK / 16; kk++) {
                 uint32_t r[4];
                 sm90_ldmatrix_x4(r, base + sm90_swz(arow, 2 * kk + (mi >> 1)));
-                // r[q]: row q & 1, columns 16 kk + 8 (q >> 1) + 2 t + {0, 1}
+                // r[q]: row q & 1, columns 16 kk + 8 (q >> 1) + 2 t + {0, 1}; dz = e s_hi + (e s_lo - cs)
 #pragma unroll
                 for (int q = 0; q < 4; q++)
-                    af[4 * kk + q] = sm90_pack_bf16(ts.s[q & 1] * sm90_bf16_lo(r[q]) - ts.cs[q & 1],
-                                                    ts.s[q & 1] * sm90_bf16_hi(r[q]) - ts.cs[q & 1]);
+                    af[4 * kk + q] = sm90_fma_bf16x2(r[q], ts.s_hi[q & 1],
+                                                     sm90_fma_bf16x2(r[q], ts.s_lo[q & 1], ts.ncs[q & 1]));
             }
         } else {
 #pragma unroll
@@ -383,8 +402,9 @@ struct flce_sm90_dh : sm90_policy_base {
 // the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
 // stage brings the 64 rows' scales (for this tile's statistics tile), records and maxima
 
-// scale, cs, y, ct (and for the general transform m2 and u) of 64 rows
-#define FLCE_SM90_DW_EXTRA(XF) ((XF ? 6 : 4) * 64 * 4)
+// scale, cs, y, ct of 64 rows (fp32), then for the general transform m2 and u (fp32), else for
+// the plain one the scale's bf16 hi and lo and -cs (bf16)
+#define FLCE_SM90_DW_EXTRA(XF) ((XF) ? 6 * 64 * 4 : 4 * 64 * 4 + 3 * 64 * 2)
 
 // OutT: fp32 (added over chunks with ADD), or bf16 for a d_W that one GEMM writes whole (one
 // chunk, nothing to add to)
@@ -407,8 +427,14 @@ struct flce_sm90_dw : sm90_policy_base {
         uint8_t *x = (uint8_t *)dst;
         sm90_bulk_load(x, a.r.stat_s + t * a.r.ld + k0, 256, bar);
         sm90_bulk_load(x + 256, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
-        if (XF) sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
-        if (XF) sm90_bulk_load(x + 1280, a.r.stat_sz + t * a.r.ld + k0, 256, bar);
+        if (XF) {
+            sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
+            sm90_bulk_load(x + 1280, a.r.stat_sz + t * a.r.ld + k0, 256, bar);
+        } else {
+            sm90_bulk_load(x + 1024, a.r.stat_hi + t * a.r.ld + k0, 128, bar);
+            sm90_bulk_load(x + 1152, a.r.stat_lo + t * a.r.ld + k0, 128, bar);
+            sm90_bulk_load(x + 1280, a.r.ncs + k0, 128, bar);
+        }
     }
 
     __device__ static void tile_begin(const Args &a, TileState &ts, const sm90_tile &tile, const sm90_thread &th) {
@@ -421,9 +447,10 @@ struct flce_sm90_dw : sm90_policy_base {
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
                                   int, const sm90_thread &th, uint32_t (&af)[16]) {
         // the stage's per-row arrays (stage_extra), read by shared address (sm90_lds_*): scale,
-        // cs, target, ct, and with XF the tile max and entropy scale, 64 chunk rows each
+        // cs, target, ct, and with XF the tile max and entropy scale, else the bf16 scale hi and
+        // lo and -cs, 64 chunk rows each
         const uint32_t xs = sm90_smem(sx), sc = xs, cs = xs + 256, ys = xs + 512, ct = xs + 768, mx = xs + 1024,
-                       us = xs + 1280;
+                       us = xs + 1280, shi = xs + 1024, slo = xs + 1152, ncs = xs + 1280;
         const int lane = th.lt % 32, mi = lane / 8;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the common case, decided for the warp: none of the 64 rows' targets among its 16
@@ -440,16 +467,17 @@ struct flce_sm90_dw : sm90_policy_base {
                 uint32_t r[4];
                 // stored rows are chunk rows (K), 16-byte chunks 8 vocabulary rows (M)
                 sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
-                // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows 16 kk + 8 kh + 2 t + {0, 1}
+                // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows k = 16 kk + 8 kh + 2 t + {0, 1};
+                // dz = e s_hi + (e s_lo - cs) on the pair, with the pair's rows' s_hi, s_lo, -cs
 #pragma unroll
                 for (int kh = 0; kh < 2; kh++) {
                     const int k = 16 * kk + 8 * kh + 2 * th.t;
-                    const float2 s2 = sm90_lds_f2(sc + 4 * k);
-                    const float2 c2 = sm90_lds_f2(cs + 4 * k);
+                    const uint32_t hi2 = sm90_lds_u32(shi + 2 * k), lo2 = sm90_lds_u32(slo + 2 * k),
+                                   nc2 = sm90_lds_u32(ncs + 2 * k);
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        af[4 * kk + 2 * kh + h] = sm90_pack_bf16(s2.x * sm90_bf16_lo(r[2 * kh + h]) - c2.x,
-                                                                 s2.y * sm90_bf16_hi(r[2 * kh + h]) - c2.y);
+                        af[4 * kk + 2 * kh + h] =
+                            sm90_fma_bf16x2(r[2 * kh + h], hi2, sm90_fma_bf16x2(r[2 * kh + h], lo2, nc2));
                 }
             }
         } else {
@@ -554,6 +582,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
             r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
             r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
             r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
+            r.ncs[row] = __float2bfloat16_rn(-g.coef_smooth);
             row_lse2[lane] = g.lse2;
             row_coef[lane] = g.coef_p;
             row_ce[lane] = g.coef_e;
@@ -563,6 +592,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
         r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(-1);
         r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = 0.0f;
         r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = 0.0f;
+        r.ncs[row] = __float2bfloat16_rn(0.0f);
     }
     if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
     __syncthreads();
@@ -571,15 +601,19 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
     // (in stat_sz, read by no one after this); see the top of this file
     for (int t = w; t < n_tiles; t += FLCE_MERGE_WARPS) {
         const int64_t k = (int64_t)t * r.ld + row;
+        float sv = 0.0f;
         if (real) {
             const float mt = r.stat_m[k], f = flce_exp2(mt - row_lse2[lane]);
-            r.stat_s[k] = f * (row_coef[lane] + row_ce[lane] * (row_mu2[lane] - mt));
+            sv = f * (row_coef[lane] + row_ce[lane] * (row_mu2[lane] - mt));
             if (r.xf) r.stat_sz[k] = f * row_ce[lane];
         } else {
-            r.stat_s[k] = 0.0f;
             r.stat_m[k] = 0.0f;
             if (r.xf) r.stat_sz[k] = 0.0f;
         }
+        r.stat_s[k] = sv;
+        const __nv_bfloat16 hi = __float2bfloat16_rn(sv);
+        r.stat_hi[k] = hi;
+        r.stat_lo[k] = __float2bfloat16_rn(sv - __bfloat162float(hi));
     }
 }
 
