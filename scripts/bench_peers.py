@@ -49,8 +49,8 @@ Method
              error that breaks the context marks the rest "not run".
   overhead   (issue 12's "< 3%") per shape, flce's C entry point flce_forward_backward called
              directly through ctypes (the binding's own library and context; workspace, loss,
-             bf16 d_h and bf16 d_W preallocated, the binding's budget: dev/flce_bench's "flce" row
-             writes an fp32 d_W instead) against the binding's fwd+bwd (flce.linear_cross_entropy
+             bf16 d_h and the binding's d_W dtype and budget preallocated: dev/flce_bench's "flce"
+             row writes an fp32 d_W) against the binding's fwd+bwd (flce.linear_cross_entropy
              + backward: argument checks, autograd, allocation from torch's caching allocator,
              the upstream gradient's scale, skipped on the device when it is 1), alternated
              run by run, each timed with CUDA events; overhead = binding / direct - 1; both
@@ -431,7 +431,7 @@ class Report:
                   "Cold queue: each run starts on an idle GPU, so the host's work before the first kernel "
                   "counts. Queue ahead: a %.0f ms GPU sleep is queued before each run's start event, so "
                   "that host work overlaps it (a training loop that keeps the GPU busy); what is left is "
-                  "GPU work the binding adds. Both sides write bf16 d_h and d_W." % AHEAD_MS, "",
+                  "GPU work the binding adds. Both sides run flce with the binding's d_W dtype and budget." % AHEAD_MS, "",
                   "| N x H x V | C call (ctypes) ms | binding fwd+bwd ms | binding overhead | queue ahead: C call ms | "
                   "binding ms | overhead | runs each | dev/flce_bench \"flce\" ms | binding vs flce_bench |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -1025,12 +1025,13 @@ def overhead(torch, h, W, t, args):
     cfg.ignore_index = IGNORE_INDEX
     cfg.reduction = _lib.Reduction.MEAN
     cfg.has_bias = 0
-    # what the binding asks for with bf16 weights: bf16 d_h and d_W, the default budget plus the
-    # V x H x 4 bytes of d_W's fp32 accumulator (dev/flce_bench's "flce" row writes an fp32 d_W)
+    # what the binding asks for with bf16 weights (_lib.d_weight_plan): bf16 d_h, and a bf16 d_W
+    # where one chunk holds every token (else an fp32 d_W, which the binding then casts), with
+    # the plan's budget; dev/flce_bench's "flce" row writes an fp32 d_W with 1 GiB
     cfg.d_hidden_dtype = _lib.Dtype.BF16
-    cfg.d_weight_dtype = _lib.Dtype.BF16
     cfg.d_bias_dtype = _lib.Dtype.FP32
-    st, ws_bytes = _lib.workspace_size(cfg, (1 << 30) + V * H * 4)
+    cfg.d_weight_dtype, budget = _lib.d_weight_plan(cfg, 0)
+    st, ws_bytes = _lib.workspace_size(cfg, budget)
     if st != _lib.Status.OK:
         raise RuntimeError("flce_workspace_size: %s" % _lib.status_string(st))
     dev = h.device
@@ -1038,7 +1039,8 @@ def overhead(torch, h, W, t, args):
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
     loss = torch.empty((), dtype=torch.float32, device=dev)
     d_h = torch.empty_like(hd)
-    d_w = torch.empty(V, H, dtype=torch.bfloat16, device=dev)
+    d_w = torch.empty(V, H, dtype=torch.bfloat16 if cfg.d_weight_dtype == _lib.Dtype.BF16 else torch.float32,
+                      device=dev)
     tens = _lib.Tensors(hidden=hd.data_ptr(), weight=Wd.data_ptr(), bias=None, targets=t.data_ptr(),
                         grad_token_loss=None, loss=loss.data_ptr(), token_loss=None, token_lse=None,
                         d_hidden=d_h.data_ptr(), d_weight=d_w.data_ptr(), d_bias=None)

@@ -286,6 +286,33 @@ def vocab_tile(cfg, workspace_bytes):
     return load_library().flce_vocab_tile(ctypes.byref(cfg), workspace_bytes)
 
 
+def d_weight_plan(cfg, base_budget=0):
+    """For a binding that hands out d_weight in the inputs' dtype: (the d_weight_dtype to ask flce
+    for, the workspace budget), on the current device's default GEMM path. bf16 inputs: where one
+    chunk holds every token, with no vocabulary tiles, within the base budget plus V x H x 2 bytes
+    (the fp32 d_weight's cost beyond the bf16 one handed out), flce writes the bf16 d_weight
+    itself, no pass after it;
+    otherwise an fp32 d_weight, added up over the chunks, to be cast (with the upstream scale) in
+    one pass: a bf16 d_weight over several chunks needs its fp32 accumulator in the workspace
+    beside the bf16 output, more memory than an fp32 d_weight and its cast. fp32 inputs: fp32 and
+    the base budget. cfg is left as it was."""
+    base = base_budget or (1 << 30)
+    if cfg.dtype != Dtype.BF16:
+        return Dtype.FP32, base
+    saved = cfg.d_weight_dtype
+    try:
+        cfg.d_weight_dtype = Dtype.BF16
+        budget = base + cfg.vocab_padded * cfg.hidden * 2
+        # the chunk schedule only: one chunk of every token over vocabulary tiles (the lean
+        # schedule's four GEMMs) writes d_weight whole too, but runs ~1.3x longer than chunks
+        # of fewer tokens with an fp32 d_weight (H200, 16384 x 4096 x 151936: 137 against 103 ms)
+        if chunk_tokens(cfg, budget) == cfg.n_tokens and vocab_tile(cfg, budget) >= cfg.vocab_padded:
+            return Dtype.BF16, budget
+    finally:
+        cfg.d_weight_dtype = saved
+    return Dtype.FP32, base
+
+
 class Context:
     """An flce_context (flce_create on the current CUDA device), destroyed with the object.
     Not thread-safe by itself: hold .lock around calls, and read last_error() under it."""

@@ -252,17 +252,16 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
     cfg.temperature = opt.temperature
     cfg.has_bias = 1 if bias is not None else 0
     cfg.has_class_weights = 1 if ce_weight is not None else 0
-    # d_hidden and d_weight in the inputs' dtype, written by flce (a bf16 d_W that takes more
-    # than one chunk is summed in an fp32 accumulator in the workspace: the budget grows by its
-    # V x H x 4 bytes, the fp32 d_W this binding would otherwise allocate, so the chunks stay as
-    # large); d_bias in fp32 and cast below
+    # d_hidden in the inputs' dtype; d_weight in it too where flce writes it whole in one chunk,
+    # else in fp32 (added up over the chunks) and cast below or in backward (_lib.d_weight_plan
+    # says which, within the memory of an fp32 d_weight and its cast); d_bias in fp32, cast
     cfg.d_hidden_dtype = dtype
-    cfg.d_weight_dtype = dtype
+    cfg.d_weight_dtype = Dtype.FP32
     cfg.d_bias_dtype = Dtype.FP32
     budget = _workspace_budget or (1 << 30)
-    if backward and want_w and dtype == Dtype.BF16:
-        budget += V * H * 4
     with torch.cuda.device(dev):
+        if backward and want_w:
+            cfg.d_weight_dtype, budget = _lib.d_weight_plan(cfg, _workspace_budget)
         st, ws_bytes = _lib.workspace_size(cfg, budget)
         if st != Status.OK:
             msg = _lib.config_check(cfg)[1] if st != Status.ERR_WORKSPACE else (
@@ -276,7 +275,8 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         logprobs = torch.empty(target.shape, **f32) if want_logprobs else None
         entropy = torch.empty(target.shape, **f32) if want_entropy else None
         d_h = torch.empty_like(hidden) if backward and want_h else None
-        d_w = torch.empty(V, H, dtype=weight.dtype, device=dev) if backward and want_w else None
+        d_w = torch.empty(V, H, dtype=torch.bfloat16 if cfg.d_weight_dtype == Dtype.BF16 else torch.float32,
+                          device=dev) if backward and want_w else None
         d_b = torch.empty(V, **f32) if backward and want_b else None
 
         def ptr(t):
@@ -297,16 +297,20 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
         # ws goes back to the caching allocator on this stream: reused only by later work on it
         del ws
     out = loss if loss is not None else token_loss
-    if not defer_cast and d_b is not None and bias.dtype != torch.float32:
-        d_b = d_b.to(bias.dtype)
+    if not defer_cast:
+        if d_w is not None and d_w.dtype != weight.dtype:
+            d_w = d_w.to(weight.dtype)
+        if d_b is not None and bias.dtype != torch.float32:
+            d_b = d_b.to(bias.dtype)
     return out, d_h, d_w, d_b, logprobs, entropy
 
 
 def _scaled_as(d, grad_output, dtype):
-    """d * grad_output in dtype, for the gradients computed in the forward call. d_hidden and
-    d_weight (already in their dtype) are scaled in place by flce_scale_device, which reads
-    grad_output on the device and skips the pass when it is 1 (loss.backward()): no host sync,
-    no pass over d_weight in the common case. d_bias (fp32) is scaled and cast in one pass."""
+    """d * grad_output in dtype, for the gradients computed in the forward call. One already in
+    its dtype (d_hidden; d_weight where flce wrote it whole) is scaled in place by
+    flce_scale_device, which reads grad_output on the device and skips the pass when it is 1
+    (loss.backward()): no host sync, no pass in the common case. An fp32 one (d_weight over
+    several chunks, d_bias) is scaled and cast in one pass."""
     if d.dtype == dtype and dtype in _DTYPES:
         g = grad_output.detach().to(device=d.device, dtype=torch.float32).contiguous()
         if g.numel() != 1:
@@ -340,7 +344,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             out = _run(hidden, weight, target, bias, opt, False, False, False, backward=False,
                        ce_weight=ce_weight)[0]
         else:
-                # d_bias stays fp32 until backward, which scales and casts it in one pass
+            # an fp32 d_weight or d_bias stays so until backward, which scales and casts it in one pass
             out, d_h, d_w, d_b = _run(hidden, weight, target, bias, opt, want_h, want_w, want_b,
                                       backward=True, ce_weight=ce_weight, defer_cast=True)[:4]
             ctx.grads = [d_h, d_w, d_b]

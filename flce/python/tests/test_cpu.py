@@ -389,6 +389,45 @@ def test_scale_device_checks():
         check(got == want, "flce_scale_device, %s: %s (want %s)" % (what, Status(got).name, want.name))
 
 
+def test_d_weight_plan():
+    # the binding's choice for d_weight: bf16 from flce where one chunk holds every token, with
+    # no vocabulary tiles, within the base budget plus V x H x 2 bytes, else fp32 (cast by the binding); fp32 inputs: fp32
+    cfg = _lib.config(64, 64, 1000)
+    cfg.dtype = Dtype.BF16
+    cfg.d_hidden_dtype = Dtype.BF16
+    dt, budget = _lib.d_weight_plan(cfg, 0)
+    check((dt, budget) == (Dtype.BF16, (1 << 30) + 1000 * 64 * 2) and cfg.d_weight_dtype == Dtype.FP32,
+          "d_weight_plan: one chunk within 1 GiB + V H 2 bytes: bf16 (%s, %d), cfg untouched" % (Dtype(dt).name, budget))
+    dt, budget = _lib.d_weight_plan(cfg, 4096)
+    check((dt, budget) == (Dtype.FP32, 4096),
+          "d_weight_plan: no single chunk within a 4 KiB budget + V H 2: fp32 and the base budget (%s, %d)"
+          % (Dtype(dt).name, budget))
+    # as planned for an H200 (FLCE_PLAN_SMS): 16384 tokens fit in one chunk within 1 GiB + V H 2
+    # only over vocabulary tiles (the lean schedule), which is slower than an fp32 d_W: fp32
+    big = _lib.config(16384, 4096, 151936)
+    big.dtype = Dtype.BF16
+    big.d_hidden_dtype = Dtype.BF16
+    saved = os.environ.get("FLCE_PLAN_SMS")
+    os.environ["FLCE_PLAN_SMS"] = "132"
+    try:
+        big.d_weight_dtype = Dtype.BF16
+        tiled = _lib.vocab_tile(big, (1 << 30) + 151936 * 4096 * 2)
+        big.d_weight_dtype = Dtype.FP32
+        dt, budget = _lib.d_weight_plan(big, 0)
+    finally:
+        if saved is None:
+            del os.environ["FLCE_PLAN_SMS"]
+        else:
+            os.environ["FLCE_PLAN_SMS"] = saved
+    check(tiled < 151936 and (dt, budget) == (Dtype.FP32, 1 << 30),
+          "d_weight_plan: one chunk over vocabulary tiles (%d of 151936) is not taken: fp32 and 1 GiB (%s, %d)"
+          % (tiled, Dtype(dt).name, budget))
+    cfg.dtype = Dtype.FP32
+    cfg.d_hidden_dtype = Dtype.FP32
+    dt, budget = _lib.d_weight_plan(cfg, 0)
+    check((dt, budget) == (Dtype.FP32, 1 << 30), "d_weight_plan: fp32 inputs: fp32 (%s, %d)" % (Dtype(dt).name, budget))
+
+
 def main():
     tests = [v for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
     # in the order written
