@@ -30,7 +30,12 @@ that the kernel calls at fixed points (see sm90_plain below):
     can within one basic block, so policies compute their fragments in straight-line code
     behind a warp-uniform branch (flce's two cases; dev/gemm_sm90.cu's probe shows it);
   - STAGE_EXTRA: bytes the producer brings into each stage beside A and B (per-row data);
-  - epilogue: what happens to the fp32 accumulators of a finished tile.
+  - epilogue: what happens to the fp32 accumulators of a finished tile;
+  - PINGPONG: the two consumer warpgroups take turns over tiles of 64 x 256 instead of
+    sharing tiles of 128 x 256, so that one's epilogue runs while the other's products keep
+    the tensor cores busy (CUTLASS's "ping-pong" schedule). It pays where the epilogue is long
+    against the main loop (flce's logits: an exponential per element, K = H of ~1K); each
+    stage then brings half the A rows for the same B, so more operand traffic per product.
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
@@ -298,6 +303,8 @@ typedef struct {
     int splits;            // K cut into this many parts, each over k_tiles_per_split 64-wide steps
     int k_tiles_per_split;
     int tiles_m, tiles_n;  // output tiles per split
+    int bm;                // output rows per tile: SM90_BM, or 64 for a ping-pong policy
+    int group_m;           // row tiles per raster group (the same rows either way)
 } sm90_shape;
 
 typedef struct {
@@ -310,12 +317,12 @@ __device__ __forceinline__ sm90_tile sm90_tile_at(const sm90_shape &s, int t) {
     const int per_split = s.tiles_m * s.tiles_n;
     r.split = t / per_split;
     t -= r.split * per_split;
-    // groups of SM90_GROUP_M row tiles; row tiles fastest within a group
-    const int group = t / (SM90_GROUP_M * s.tiles_n);
-    const int first_m = group * SM90_GROUP_M;
-    const int rows = min(SM90_GROUP_M, s.tiles_m - first_m);
-    const int in_group = t - group * SM90_GROUP_M * s.tiles_n;
-    r.m0 = (first_m + in_group % rows) * SM90_BM;
+    // groups of group_m row tiles; row tiles fastest within a group
+    const int group = t / (s.group_m * s.tiles_n);
+    const int first_m = group * s.group_m;
+    const int rows = min(s.group_m, s.tiles_m - first_m);
+    const int in_group = t - group * s.group_m * s.tiles_n;
+    r.m0 = (first_m + in_group % rows) * s.bm;
     r.n0 = (in_group / rows) * SM90_BN;
     const int k_tiles = (s.K + SM90_BK - 1) / SM90_BK;
     r.kb0 = r.split * s.k_tiles_per_split;
@@ -326,6 +333,8 @@ __device__ __forceinline__ sm90_tile sm90_tile_at(const sm90_shape &s, int t) {
 // A consumer thread's place: warpgroup wg (0, 1) owns tile rows 64 wg .. 64 wg + 63; warp w
 // (0..3) of it rows 16 w .. 16 w + 15 of those; lane = 4 g + t. Its accumulators d[4j + e]
 // hold row 16 w + g (e = 0, 1) and 16 w + g + 8 (e = 2, 3) at column 8 j + 2 t + (e & 1).
+// Under a ping-pong policy a warpgroup owns whole tiles of 64 rows: wg is 0 for both (rows
+// and shared-memory halves are the tile's first), their staging boxes apart all the same.
 typedef struct {
     int wg, w, g, t, lt;   // lt: thread index within the warpgroup
 } sm90_thread;
@@ -409,6 +418,7 @@ __device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thr
 struct sm90_policy_base {
     struct TileState {};
     static constexpr bool A_REGS = false;
+    static constexpr bool PINGPONG = false;
     static constexpr int STAGE_EXTRA = 0;
     static constexpr int EPI_BUFFERS = 2;
     template <class Args>
@@ -420,9 +430,10 @@ struct sm90_policy_base {
                                   const sm90_thread &, uint32_t (&)[16]) {}
 };
 
-// The plain product: D stored (or added to) as OutT.
-template <typename OutT, bool ADD>
+// The plain product: D stored (or added to) as OutT; PP: the ping-pong schedule.
+template <typename OutT, bool ADD, bool PP = false>
 struct sm90_plain : sm90_policy_base {
+    static constexpr bool PINGPONG = PP;
     struct Args {};
     __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
@@ -433,22 +444,29 @@ struct sm90_plain : sm90_policy_base {
 // ---------------------------------------------------------------------------------------
 // the kernel
 
-template <int STAGES, int EXTRA, int EPI_BUFFERS>
+// A bytes of a stage: 128 rows, or the 64 of a ping-pong tile
+template <class P>
+struct sm90_a_bytes {
+    static constexpr int value = P::PINGPONG ? SM90_A_BYTES / 2 : SM90_A_BYTES;
+};
+
+template <int STAGES, int EXTRA, int EPI_BUFFERS, int A_BYTES = SM90_A_BYTES>
 struct sm90_smem_layout {
     static constexpr int A = 0;
-    static constexpr int B = A + STAGES * SM90_A_BYTES;
+    static constexpr int B = A + STAGES * A_BYTES;
     static constexpr int EPI = B + STAGES * SM90_B_BYTES;
     static constexpr int EXTRA_OFF = EPI + SM90_CONSUMER_WARPS * EPI_BUFFERS * SM90_BOX_BYTES;
     static constexpr int BARS = EXTRA_OFF + STAGES * EXTRA;
-    static constexpr int TOTAL = BARS + 2 * STAGES * 8 + 1024;  // + slack to align the base to 1024
+    // full and empty per stage, and ping-pong's two turn barriers; + slack to align the base
+    static constexpr int TOTAL = BARS + 2 * STAGES * 8 + 16 + 1024;
 };
 
 template <class P>
 struct sm90_stages {
     // as many stages as fit beside the epilogue staging, at most 4
-    static constexpr int per_stage = SM90_A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA;
+    static constexpr int per_stage = sm90_a_bytes<P>::value + SM90_B_BYTES + P::STAGE_EXTRA;
     static constexpr int fit =
-        (SM90_SMEM_LIMIT - SM90_CONSUMER_WARPS * P::EPI_BUFFERS * SM90_BOX_BYTES - 1024 - 64) / (per_stage + 16);
+        (SM90_SMEM_LIMIT - SM90_CONSUMER_WARPS * P::EPI_BUFFERS * SM90_BOX_BYTES - 1024 - 64 - 16) / (per_stage + 16);
     static constexpr int value = fit > 4 ? 4 : fit;
 };
 
@@ -493,18 +511,26 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                  const __grid_constant__ CUtensorMap map_d, const sm90_shape shape, const typename P::Args args) {
 #ifdef SM90_DEVICE_CODE
     constexpr int STAGES = sm90_stages<P>::value;
-    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS> L;
+    constexpr int A_BYTES = sm90_a_bytes<P>::value;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, A_BYTES> L;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint64_t *full = (uint64_t *)(smem + L::BARS), *empty = full + STAGES;
+    // ping-pong: turn[w] completes a phase each time warpgroup w has waited for the last stage
+    // of one of its tiles; the other then starts its next tile's waits. Without it a warpgroup
+    // could wait on a stage two phases ahead of where its barrier is, which a parity wait
+    // cannot tell from the phase before (and the turns keep the products one tile at a time).
+    uint64_t *turn_bar = empty + STAGES;
     const int wg = threadIdx.x / 128;
     const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             sm90_mbar_init(&full[s], 1);      // the producer's expect_tx
-            sm90_mbar_init(&empty[s], 2);     // one arrival per consumer warpgroup
+            sm90_mbar_init(&empty[s], P::PINGPONG ? 1 : 2);  // one per warpgroup that reads it
         }
+        sm90_mbar_init(&turn_bar[0], 1);
+        sm90_mbar_init(&turn_bar[1], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -518,13 +544,13 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
             for (int kb = tile.kb0; kb < tile.kb1; kb++, it++) {
                 const int s = it % STAGES;
                 sm90_mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&full[s], SM90_A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA);
-                uint8_t *sa = smem + L::A + s * SM90_A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                sm90_mbar_expect_tx(&full[s], A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA);
+                uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
                 const int k0 = kb * SM90_BK;
-                if (TRANS_A) {  // (K, M) rows: two boxes of 64 M x 64 K
+                if (TRANS_A) {  // (K, M) rows: two boxes of 64 M x 64 K (one for a ping-pong tile)
                     sm90_tma_load(sa, &map_a, tile.m0, k0, &full[s]);
-                    sm90_tma_load(sa + 8192, &map_a, tile.m0 + 64, k0, &full[s]);
-                } else {        // (M, K) rows: one box of 64 K x 128 M
+                    if (!P::PINGPONG) sm90_tma_load(sa + 8192, &map_a, tile.m0 + 64, k0, &full[s]);
+                } else {        // (M, K) rows: one box of 64 K x 128 M (64 M)
                     sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
                 }
                 if (TRANS_B) {  // (K, N) rows: four boxes of 64 N x 64 K
@@ -550,11 +576,21 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     st.box[0] = smem + L::EPI + (4 * th.wg + th.w) * P::EPI_BUFFERS * SM90_BOX_BYTES;
     st.box[1] = st.box[0] + (P::EPI_BUFFERS - 1) * SM90_BOX_BYTES;
     st.next = 0;
+    const int turn = th.wg;  // ping-pong: this warpgroup takes the CTA's tiles of this parity
+    if (P::PINGPONG) th.wg = 0;
     float d[128];
     uint32_t af[2][16];
-    int it = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+    int it = 0, local = 0, turns = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, local++) {
         const sm90_tile tile = sm90_tile_at(shape, t);
+        if (P::PINGPONG && (local & 1) != turn) {  // the other warpgroup's: skip its stages
+            it += tile.kb1 - tile.kb0;
+            continue;
+        }
+        if (P::PINGPONG && local > 0) {  // the other has waited for its last stage of tile local - 1
+            sm90_mbar_wait(&turn_bar[turn ^ 1], turns & 1);
+            turns++;
+        }
         typename P::TileState ts;
         P::tile_begin(args, ts, tile, th);
         int prev = -1;
@@ -566,7 +602,7 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 if (k >= tile.kb1) break;
                 const int s = it % STAGES;
                 sm90_mbar_wait(&full[s], (it / STAGES) & 1);
-                const uint8_t *sa = smem + L::A + s * SM90_A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                const uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
                 const uint8_t *sx = smem + L::EXTRA_OFF + s * P::STAGE_EXTRA;
                 if (half == 0) sm90_consumer_step<P, TRANS_A, TRANS_B, 0>(args, ts, d, af, sa, sb, sx, tile, k, th);
                 else sm90_consumer_step<P, TRANS_A, TRANS_B, 1>(args, ts, d, af, sa, sb, sx, tile, k, th);
@@ -577,6 +613,7 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 it++;
             }
         }
+        if (P::PINGPONG && th.lt == 0) sm90_mbar_arrive(&turn_bar[turn]);
         sm90_wgmma_wait<0>();
         if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
         sm90_fence_acc(d);
@@ -679,13 +716,15 @@ static inline cudaError_t sm90_gemm_check(const sm90_problem &p, int d_elem) {
     return cudaSuccess;
 }
 
-// Number of output tiles (per split) and the K steps of each split.
-static inline sm90_shape sm90_make_shape(const sm90_problem &p) {
+// Number of output tiles (per split) of bm rows and the K steps of each split.
+static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM) {
     sm90_shape s;
     s.M = (int)p.M;
     s.N = (int)p.N;
     s.K = (int)p.K;
-    s.tiles_m = (int)((p.M + SM90_BM - 1) / SM90_BM);
+    s.bm = bm;
+    s.group_m = SM90_GROUP_M * SM90_BM / bm;
+    s.tiles_m = (int)((p.M + bm - 1) / bm);
     s.tiles_n = (int)((p.N + SM90_BN - 1) / SM90_BN);
     const int k_tiles = (int)((p.K + SM90_BK - 1) / SM90_BK);
     s.splits = p.splits < k_tiles ? p.splits : k_tiles;
@@ -699,12 +738,13 @@ static inline sm90_shape sm90_make_shape(const sm90_problem &p) {
 template <class P, typename OutT, int TRANS_A, int TRANS_B>
 static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Args &args, cudaStream_t stream) {
     constexpr int STAGES = sm90_stages<P>::value;
-    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS> L;
+    constexpr int BM = P::PINGPONG ? SM90_BM / 2 : SM90_BM;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, sm90_a_bytes<P>::value> L;
     static_assert(L::TOTAL <= SM90_SMEM_LIMIT, "shared memory");
     if (p.trans_a != TRANS_A || p.trans_b != TRANS_B) return cudaErrorInvalidValue;
     CUtensorMap ma, mb, md;
-    const sm90_shape shape = sm90_make_shape(p);
-    cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, 128);
+    const sm90_shape shape = sm90_make_shape(p, BM);
+    cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, BM);
     if (e == cudaSuccess)
         e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, 256);
     if (e == cudaSuccess)
@@ -724,18 +764,25 @@ static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Arg
 }
 
 // The plain policy in p's layout.
-template <typename OutT, bool ADD>
+template <typename OutT, bool ADD, bool PP = false>
 static cudaError_t sm90_gemm_plain(const sm90_problem &p, cudaStream_t stream) {
-    typedef sm90_plain<OutT, ADD> P;
+    typedef sm90_plain<OutT, ADD, PP> P;
     if (p.trans_a)
         return p.trans_b ? sm90_gemm_launch<P, OutT, 1, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 1, 0>(p, {}, stream);
     return p.trans_b ? sm90_gemm_launch<P, OutT, 0, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 0, 0>(p, {}, stream);
 }
 
-// The plain product D (+)= op(A) op(B) in bf16 or fp32 (d_fp32), added to D when add.
-static inline cudaError_t sm90_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream) {
+// The plain product D (+)= op(A) op(B) in bf16 or fp32 (d_fp32), added to D when add;
+// pingpong: that schedule (see PINGPONG above).
+static inline cudaError_t sm90_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream,
+                                    int pingpong = 0) {
     cudaError_t e = sm90_gemm_check(p, d_fp32 ? 4 : 2);
     if (e != cudaSuccess) return e;
+    if (pingpong) {
+        if (d_fp32) return add ? sm90_gemm_plain<float, true, true>(p, stream) : sm90_gemm_plain<float, false, true>(p, stream);
+        if (add) return cudaErrorInvalidValue;
+        return sm90_gemm_plain<__nv_bfloat16, false, true>(p, stream);
+    }
     if (d_fp32) return add ? sm90_gemm_plain<float, true>(p, stream) : sm90_gemm_plain<float, false>(p, stream);
     // bf16 additions would round twice: callers add in fp32
     if (add) return cudaErrorInvalidValue;

@@ -3,7 +3,9 @@ gemm_sm90.cu - our Hopper GEMM (common/gemm_sm90.cuh) against cuBLASLt, llm.c de
 first every layout and output mode on odd shapes against cuBLASLt's fp32-accumulated result on
 the same bf16 inputs (outputs poisoned first, every element checked), then the rate of both at
 8192^3 and at the shapes of flce's three GEMMs, and of d_h and d_W with A read through
-registers (probe_rs: what flce's fused products do, without their transform).
+registers (probe_rs: what flce's fused products do, without their transform). The ping-pong
+schedule (PINGPONG in gemm_sm90.cuh: each consumer warpgroup its own 64 x 256 tiles) is
+checked the same way and timed on the logits layout beside the cooperative one.
 
     build/gemm_sm90             check, then time (default shapes)
     build/gemm_sm90 -c          check only
@@ -166,11 +168,12 @@ static cudaError_t probe_gemm(const sm90_problem &p, int d_fp32, int add, cudaSt
                : sm90_gemm_launch<probe_rs<0, false>, float, 0, 0>(p, {one.nonzero}, s);
 }
 
-// which of the two products check_case and time_case run: 0 sm90_gemm, 1 the probe
-static int use_probe = 0;
+// which product check_case and time_case run: sm90_gemm (cooperative, or ping-pong with
+// use_pp), or the probe
+static int use_probe = 0, use_pp = 0;
 
 static cudaError_t ours(const sm90_problem &p, int d_fp32, int add, cudaStream_t s) {
-    return use_probe ? probe_gemm(p, d_fp32, add, s) : sm90_gemm(p, d_fp32, add, s);
+    return use_probe ? probe_gemm(p, d_fp32, add, s) : sm90_gemm(p, d_fp32, add, s, use_pp);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -341,6 +344,14 @@ int main(int argc, char **argv) {
         check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
     }
     use_probe = 0;
+    use_pp = 1;  // the ping-pong schedule
+    for (int l = 0; l < 3; l++) {
+        check_case(layouts[l], 300, 520, 200, 0, 0, 1);
+        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
+        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
+        check_case(layouts[l], 2048, 2048, 512, 0, 0, 1);
+    }
+    use_pp = 0;
     printf("checks: %d failure(s)\n", failures);
     if (check_only || failures) return failures ? 1 : 0;
 
@@ -349,6 +360,14 @@ int main(int argc, char **argv) {
     time_case("square", "TN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NT", 8192, 8192, 8192, 1, 1, reps);
+    use_pp = 1;
+    time_case("square, ping-pong", "TN", 8192, 8192, 8192, 0, 0, reps);
+    time_case("logits H=768 V=50304, ping-pong", "TN", 4096, 50304, 768, 0, 0, reps);
+    time_case("logits H=1024 V=176256, ping-pong", "TN", 4096, 176256, 1024, 0, 0, reps);
+    time_case("logits H=4096 V=151936, ping-pong", "TN", 4096, 151936, 4096, 0, 0, reps);
+    time_case("fc H=768 N=65536, ping-pong", "TN", 65536, 3072, 768, 0, 0, reps);
+    time_case("fc H=768 N=65536", "TN", 65536, 3072, 768, 0, 0, reps);
+    use_pp = 0;
     // flce's GEMMs at a chunk of 4096 tokens: logits (C x V, k = H), d_h (C x H, k = V),
     // d_W (V x H += over C tokens)
     const int shapes[4][2] = {{768, 50304}, {4096, 128256}, {4096, 151936}, {1024, 176256}};

@@ -54,6 +54,7 @@ struct flce_context {
     gemm_cache gemm;
     int hopper;       // bf16 calls take the Hopper path (flce_set_hopper)
     int timing;
+    int pingpong;     // the logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 by H (FLCE_PINGPONG)
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
     long long t_calls;
@@ -618,6 +619,8 @@ flce_status flce_create(flce_context **out) {
     const char *autotune = getenv("FLCE_AUTOTUNE");
     ctx->gemm.autotune = !(autotune != NULL && strcmp(autotune, "0") == 0);
     ctx->hopper = flce_hopper_default();
+    const char *pp = getenv("FLCE_PINGPONG");
+    ctx->pingpong = pp == NULL || (strcmp(pp, "0") != 0 && strcmp(pp, "1") != 0) ? -1 : atoi(pp);
     const char *timing = getenv("FLCE_TIMING");
     if (timing != NULL && strcmp(timing, "1") == 0 &&
         cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
@@ -1106,7 +1109,17 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
     a.want_sum = s->cfg->label_smoothing > 0.0f;
     FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
         FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
-        if (a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL)
+        const bool logit = a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL;
+        // ping-pong where the epilogue is long against a tile's products (K = H <= 2048): the
+        // logits kernel alone on an H200 (ncu, same run) took 7-10% fewer cycles at H = 768 and
+        // 1024, though 2-4% less time (the clock falls under the power cap); at H = 4096 it was
+        // no faster (dev/RESULTS.md)
+        const int pingpong = ctx->pingpong >= 0 ? ctx->pingpong : H <= 2048;
+        if (pingpong && logit)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else if (pingpong)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else if (logit)
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
         else
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false>, __nv_bfloat16, 0, 0>(q, a, s->stream)));

@@ -236,7 +236,10 @@ void flce_set_autotune(flce_context *ctx, int on);
 // GEMMs and the row kernels, as on every other GPU and for fp32 inputs. Both are exact to the
 // bf16 floor and deterministic. The planner (flce_workspace_size, flce_chunk_tokens,
 // flce_vocab_tile) plans for the path a new context takes on the current device; a call
-// re-plans for its own path within the workspace it is given.
+// re-plans for its own path within the workspace it is given. On the Hopper path the logits
+// GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above;
+// FLCE_PINGPONG=1 or 0 in the environment fixes either (the same arithmetic in the same
+// order: only which warpgroup runs a tile changes).
 void flce_set_hopper(flce_context *ctx, int on);
 
 // Whether a new context on the current device takes the Hopper path (see flce_set_hopper).

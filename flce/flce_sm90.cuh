@@ -109,10 +109,12 @@ struct flce_sm90_logits_args {
 };
 
 // LOGIT: bias and / or softcap on the accumulators (a kernel of its own: the register budget
-// of the plain one has no room for them).
-template <typename T, bool LOGIT>
+// of the plain one has no room for them). PP: the ping-pong schedule (gemm_sm90.cuh), so that
+// this epilogue (an exponential per element) runs beside the other warpgroup's products.
+template <typename T, bool LOGIT, bool PP = false>
 struct flce_sm90_logits : sm90_policy_base {
     typedef flce_sm90_logits_args<T> Args;
+    static constexpr bool PINGPONG = PP;
 
     // base-2 logit of accumulator x at vocabulary column j (< V) with a bias or a softcap;
     // inv_cap = 1 / softcap. tanh through one exponential and one reciprocal (absolute error
