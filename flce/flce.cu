@@ -435,6 +435,21 @@ static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
     return even < c ? even : c;
 }
 
+// The balanced chunk (flce_balance) of at most c tokens whose layout fits budget, 0 if none.
+// The layout is not monotonic in the chunk (the Hopper path's d_h partials grow as a chunk
+// falls short of whole waves of tiles), so the balanced form of the largest chunk that fits
+// can overshoot the budget (65536 x 768 x 50304 in 1 GiB did, by 34 MB): step down until it fits.
+static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t c, int64_t vtile, int dw_accumulator,
+                                 int sms) {
+    flce_plan p;
+    while (c > 0) {
+        const int64_t cb = flce_balance(cfg->n_tokens, c, FLCE_CHUNK_MULTIPLE);
+        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, &p), budget)) return cb;
+        c = cb > FLCE_CHUNK_MULTIPLE ? cb - FLCE_CHUNK_MULTIPLE : cb - 1;
+    }
+    return 0;
+}
+
 /*
 The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
 whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
@@ -510,8 +525,9 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
             dw_acc = 1;
             c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms);
         }
+        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms) : 0;
         if (c > 0) {
-            flce_layout(cfg, flce_balance(N, c, FLCE_CHUNK_MULTIPLE), span, dw_acc, sms, p);
+            flce_layout(cfg, c, span, dw_acc, sms, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         }
     }
@@ -523,9 +539,10 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
     for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
-        if (v > 0) {
-            const int64_t cb = flce_balance(N, c, FLCE_CHUNK_MULTIPLE);
-            flce_layout(cfg, cb, flce_balance(span, v, unit), dw_acc, sms, &cand);
+        const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
+        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms) : 0;
+        if (cb > 0) {
+            flce_layout(cfg, cb, vb, dw_acc, sms, &cand);
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
             if (p->chunk == 0 || cost < best_cost) {
                 *p = cand;

@@ -1442,6 +1442,32 @@ static void test_hopper_plans(void) {
                    (long long)c32, b16, (long long)c16,
                    big ? "several chunks: an fp32 accumulator of V H 4 bytes" : "one chunk: no accumulator");
     }
+    // every plan within its budget: the Hopper path's layout is not monotonic in the chunk
+    // (its d_h partials), and the balanced chunk of 65536 x 768 x 50304 in 1 GiB (GPT-2 at
+    // B = 64, the trainer's default -f) once came to 1,107,589,888 bytes
+    const int64_t shapes[][3] = {{65536, 768, 50304}, {131072, 768, 50304}, {16384, 4096, 151936},
+                                 {65535, 1024, 176245}, {8192, 768, 50304}, {9000, 2048, 32000}};
+    const size_t mibs[] = {160, 512, 1024, 2048, 4096};
+    int over = 0, plans = 0;
+    char first[160] = "";
+    for (int sh = 0; sh < 6; sh++)
+        for (int b = 0; b < 5; b++)
+            for (int bf16_dw = 0; bf16_dw < 2; bf16_dw++) {
+                flce_config c;
+                flce_config_init(&c, shapes[sh][0], shapes[sh][1], shapes[sh][2]);
+                if (bf16_dw) c.d_weight_dtype = FLCE_BF16;
+                const size_t budget = mibs[b] << 20;
+                size_t bytes = 0;
+                if (flce_workspace_size(&c, budget, &bytes) != FLCE_OK) continue;
+                plans++;
+                if (bytes > budget || flce_chunk_tokens(&c, bytes) < 1) {
+                    if (over++ == 0)
+                        snprintf(first, sizeof(first), "%lld x %lld x %lld in %zu MiB: %zu bytes",
+                                 (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, mibs[b], bytes);
+                }
+            }
+    test_check(plans > 0 && over == 0, "lib: Hopper plans (132 SMs) within their budgets: %d of %d over%s%s", over,
+               plans, over ? ", first " : "", first);
     unsetenv("FLCE_PLAN_SMS");
 }
 
