@@ -6,9 +6,12 @@
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
-#                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale]
+#                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
+#   bench-ab: dev/flce_bench's flce rows under each setting of AB_ENV (default "FLCE_PINGPONG=0
+#   FLCE_PINGPONG=1"), AB_ROUNDS (2) alternated rounds; train-f: the trainer at B = 64 with each
+#   flce budget of TRAIN_F (default "1024 4096" MiB): median step, tok/s, memory.
 #   train-scale (several GPUs): issue 13's table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
 #   one GPU, then -z 0|1 x -ov 0|1 at B = 64, tok/s, efficiency, memory (mg_scale says how).
 #   (default: all but the multi-GPU steps, which need 2 GPUs (MG_NP=N runs the mpirun ones on N: train-mpi,
@@ -277,6 +280,32 @@ mg_scale() {
     done
     [ $bad -eq 0 ] && echo "OK: scaling table for $models on $MG_NP GPUs" || return 1
 }
+# A/B of library settings in one call: dev/flce_bench's flce rows under each environment
+# setting of $AB_ENV (default "FLCE_PINGPONG=0 FLCE_PINGPONG=1"; "-" for none), $AB_ROUNDS
+# rounds (default 2) alternated so that the GPU's warm-up and clock drift fall on both; the
+# summary's flce row of each run (x the same run's floor).
+bench_ab() {
+    local settings=${AB_ENV:-"FLCE_PINGPONG=0 FLCE_PINGPONG=1"} rounds=${AB_ROUNDS:-2} r set log bad=0
+    for r in $(seq 1 "$rounds"); do for set in $settings; do
+        log="$OUT/ab_${set//[^A-Za-z0-9_]/_}_$r.log"
+        if [ "$set" = "-" ]; then timeout 200 build/flce_bench -v flce -r 9 > "$log" 2>&1 || bad=1
+        else env "$set" timeout 200 build/flce_bench -v flce -r 9 > "$log" 2>&1 || bad=1; fi
+        echo "| $set | $r | $(grep -A9 '^## Summary' "$log" | grep -E '^\| flce \|' | cut -d'|' -f3- )"
+    done; done
+    [ $bad -eq 0 ] && echo "OK: A/B of $settings, $rounds rounds" || { echo "FAIL: a run of the A/B"; return 1; }
+}
+# The trainer at B = 64 with each flce budget of $TRAIN_F (MiB, default "1024 4096"): median
+# step of 11-30, tok/s, MiB in use at the end.
+train_f() {
+    local f log ms bad=0
+    for f in ${TRAIN_F:-1024 4096}; do
+        log="$OUT/train_f$f.log"
+        timeout 200 ./train_gpt -b 64 -x 30 -v 0 -s 0 -f "$f" > "$log" 2>&1 || { echo "FAIL: -f $f"; bad=1; continue; }
+        ms=$(mg_median_ms "$log")
+        echo "| -f $f | $ms ms | $(awk -v ms="$ms" 'BEGIN {printf "%.0f", 65536 / (ms / 1000)}') tok/s | $(mg_mib "$log") MiB |"
+    done
+    [ $bad -eq 0 ] && echo "OK: trainer at -f ${TRAIN_F:-1024 4096}" || return 1
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -340,6 +369,8 @@ for s in $steps; do
     train-zero) run_step train_zero mg_zero ;;
     train-overlap) run_step train_overlap mg_overlap ;;
     train-scale) run_step train_scale mg_scale; grep -E "^\|" "$OUT/train_scale.log" ;;
+    bench-ab) run_step bench_ab bench_ab; grep -E "^\|" "$OUT/bench_ab.log" ;;
+    train-f) run_step train_f train_f; grep -E "^\|" "$OUT/train_f.log" ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
