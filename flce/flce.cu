@@ -282,6 +282,7 @@ typedef struct {
     // the Hopper path (flce_sm90.cuh): the logits buffer is E (bf16, row stride ldl), and
     int sm90;
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
+    int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
     int64_t n_stat;      // 256-column statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
@@ -333,6 +334,22 @@ static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
     return best;
 }
 
+/*
+The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
+load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
+and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs ran
+slower than cuBLASLt's on stored dlogits (the d_W GEMM most: its transform needs per-token
+coefficients every K step), a cost per logit that grows with H, while the pass's cost per
+logit does not: on an H200 (dev/RESULTS.md) the pass won at H = 4096 and lost at H = 768 and
+1024. FLCE_LT_BACKWARD=0|1 forces either (read when a plan is made: the layouts differ).
+*/
+#define FLCE_LT_BACKWARD_MIN_H 2048
+static int flce_sm90_lt_backward(const flce_config *cfg) {
+    const char *e = getenv("FLCE_LT_BACKWARD");
+    if (e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)) return atoi(e);
+    return cfg->hidden >= FLCE_LT_BACKWARD_MIN_H;
+}
+
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
 // (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
 // size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
@@ -349,12 +366,15 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->vocab_tile = vtile < span ? vtile : span;
     p->n_vtiles = (span + p->vocab_tile - 1) / p->vocab_tile;
     const int tiled = p->n_vtiles > 1;
+    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
     // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
-    const int64_t cut = flce_vocab_cut(Vp);
-    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 && (tiled || (!p->sm90 && cut > 0 && cut < Vp));
+    // (cuBLASLt's d_h GEMM over the real classes of the Hopper path's chunk, cut the same way)
+    const int64_t cut = flce_vocab_cut(span);
+    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 &&
+                        (tiled || ((!p->sm90 || p->lt_backward) && cut > 0 && cut < span));
     // vocab_parallel: the chunk's d_h is summed over the ranks in fp32, then written out
     const int vp = cfg->vocab_parallel;
     if (vp && !cfg->d_hidden_partial) p->dh_accumulator = 1;
@@ -363,10 +383,10 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     if (p->sm90) {
         p->ldc = flce_round_up(chunk, 64);
         p->n_stat = (V + FLCE_SM90_TILE - 1) / FLCE_SM90_TILE;
-        p->dh_parts = chunk > 0 ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
+        p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
     }
     const size_t ldc = (size_t)p->ldc;
-    p->off_lt = o;            o = flce_append(o, p->sm90 ? 0 : FLCE_LT_WORKSPACE);
+    p->off_lt = o;            o = flce_append(o, p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE);
     p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
     p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
@@ -386,7 +406,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row)
     p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 1, ldc, 2) : 0);
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
-    p->off_dh_part = o;       o = flce_append(o, p->sm90 ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
+    p->off_dh_part = o;       o = flce_append(o, p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
     p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;
@@ -474,6 +494,7 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
         double bytes = backward ? N * V * 6.0 : 0.0;
         if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
+        if (backward && p->lt_backward) bytes += N * V * 4.0;  // dlogits written over E
         t += bytes / bandwidth;
         t += (double)(p->n_chunks * p->n_vtiles) * (backward ? 6.0 : 2.0) * launch;
         return t;
@@ -970,18 +991,20 @@ static flce_status flce_finish_dh(flce_call_state<T, TL, Tgt> *s, void *dh, floa
 
 // The gradient GEMMs of vocabulary columns v0 .. v0+w for the `rows` tokens at c0, from the
 // dlogits the row kernel wrote over their logits (row stride ldd), as both schedules run
-// them per tile: d_h (+)= dlogits @ W[tile], d_W[tile] (+)= dlogits^T @ h, d_b[tile] (+)=
+// them per tile (and the Hopper path's lt_backward, over the real classes, whose d_b is its
+// own kernel's: with_db 0): d_h (+)= dlogits @ W[tile], d_W[tile] (+)= dlogits^T @ h, d_b[tile] (+)=
 // dlogits^T @ ones. A bf16 d_W or d_b goes to its fp32 accumulator (added to the output in
 // finalize), and a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is
 // summed in fp32 and rounded once, after the last tile.
 template <typename T, typename TL, typename Tgt>
 static flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows,
-                                      int64_t v0, int64_t w) {
+                                      int64_t v0, int64_t w, int with_db) {
     flce_context *ctx = s->ctx;
     const flce_config *cfg = s->cfg;
     const flce_tensors *t = s->t;
     const flce_plan *p = s->p;
     const int64_t H = cfg->hidden, cut = flce_vocab_cut(w);
+    const int64_t span = p->sm90 ? cfg->vocab : cfg->vocab_padded;  // the columns the tiles cover
     const cudaDataType_t in_type = flce_cuda_type(cfg->dtype);
     const gemm_operand dlogits = {s->ws + p->off_logits, in_type, p->ldd};
     const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
@@ -999,7 +1022,7 @@ static flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_GEMM_TRY("d_hidden", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, cut, lt_ws,
                                                  FLCE_LT_WORKSPACE));
-            if (acc && v0 + w == cfg->vocab_padded) {
+            if (acc && v0 + w == span) {
                 FLCE_TRY(flce_finish_dh(s, dh, dh32, rows));
             }
         });
@@ -1017,7 +1040,7 @@ static flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0
                    FLCE_GEMM_TRY("d_weight", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, cut,
                                                         lt_ws, FLCE_LT_WORKSPACE)));
     }
-    if (t->d_bias != NULL) {
+    if (t->d_bias != NULL && with_db) {
         // d_b[v0 .. v0+w] (+)= dlogits^T @ ones: the column sums of the chunk, in fp32
         const int acc = cfg->d_bias_dtype == FLCE_BF16;
         float *db = acc ? (float *)(s->ws + p->off_db32) : (float *)t->d_bias;
@@ -1041,7 +1064,7 @@ static flce_status flce_run_chunks(flce_call_state<T, TL, Tgt> *s) {
         const int64_t rows = N - c0 < C ? N - c0 : C;
         s->ra.row0 = c0;
         FLCE_TRY(flce_logits_tile(s, c0, rows, 0, Vp, mode));
-        if (s->backward) FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp));
+        if (s->backward) FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp, 1));
     }
     return FLCE_OK;
 }
@@ -1080,13 +1103,13 @@ static flce_status flce_run_tiles(flce_call_state<T, TL, Tgt> *s) {
         if (!s->backward) continue;
         if (s->p->n_vtiles == 1) {  // one tile: its logits are still in the buffer
             FLCE_TRY(flce_rows_tile(s, c0, rows, 0, Vp, FLCE_ROWS_TILE_GRAD));
-            FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp));
+            FLCE_TRY(flce_tile_backward(s, c0, rows, 0, Vp, 1));
             continue;
         }
         for (int64_t v0 = 0; v0 < Vp; v0 += tile) {
             const int64_t w = Vp - v0 < tile ? Vp - v0 : tile;
             FLCE_TRY(flce_logits_tile(s, c0, rows, v0, w, FLCE_ROWS_TILE_GRAD));
-            FLCE_TRY(flce_tile_backward(s, c0, rows, v0, w));
+            FLCE_TRY(flce_tile_backward(s, c0, rows, v0, w, 1));
         }
     }
     return FLCE_OK;
@@ -1175,6 +1198,27 @@ static flce_status flce_hopper_merge(flce_call_state<T, TL, Tgt> *s, const flce_
     return FLCE_OK;
 }
 
+// d_b of vocabulary columns [r->voff, r->voff + w) (and the padding on to Vp after the last
+// tile) for the chunk at c0: the column sums of dlogits, formed from E, in fp32.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_dbias(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                     int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const int64_t v0 = r->voff;
+    const int64_t rows_w = v0 + w == cfg->vocab ? cfg->vocab_padded - v0 : w;
+    const int acc = cfg->d_bias_dtype == FLCE_BF16;
+    float *db = (acc ? (float *)(s->ws + s->p->off_db32) : (float *)s->t->d_bias) + v0;
+    const int add = c0 > 0 || (!acc && cfg->accumulate_d_bias);
+    FLCE_PHASE(ctx, s->stream, FLCE_T_DBIAS, {
+        const unsigned grid = (unsigned)((rows_w + 511) / 512);
+        flce_sm90_dbias_kernel<<<grid, 256, 0, s->stream>>>((const __nv_bfloat16 *)(s->ws + s->p->off_logits),
+                                                            s->p->ldl, *r, (int)w, (int)rows_w, db, add);
+        FLCE_HOPPER_TRY("d_bias kernel", cudaGetLastError());
+    });
+    return FLCE_OK;
+}
+
 // The gradients of vocabulary columns [r->voff, r->voff + w) (the tile whose E the buffer
 // holds) for the chunk at c0.
 template <typename T, typename TL, typename Tgt>
@@ -1257,17 +1301,36 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_weight GEMM", err);
         });
     }
-    if (t->d_bias != NULL) {
-        // d_b[tile] (+)= the column sums of dlogits, in fp32
-        const int acc = cfg->d_bias_dtype == FLCE_BF16;
-        float *db = (acc ? (float *)(s->ws + p->off_db32) : (float *)t->d_bias) + v0;
-        const int add = c0 > 0 || (!acc && cfg->accumulate_d_bias);
-        FLCE_PHASE(ctx, s->stream, FLCE_T_DBIAS, {
-            const unsigned grid = (unsigned)((rows_w + 511) / 512);
-            flce_sm90_dbias_kernel<<<grid, 256, 0, s->stream>>>((const __nv_bfloat16 *)E.ptr, p->ldl, *r, (int)w,
-                                                                (int)rows_w, db, add);
-            FLCE_HOPPER_TRY("d_bias kernel", cudaGetLastError());
-        });
+    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    return FLCE_OK;
+}
+
+// lt_backward (flce_sm90_lt_backward): d_b from E, then dlogits written over E, then the
+// cuBLASLt path's gradient GEMMs on them, over the real classes; d_W's padding rows (V .. Vp)
+// are zeroed by the first chunk where it writes rather than adds.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                         int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded, H = cfg->hidden, v0 = r->voff;
+    if (s->t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        __nv_bfloat16 *E = (__nv_bfloat16 *)(s->ws + s->p->off_logits);
+        const int w_out = (int)flce_round_up(w, 8);  // within the row stride (a multiple of 64)
+        if (r->xf)
+            flce_sm90_dlogits_kernel<true><<<(unsigned)r->rows, 256, 0, s->stream>>>(E, s->p->ldl, *r, w_out);
+        else
+            flce_sm90_dlogits_kernel<false><<<(unsigned)r->rows, 256, 0, s->stream>>>(E, s->p->ldl, *r, w_out);
+        FLCE_HOPPER_TRY("dlogits kernel", cudaGetLastError());
+    });
+    FLCE_TRY(flce_tile_backward(s, c0, r->rows, v0, w, 0));
+    const int acc = s->p->dw_accumulator;
+    if (s->t->d_weight != NULL && c0 == 0 && v0 + w == V && Vp > V && (acc || !cfg->accumulate_d_weight)) {
+        const size_t es = acc ? 4 : flce_dtype_size(cfg->d_weight_dtype);
+        char *dw = acc ? s->ws + s->p->off_dw32 : (char *)s->t->d_weight;
+        FLCE_HOPPER_TRY("d_weight padding rows", cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es,
+                                                                 s->stream));
     }
     return FLCE_OK;
 }
@@ -1315,7 +1378,8 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
             r.voff = (int)v0;
             FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
             if (!tiled) FLCE_TRY(flce_hopper_merge(s, &r, c0));
-            if (s->backward) FLCE_TRY(flce_hopper_backward(s, &r, c0, w));
+            if (s->backward)
+                FLCE_TRY(p->lt_backward ? flce_hopper_backward_lt(s, &r, c0, w) : flce_hopper_backward(s, &r, c0, w));
         }
     }
     return FLCE_OK;

@@ -239,7 +239,10 @@ void flce_set_autotune(flce_context *ctx, int on);
 // re-plans for its own path within the workspace it is given. On the Hopper path the logits
 // GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above;
 // FLCE_PINGPONG=1 or 0 in the environment fixes either (the same arithmetic in the same
-// order: only which warpgroup runs a tile changes).
+// order: only which warpgroup runs a tile changes). Its gradients come from GEMMs that form
+// dlogits from the stored bf16 exponentials as they load them for H < 2048, and from cuBLASLt's
+// GEMMs on dlogits a pass writes over them for H >= 2048 (faster there); FLCE_LT_BACKWARD=0
+// or 1 in the environment fixes either, for every plan and call after it is set.
 void flce_set_hopper(flce_context *ctx, int on);
 
 // Whether a new context on the current device takes the Hopper path (see flce_set_hopper).

@@ -651,6 +651,38 @@ __global__ void flce_sm90_dbias_kernel(const __nv_bfloat16 *E, int64_t lde, flce
     if (c + 1 < w) db[c + 1] = (accumulate ? db[c + 1] : 0.0f) + acc1;
 }
 
+// lt_backward (flce.cu): dlogits written over E, one block per row of the chunk, 8 columns
+// a thread (16-byte loads and stores), columns [0, w_out) (a multiple of 8 within the row
+// stride): past the V real classes (the last tile's padding on to Vp, whose E the logits GEMM
+// did not write) dz is 0. dz in fp32 and rounded to bf16 once, as the fused GEMMs' general
+// transform does.
+template <bool XF>
+__global__ void __launch_bounds__(256) flce_sm90_dlogits_kernel(__nv_bfloat16 *E, int64_t lde, flce_sm90_rows r,
+                                                                int w_out) {
+    const int i = blockIdx.x;
+    __nv_bfloat16 *row = E + (int64_t)i * lde;
+    const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+    const float ct = r.coef[flce_sm90_coef(i, FLCE_COEF_CT)], cs = r.coef[flce_sm90_coef(i, FLCE_COEF_CS)];
+    const flce_sm90_xf_call x = flce_sm90_xf_init(r);
+    for (int c = 8 * threadIdx.x; c < w_out; c += 8 * blockDim.x) {
+        const int j = r.voff + c;  // 8 columns of one statistics tile (voff and c multiples of 8)
+        const int64_t k = (int64_t)(min(j, r.V - 1) / FLCE_SM90_TILE) * r.ld + i;
+        const float s = r.stat_s[k];
+        const float m2 = XF ? r.stat_m[k] : 0.0f, u = XF ? r.stat_sz[k] : 0.0f;
+        uint4 v = *reinterpret_cast<const uint4 *>(row + c);
+        uint32_t e2[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int jq = j + 2 * q;
+            const float w0 = XF ? flce_sm90_weight(r, jq) : 1.0f, w1 = XF ? flce_sm90_weight(r, jq + 1) : 1.0f;
+            const float d0 = flce_sm90_dz<XF>(sm90_bf16_lo(e2[q]), s, jq, y, ct, cs, u, w0, m2, x, r.V);
+            const float d1 = flce_sm90_dz<XF>(sm90_bf16_hi(e2[q]), s, jq + 1, y, ct, cs, u, w1, m2, x, r.V);
+            e2[q] = sm90_pack_bf16(d0, d1);
+        }
+        *reinterpret_cast<uint4 *>(row + c) = make_uint4(e2[0], e2[1], e2[2], e2[3]);
+    }
+}
+
 // out (rows x H, bf16 or fp32) (+)= the sum of `parts` fp32 partials (rows x H each, part
 // stride rows * H), in order; 4 elements per thread (H is a multiple of 4 for these).
 template <typename TO>

@@ -10,7 +10,8 @@
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
 #   bench-ab: dev/flce_bench's flce rows under each setting of AB_ENV (default "FLCE_PINGPONG=0
-#   FLCE_PINGPONG=1"), AB_ROUNDS (2) alternated rounds; train-f: the trainer at B = 64 with each
+#   FLCE_PINGPONG=1"; a setting is VAR=value, a flce_bench binary's path (another build's), or
+#   path+VAR=value), AB_ROUNDS (2) alternated rounds; train-f: the trainer at B = 64 with each
 #   flce budget of TRAIN_F (default "1024 4096" MiB): median step, tok/s, memory.
 #   train-scale (several GPUs): issue 13's table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
 #   one GPU, then -z 0|1 x -ov 0|1 at B = 64, tok/s, efficiency, memory (mg_scale says how).
@@ -288,8 +289,15 @@ bench_ab() {
     local settings=${AB_ENV:-"FLCE_PINGPONG=0 FLCE_PINGPONG=1"} rounds=${AB_ROUNDS:-2} r set log bad=0
     for r in $(seq 1 "$rounds"); do for set in $settings; do
         log="$OUT/ab_${set//[^A-Za-z0-9_]/_}_$r.log"
-        if [ "$set" = "-" ]; then timeout 200 build/flce_bench -v flce -r 9 > "$log" 2>&1 || bad=1
-        else env "$set" timeout 200 build/flce_bench -v flce -r 9 > "$log" 2>&1 || bad=1; fi
+        # a setting: "-" (as is), VAR=value, a flce_bench binary (a path), or a path+VAR=value
+        local bin=build/flce_bench envs=()
+        case $set in
+        -) ;;
+        */*+*) bin=${set%%+*}; envs=("${set#*+}") ;;
+        */*) bin=$set ;;
+        *) envs=("$set") ;;
+        esac
+        env "${envs[@]}" timeout 200 "$bin" -v flce -r 9 > "$log" 2>&1 || bad=1
         echo "| $set | $r | $(grep -A9 '^## Summary' "$log" | grep -E '^\| flce \|' | cut -d'|' -f3- )"
     done; done
     [ $bad -eq 0 ] && echo "OK: A/B of $settings, $rounds rounds" || { echo "FAIL: a run of the A/B"; return 1; }

@@ -292,7 +292,10 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     const flce_config *c = &pb->cfg;
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
     char tagged[600];  // the path in every line: fp32 inputs always take cuBLASLt's
-    snprintf(tagged, sizeof(tagged), "[%s] %s", g_hopper && c->dtype == FLCE_BF16 ? "hopper" : "cublaslt", label);
+    const char *lt = getenv("FLCE_LT_BACKWARD");  // (the Hopper path's gradients by cuBLASLt)
+    snprintf(tagged, sizeof(tagged), "[%s] %s",
+             g_hopper && c->dtype == FLCE_BF16 ? (lt != NULL && strcmp(lt, "1") == 0 ? "hopper-lt" : "hopper") : "cublaslt",
+             label);
     label = tagged;
     // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the issue's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
@@ -1307,11 +1310,21 @@ int main(int argc, char **argv) {
     printf("test_gpu on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     cudaCheck(cudaStreamCreate(&g_stream));
     // every test on each GEMM path this build and GPU have: flce's Hopper GEMMs where they
-    // run, and cuBLASLt's (the only path on other GPUs and for fp32 inputs)
+    // run, with the gradients from its fused GEMMs and from dlogits written over E and
+    // cuBLASLt's GEMMs (FLCE_LT_BACKWARD=0, then 1, unless the caller set it: then once), and
+    // cuBLASLt's path (the only one on other GPUs and for fp32 inputs)
     const int hopper = flce_hopper_default();
-    printf("GEMM paths: %s\n", hopper ? "hopper, then cublaslt" : "cublaslt (no sm_90a build or not a 9.0 GPU)");
-    for (g_hopper = hopper; g_hopper >= 0; g_hopper--) {
-        printf("== %s path ==\n", g_hopper ? "hopper" : "cublaslt");
+    const char *lt_env = getenv("FLCE_LT_BACKWARD");
+    static const struct { int hopper; const char *lt, *name; } passes[3] = {
+        {1, "0", "hopper (fused gradient GEMMs)"}, {1, "1", "hopper (gradients by cuBLASLt)"}, {0, NULL, "cublaslt"}};
+    printf("GEMM paths: %s\n", !hopper ? "cublaslt (no sm_90a build or not a 9.0 GPU)"
+                               : lt_env != NULL ? "hopper (FLCE_LT_BACKWARD as set), then cublaslt"
+                                                : "hopper with fused gradients, hopper with cuBLASLt's, cublaslt");
+    for (int k = hopper ? 0 : 2; k < 3; k++) {
+        if (lt_env != NULL && k == 1) continue;
+        if (lt_env == NULL && passes[k].lt != NULL) setenv("FLCE_LT_BACKWARD", passes[k].lt, 1);
+        g_hopper = passes[k].hopper;
+        printf("== %s path ==\n", lt_env != NULL && k == 0 ? "hopper" : passes[k].name);
         if (new_context(&g_ctx) != FLCE_OK) {
             fprintf(stderr, "flce_create failed\n");
             return 2;
