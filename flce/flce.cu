@@ -605,8 +605,10 @@ static flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int
     return FLCE_OK;
 }
 
-// Where the Hopper path is the default, the workspace serves both paths (each planned within
-// the budget), so that a context switched to cuBLASLt (flce_set_hopper) can use it too.
+// Where the Hopper path is the default, the workspace is its plan's, raised where needed (and
+// the budget allows) to the cuBLASLt path's minimum, so that a context switched to cuBLASLt
+// (flce_set_hopper) runs in it too, in chunks planned within it. Sized for both plans, it was
+// up to twice what the Hopper path uses (the cuBLASLt plan's fp32 logits against bf16 E).
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes) {
     flce_status st = flce_config_check(cfg, NULL, 0);
     if (st != FLCE_OK) return st;
@@ -614,10 +616,11 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
     if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
     const int sms = flce_default_sms();
     st = flce_workspace_for(cfg, budget_bytes, sms, bytes);
-    size_t lt_bytes = 0;
-    if (st == FLCE_OK && sms > 0 && flce_workspace_for(cfg, budget_bytes, 0, &lt_bytes) == FLCE_OK &&
-        lt_bytes > *bytes)
-        *bytes = lt_bytes;
+    if (st == FLCE_OK && sms > 0) {
+        size_t lt_min = 0;
+        (void)flce_workspace_for(cfg, 1, 0, &lt_min);  // FLCE_ERR_WORKSPACE, with the minimum
+        if (lt_min > *bytes && lt_min <= budget_bytes) *bytes = lt_min;
+    }
     return st;
 }
 

@@ -207,9 +207,10 @@ void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_
 flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len);
 
 // Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB): the
-// planner's schedule (chunks, or chunks x vocabulary tiles) for that budget, on either GEMM
-// path (see flce_set_hopper). *bytes <= budget_bytes unless even one token with one tile of
-// the narrowest width does not fit, in which case *bytes is that minimum and
+// planner's schedule (chunks, or chunks x vocabulary tiles) for that budget on the GEMM path a
+// new context takes on the current device (see flce_set_hopper). The other path runs in it
+// too, in chunks it plans within it. *bytes <= budget_bytes unless even one token with one
+// tile of the narrowest width does not fit, in which case *bytes is that minimum and
 // FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 

@@ -1468,7 +1468,22 @@ static void test_hopper_plans(void) {
             }
     test_check(plans > 0 && over == 0, "lib: Hopper plans (132 SMs) within their budgets: %d of %d over%s%s", over,
                plans, over ? ", first " : "", first);
-    unsetenv("FLCE_PLAN_SMS");
+    // where the Hopper path is the default the workspace is its plan's, not the larger
+    // cuBLASLt plan's (fp32 logits), and the cuBLASLt path still plans chunks within it
+    flce_config c;
+    flce_config_init(&c, 4096, 1024, 50304);
+    const size_t budget = (size_t)4 << 30;
+    size_t hop = 0, lt = 0;
+    const flce_status sh = flce_workspace_size(&c, budget, &hop);
+    const int64_t ch = flce_chunk_tokens(&c, hop);
+    unsetenv("FLCE_PLAN_SMS");  // (FLCE_HOPPER=0: the cuBLASLt path's planner)
+    const flce_status sl = flce_workspace_size(&c, budget, &lt);
+    const int64_t cl_own = flce_chunk_tokens(&c, lt), cl_in_hop = flce_chunk_tokens(&c, hop);
+    test_check(sh == FLCE_OK && sl == FLCE_OK && ch == c.n_tokens && hop < lt && cl_own == c.n_tokens &&
+                   cl_in_hop >= 1 && cl_in_hop < c.n_tokens,
+               "lib: Hopper-path workspace at 4096 x 1024 x 50304, 4 GiB: %zu bytes (one chunk of %lld), "
+               "not the cuBLASLt plan's %zu (one chunk of %lld); cuBLASLt within it: chunks of %lld",
+               hop, (long long)ch, lt, (long long)cl_own, (long long)cl_in_hop);
 }
 
 static void test_library_limits(void) {
