@@ -574,9 +574,10 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
     }
 }
 
-// The multiprocessors of the current GPU when new contexts take the Hopper path there (the
-// planner's argument), else 0.
-static int flce_default_sms(void) {
+// The multiprocessors of the current GPU when a new context's call with cfg takes the Hopper
+// path there (bf16 inputs; the planner's argument), else 0.
+static int flce_default_sms(const flce_config *cfg) {
+    if (cfg->dtype != FLCE_BF16) return 0;  // fp32 inputs run cuBLASLt's GEMMs on every GPU
     // FLCE_PLAN_SMS=n: the Hopper path's plans for a GPU of n multiprocessors, on any machine
     // (what the CPU tests check of its planner); calls still take their context's path
     const char *plan = getenv("FLCE_PLAN_SMS");
@@ -614,7 +615,7 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
     if (st != FLCE_OK) return st;
     if (bytes == NULL) return FLCE_ERR_NULL_POINTER;
     if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
-    const int sms = flce_default_sms();
+    const int sms = flce_default_sms(cfg);
     st = flce_workspace_for(cfg, budget_bytes, sms, bytes);
     if (st == FLCE_OK && sms > 0) {
         size_t lt_min = 0;
@@ -627,14 +628,14 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(), &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
     return p.chunk;
 }
 
 int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(), &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
     return p.chunk > 0 ? p.vocab_tile : 0;
 }
 

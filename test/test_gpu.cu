@@ -1325,6 +1325,9 @@ int main(int argc, char **argv) {
         if (lt_env == NULL && passes[k].lt != NULL) setenv("FLCE_LT_BACKWARD", passes[k].lt, 1);
         g_hopper = passes[k].hopper;
         printf("== %s path ==\n", lt_env != NULL && k == 0 ? "hopper" : passes[k].name);
+        // the cuBLASLt pass sizes its workspaces on its own path, as a program run with
+        // FLCE_HOPPER=0 does (a workspace sized on the Hopper path serves it in smaller chunks)
+        if (!g_hopper) setenv("FLCE_HOPPER", "0", 1);
         if (new_context(&g_ctx) != FLCE_OK) {
             fprintf(stderr, "flce_create failed\n");
             return 2;
