@@ -521,11 +521,16 @@ static void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, 
         // Every rank must cut the tokens into the same chunks (each chunk's collectives count
         // its rows), and the ranks' real classes differ where the last shard holds the padding:
         // plan as if every row were real (the Hopper path's layout grows with the real
-        // classes), then lay out this rank's, which needs no more.
+        // classes), then lay out this rank's, which needs no more; its size stays the plan's,
+        // so that a workspace sized by it gives every rank the same chunks again.
         flce_config pc = *cfg;
         pc.vocab = pc.vocab_padded;
         flce_make_plan(&pc, budget, needs_dw, backward, sms, p);
-        if (p->chunk > 0) flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, p);
+        if (p->chunk > 0) {
+            const size_t all_real = p->total;
+            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, p);
+            if (p->total < all_real) p->total = all_real;
+        }
         return;
     }
     const int64_t N = cfg->n_tokens;
