@@ -30,6 +30,10 @@
 #   time left to the gradient reduction after the backward for each;
 #   train-tp: mpirun -np 2 with -tp 0 (data-parallel head) and -tp 1 (vocab-parallel head), otherwise the
 #   same run: every step's and val loss within 1e-3, both exit 0; tok/s and memory of each reported)
+#   ncu-flce (not in the default list): Nsight Compute on flce's three Hopper GEMMs of one chunk
+#   at NCU_SHAPE (default 65536x768x50304, the trainer's head): time, clock, and the sections
+#   that say where their cycles go (pipe utilization, warp stalls, shared memory), CSV in
+#   $OUT/ncu_flce.csv, a short table of the kernels' durations and clocks;
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
@@ -314,6 +318,33 @@ train_f() {
     done
     [ $bad -eq 0 ] && echo "OK: trainer at -f ${TRAIN_F:-1024 4096}" || return 1
 }
+# Nsight Compute on one chunk's logits, d_h and d_W GEMMs of flce's default row (the first call
+# is flce_bench's warm-up; its first chunk's three GEMMs are skipped, the second's profiled).
+ncu_flce() {
+    local shape=${NCU_SHAPE:-65536x768x50304} csv="$OUT/ncu_flce.csv"
+    command -v ncu > /dev/null || { echo "FAIL: no ncu on this machine"; return 1; }
+    timeout 400 ncu --clock-control none -k regex:sm90_gemm_kernel --launch-skip 3 --launch-count 3 --csv \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section InstructionStats \
+        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum \
+        build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$csv" 2> "$OUT/ncu_flce.err" ||
+        { echo "FAIL: ncu (see $OUT/ncu_flce.err)"; tail -5 "$OUT/ncu_flce.err"; return 1; }
+    # the kernels' duration and SM clock: "ID","Kernel Name",...,"Metric Name","Metric Unit","Metric Value"
+    python3 - "$csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+if not rows: sys.exit("FAIL: no ncu rows")
+head = rows[0]
+k, n, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+seen = {}
+for r in rows[1:]:
+    if r[n] in ("gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second"):
+        seen.setdefault((r[0], r[k][:60]), {})[r[n]] = r[v]
+for (i, name), m in seen.items():
+    print(f"| {i} | {name} | {m.get('gpu__time_duration.sum', '?')} | {m.get('sm__cycles_elapsed.avg.per_second', '?')} |")
+print(f"OK: ncu on {len(seen)} kernels")
+PY
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -336,6 +367,7 @@ for s in $steps; do
     bench-flce) run_step bench timeout 300 build/flce_bench -v flce -o "$OUT/bench.md" ;;
     bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
+    ncu-flce) run_step ncu_flce ncu_flce ;;
     bench-peers) { [ -f build/libflce.so ] && [ -x build/flce_bench ]; } ||
                      run_step build_peers make -j"$(nproc)" lib build/flce_bench
                  run_step bench_peers_wheels bash -c 'python3 scripts/bench_peers.py --assemble /tmp/flce_whl
@@ -390,6 +422,7 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
 [ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
+[ -f "$OUT/ncu_flce.log" ] && { echo "== ncu: flce's GEMMs (id | kernel | ns | SM Hz) =="; grep -E "^\||OK|FAIL" "$OUT/ncu_flce.log"; }
 [ -f "$OUT/gemm_sm90.log" ] && { echo "== our Hopper GEMM vs cuBLASLt =="; grep -E "^checks|^\|" "$OUT/gemm_sm90.log"; }
 [ -f "$OUT/attention.log" ] && { echo "== attention: Hopper kernels vs mma.sync =="; grep -E "^\||vs mma" "$OUT/attention.log"; }
 [ -f "$OUT/train_profile.log" ] && { echo "== a B=64 step, TRAIN_PROFILE=1 =="; sed -n '/^step profile/,$p' "$OUT/train_profile.log"; }
