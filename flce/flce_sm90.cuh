@@ -20,6 +20,8 @@ workspace forces tiles):
   d_W GEMM     d_W (+)= dlogits^T h with the same transform of E read column-wise (ldmatrix
                .trans); fp32 d_W accumulates with TMA reduce-adds, one per element per chunk.
   d_b          a column-sum kernel over E with the same transform.
+  (lt_backward, flce.cu's choice for H >= 2048: instead of the two fused gradient GEMMs, a
+  pass writes dz over E (flce_sm90_dlogits_kernel) and cuBLASLt's GEMMs take it.)
 With tiles, a first logits GEMM over the whole vocabulary writes only the statistics; the
 second, per tile, recomputes the same accumulators bit for bit and stores E.
 
