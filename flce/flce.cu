@@ -350,6 +350,26 @@ static int flce_sm90_lt_backward(const flce_config *cfg) {
     return cfg->hidden >= FLCE_LT_BACKWARD_MIN_H;
 }
 
+/*
+The fused d_W GEMM's two transforms: the plain one forms dz = s e - cs - [j == y] ct in
+registers from per-row coefficients that every K step reads from shared memory (26 loads a
+step and thread); the scaled one (flce_sm90_dw_sc) multiplies e by an exact power of two from
+one 16-byte load a stage, its B operand carries each row's factor (flce_sm90_xs_kernel) and the
+target's term sits in E. Our GEMMs are bound by shared-memory bandwidth (dev/RESULTS.md: ncu's
+wavefronts), to which the plain transform's loads add ~20%. The scaled one applies without a
+softcap, an entropy gradient or label smoothing (their terms are not a row factor) and where d_W
+is fp32 (the rare target term left out of E is added after the GEMM, in fp32). FLCE_DW_SCALED=0
+turns it off (read per call).
+*/
+static int flce_sm90_dw_scaled(const flce_config *cfg, const flce_plan *p, const flce_tensors *t, int xf) {
+    const char *e = getenv("FLCE_DW_SCALED");
+    if (e != NULL && strcmp(e, "0") == 0) return 0;
+    const int bf16_out = !p->dw_accumulator && cfg->d_weight_dtype == FLCE_BF16;
+    // (the target's term sums a column's rows in shared memory: H up to 51,200)
+    return !xf && cfg->label_smoothing == 0.0f && !p->lt_backward && t->d_weight != NULL && !bf16_out &&
+           FLCE_DW_TARGET_COLS(cfg->hidden) >= 1;
+}
+
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
 // (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
 // size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
@@ -1279,6 +1299,8 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             }
         });
     }
+    // (d_b before the d_W GEMM: the scaled d_W moves the targets' terms into E for it)
+    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
     if (t->d_weight != NULL) {
         // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32; a
         // bf16 d_W without an accumulator (one chunk of all the tokens, nothing to add to) is
@@ -1287,9 +1309,11 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         const int bf16_out = !acc && cfg->d_weight_dtype == FLCE_BF16;
         char *dw = (acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + (size_t)v0 * H * (bf16_out ? 2 : 4);
         const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
+        // the scaled d_W: its B operand v' h in the d_h parts' buffer (free once they are summed)
+        __nv_bfloat16 *xs = (__nv_bfloat16 *)(s->ws + p->off_dh_part);
         sm90_problem q;
         q.a = E;
-        q.b = {h_chunk, rows, H, H};
+        q.b = {r->sc ? (const void *)xs : (const void *)h_chunk, rows, H, H};
         q.d = {dw, rows_w, H, H};
         q.trans_a = 1; q.trans_b = 1;
         q.M = rows_w; q.N = H; q.K = rows; q.splits = 1;
@@ -1298,7 +1322,23 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
             cudaError_t err;
-            if (bf16_out)
+            if (r->sc) {
+                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(
+                    h_chunk, *r, (int)H, (int)w, (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl, xs);
+                FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
+                err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
+                FLCE_HOPPER_TRY("d_weight GEMM", err);
+                const int cols = FLCE_DW_TARGET_COLS(H);
+                const size_t smem = (size_t)cols * H * 4;
+                err = cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem);
+                if (err == cudaSuccess) {
+                    flce_sm90_dw_target_kernel<T><<<(unsigned)((w + cols - 1) / cols), FLCE_DW_TARGET_THREADS, smem,
+                                                    s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
+                    err = cudaGetLastError();
+                }
+            } else if (bf16_out)
                 err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)
                             : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream);
             else if (r->xf)
@@ -1310,7 +1350,6 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_weight GEMM", err);
         });
     }
-    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
     return FLCE_OK;
 }
 
@@ -1363,6 +1402,10 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
     r.ncs = r.stat_lo + p->n_stat * p->ldc;
     r.coef = (float *)(s->ws + p->off_rec);
+    // the scaled d_W's exponents and row factors, where the plain transform's bf16 copies go
+    r.ucode = (uint8_t *)r.stat_hi;
+    r.vrow = (float *)(r.ucode + p->n_stat * p->ldc);
+    r.untaken = (int *)(r.vrow + p->ldc);  // (the region holds (4 n_stat + 2) ldc bytes)
     r.ld = p->ldc;
     r.V = (int)V;
     r.cap = cfg->softcap;
@@ -1373,6 +1416,7 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     r.want_q = s->ra.p.want_entropy;
     // the general transform: a softcap, an entropy gradient, weighted smoothing
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
+    r.sc = flce_sm90_dw_scaled(cfg, p, s->t, r.xf);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;
@@ -1387,6 +1431,14 @@ static flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
             r.voff = (int)v0;
             FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
             if (!tiled) FLCE_TRY(flce_hopper_merge(s, &r, c0));
+            if (r.sc && s->backward) {  // the targets' e out of E (flce_sm90_zero_target_kernel)
+                flce_context *ctx = s->ctx;
+                FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+                    flce_sm90_zero_target_kernel<<<(unsigned)((r.rows + 255) / 256), 256, 0, s->stream>>>(
+                        (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl, r, (int)w);
+                    FLCE_HOPPER_TRY("target kernel", cudaGetLastError());
+                });
+            }
             if (s->backward)
                 FLCE_TRY(p->lt_backward ? flce_hopper_backward_lt(s, &r, c0, w) : flce_hopper_backward(s, &r, c0, w));
         }

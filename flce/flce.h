@@ -118,7 +118,7 @@ typedef struct {
     // do (faster: the row pass moves 8 instead of 14 bytes a logit; but the LSE and loss carry
     // an error of about 2^-9 |z| and the gradients a little more). Default 0: fp32 logits,
     // exact LSE. The Hopper path needs neither: its statistics come from the fp32
-    // accumulators and its buffer holds bf16 exp(z - tile max).
+    // accumulators and its buffer holds bf16 exponentials of z against each tile's max.
     int bf16_logits;
     // --- since 1.1 (flce_config_init sets these; a config made without it must set
     // temperature = 1) ---
@@ -243,7 +243,11 @@ void flce_set_autotune(flce_context *ctx, int on);
 // order: only which warpgroup runs a tile changes). Its gradients come from GEMMs that form
 // dlogits from the stored bf16 exponentials as they load them for H < 2048, and from cuBLASLt's
 // GEMMs on dlogits a pass writes over them for H >= 2048 (faster there); FLCE_LT_BACKWARD=0
-// or 1 in the environment fixes either, for every plan and call after it is set.
+// or 1 in the environment fixes either, for every plan and call after it is set. Without a
+// softcap, an entropy gradient or label smoothing, and with an fp32 d_W (or its accumulator),
+// the fused d_W GEMM scales the exponentials by exact powers of two and carries each row's
+// factor in its other operand (a bf16 copy of the chunk's h times it), and the targets' terms
+// are added after it, from the exact target logits; FLCE_DW_SCALED=0 turns that off (per call).
 void flce_set_hopper(flce_context *ctx, int on);
 
 // Whether a new context on the current device takes the Hopper path (see flce_set_hopper).

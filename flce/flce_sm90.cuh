@@ -19,6 +19,10 @@ workspace forces tiles):
                chunk has too few output tiles to fill the GPU; the parts are summed in order.
   d_W GEMM     d_W (+)= dlogits^T h with the same transform of E read column-wise (ldmatrix
                .trans); fp32 d_W accumulates with TMA reduce-adds, one per element per chunk.
+               The scaled d_W (sc; flce.cu's flce_sm90_dw_scaled says when): E holds e against
+               each tile's max rounded up to an integer, so that s_t = 2^(m_t - m_r) v with an
+               exact power of two per row and tile; the transform is one bf16x2 multiply a pair,
+               B is v h (per row) and the target's term is in E (flce_sm90_dw_sc).
   d_b          a column-sum kernel over E with the same transform.
   (lt_backward, flce.cu's choice for H >= 2048: instead of the two fused gradient GEMMs, a
   pass writes dz over E (flce_sm90_dlogits_kernel) and cuBLASLt's GEMMs take it.)
@@ -66,7 +70,8 @@ __device__ __forceinline__ float flce_rcp(float x) {
 
 // What the three products share: the chunk's per-row data.
 typedef struct {
-    float *stat_m;        // (tiles, ld): base-2 max of the tile's logits per row (z log2 e)
+    float *stat_m;        // (tiles, ld): base-2 max of the tile's logits per row (z log2 e),
+                          // rounded up to an integer (flce_sm90_dw_sc's exact powers of two)
     float *stat_s;        // (tiles, ld): sum of 2^(z2 - m); after the merge, the tile's scale
     float *stat_sz;       // (tiles, ld): sum of z2 (w_j z2 with class weights) over the real
                           // classes (label smoothing); after the merge, under XF, the tile's u
@@ -78,6 +83,14 @@ typedef struct {
     // column's term), y[64] (int bits: the target column, -1 for none), ct[64] = g (1 - eps)
     // (the target's term); see flce_sm90_coef
     float *coef;
+    // the scaled d_W (flce_sm90_dw_sc, when sc): per row and statistics tile the byte
+    // 127 + m_t - m_r (m_t, m_r = max over t: integers, so its power of two is exact; 0 where
+    // 127 below), in each 64-row block in the order its stage reads (flce_sm90_sc_pos); per row
+    // v = coef_p 2^(m_r - lse2), which the GEMM's B operand carries (flce_sm90_xs_kernel)
+    uint8_t *ucode;
+    float *vrow;
+    int *untaken;         // set where a target's term stays for flce_sm90_dw_target_kernel
+    int sc;
     int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
     int rows;             // rows of the chunk
     int V;                // real classes
@@ -95,6 +108,14 @@ enum { FLCE_COEF_CS = 0, FLCE_COEF_Y = 1, FLCE_COEF_CT = 2 };
 // Where a row's coefficient `field` lives in flce_sm90_rows.coef.
 __host__ __device__ __forceinline__ int64_t flce_sm90_coef(int64_t row, int field) {
     return (row >> 6) * 192 + field * 64 + (row & 63);
+}
+
+// Where row `row`'s byte of a tile's ucode lives: within its block of 64 rows (a d_W stage),
+// the 16 rows 8 j + 2 t + {0, 1} (j = 0 .. 7) that the fragments of the lanes with t read
+// (flce_sm90_dw_sc) are the 16 bytes at 16 t, so that one 16-byte load brings them.
+__host__ __device__ __forceinline__ int64_t flce_sm90_sc_pos(int64_t row) {
+    const int k = (int)(row & 63);
+    return (row & ~(int64_t)63) + 16 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -165,6 +186,13 @@ struct flce_sm90_logits : sm90_policy_base {
         m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
+        // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
+        // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge)
+        if (a.r.sc) {
+            m0 = ceilf(m0);
+            m1 = ceilf(m1);
+        }
         float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
         if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
 #pragma unroll
@@ -519,6 +547,59 @@ struct flce_sm90_dw : sm90_policy_base {
     }
 };
 
+// The scaled d_W (sc: no softcap, entropy gradient or smoothing): dz = s_t e - [j == y] ct with
+// s_t = u_t v, u_t = 2^(m_t - m_r) per row and statistics tile (exact in bf16), v per row. The
+// GEMM takes A = u_t e (one bf16x2 multiply a pair, exact) and B = v h (flce_sm90_xs_kernel),
+// and the target's term, -ct h of each row, is added to d_W's target rows after it
+// (flce_sm90_dw_target_kernel). Its stage brings the 64 bytes of u_t's exponents where the
+// plain transform brings 1,408 bytes of coefficients read with 26 shared loads a step: the
+// d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md), so that is the gain.
+template <bool ADD>
+struct flce_sm90_dw_sc : sm90_policy_base {
+    typedef flce_sm90_grad_args Args;
+    static constexpr bool A_REGS = true;
+    static constexpr int STAGE_EXTRA = 64;
+
+    __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
+        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_TILE;
+        sm90_bulk_load(dst, a.r.ucode + t * a.r.ld + k0, 64, bar);
+    }
+
+    __device__ static void load_a(const Args &a, TileState &, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
+                                  int, const sm90_thread &th, uint32_t (&af)[16]) {
+        // behind a branch (always taken): in the products' basic block ptxas would move each K
+        // step's loads next to its product and serialize them (C7513; see flce_sm90_dh)
+        if (!a.r.sc) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) af[i] = 0u;
+            return;
+        }
+        const int lane = th.lt % 32, mi = lane / 8;
+        const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
+        // the exponents of chunk rows 8 j + 2 t + {0, 1}: bytes 2 j, 2 j + 1 (flce_sm90_sc_pos)
+        const uint4 c = sm90_lds_u4(sm90_smem(sx) + 16 * th.t);
+        const uint32_t cw[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int kk = 0; kk < SM90_BK / 16; kk++) {
+            uint32_t r[4];
+            sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+            // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows 16 kk + 8 kh + 2 t + {0, 1}
+            // (j = 2 kk + kh); their u as a bf16 pair: each byte into its half's exponent
+#pragma unroll
+            for (int kh = 0; kh < 2; kh++) {
+                const uint32_t u2 = __byte_perm(cw[kk], 0u, kh ? 0x4342u : 0x4140u) << 7;
+                af[4 * kk + 2 * kh] = sm90_mul_bf16x2(r[2 * kh], u2);
+                af[4 * kk + 2 * kh + 1] = sm90_mul_bf16x2(r[2 * kh + 1], u2);
+            }
+        }
+    }
+
+    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+    }
+};
+
 // ---------------------------------------------------------------------------------------
 // between the products
 
@@ -539,7 +620,7 @@ __global__ void __launch_bounds__(32 * FLCE_MERGE_WARPS)
 flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, int vp_mode, float *vp) {
     __shared__ float part_m[FLCE_MERGE_WARPS][32], part_s[FLCE_MERGE_WARPS][32], part_z[FLCE_MERGE_WARPS][32];
     __shared__ float part_q[FLCE_MERGE_WARPS][32];
-    __shared__ float row_lse2[32], row_coef[32], row_ce[32], row_mu2[32];
+    __shared__ float row_lse2[32], row_coef[32], row_ce[32], row_mu2[32], row_m[32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int64_t row = (int64_t)blockIdx.x * 32 + lane;
     const bool real = row < r.rows;
@@ -584,19 +665,26 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
             const int valid = flce_row_target(a, i, &y, &zt);
             const flce_row_grad g = flce_row_finish(st, valid, y, zt, i, a, 1);
             r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(y);
-            r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = g.coef_target;
+            // the scaled d_W: the target's whole dz from the exact target logit (its e is zeroed
+            // in E: e_y rounded against an integer reference would cost p_y 2^-9 of p_y - 1,
+            // all of it where p_y ~ 1)
+            r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] =
+                r.sc ? g.coef_target - g.coef_p * flce_exp2(g.zt2 - g.lse2) : g.coef_target;
             r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = g.coef_smooth;
-            r.ncs[row] = __float2bfloat16_rn(-g.coef_smooth);
+            if (!r.sc) r.ncs[row] = __float2bfloat16_rn(-g.coef_smooth);
             row_lse2[lane] = g.lse2;
             row_coef[lane] = g.coef_p;
             row_ce[lane] = g.coef_e;
             row_mu2[lane] = g.mu2;
+            row_m[lane] = st.m;
+            if (r.sc) r.vrow[row] = g.coef_p * flce_exp2(st.m - g.lse2);
         }
     } else if (w == 0 && row < r.ld && vp_mode != FLCE_VP_LOCAL) {
         r.coef[flce_sm90_coef(row, FLCE_COEF_Y)] = __int_as_float(-1);
         r.coef[flce_sm90_coef(row, FLCE_COEF_CT)] = 0.0f;
         r.coef[flce_sm90_coef(row, FLCE_COEF_CS)] = 0.0f;
-        r.ncs[row] = __float2bfloat16_rn(0.0f);
+        if (r.sc) r.vrow[row] = 0.0f;
+        else r.ncs[row] = __float2bfloat16_rn(0.0f);
     }
     if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
     __syncthreads();
@@ -615,9 +703,14 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
             if (r.xf) r.stat_sz[k] = 0.0f;
         }
         r.stat_s[k] = sv;
-        const __nv_bfloat16 hi = __float2bfloat16_rn(sv);
-        r.stat_hi[k] = hi;
-        r.stat_lo[k] = __float2bfloat16_rn(sv - __bfloat162float(hi));
+        if (r.sc) {  // s_t = 2^(m_t - m_r) v, the power of two as its bf16 exponent
+            const float n = real ? fmaxf(r.stat_m[k] - row_m[lane] + 127.0f, 0.0f) : 0.0f;
+            r.ucode[(int64_t)t * r.ld + flce_sm90_sc_pos(row)] = (uint8_t)n;
+        } else {
+            const __nv_bfloat16 hi = __float2bfloat16_rn(sv);
+            r.stat_hi[k] = hi;
+            r.stat_lo[k] = __float2bfloat16_rn(sv - __bfloat162float(hi));
+        }
     }
 }
 
@@ -683,6 +776,112 @@ __global__ void __launch_bounds__(256) flce_sm90_dlogits_kernel(__nv_bfloat16 *E
         }
         *reinterpret_cast<uint4 *>(row + c) = make_uint4(e2[0], e2[1], e2[2], e2[3]);
     }
+}
+
+// The scaled d_W: the target's e set to 0 in E (where the tile in the buffer, columns [voff,
+// voff + w), holds it), one thread a row: the target's term carries its whole dz from the exact
+// target logit (the merge), which the d_h GEMM and d_b add as they form dz_y, rounded once, and
+// flce_sm90_xs_kernel moves into E for the d_W GEMM (or flce_sm90_dw_target_kernel adds).
+__global__ void flce_sm90_zero_target_kernel(__nv_bfloat16 *E, int64_t lde, flce_sm90_rows r, int w) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) *r.untaken = 0;
+    if (i >= r.rows) return;
+    const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+    if (y >= r.voff && y < r.voff + w) E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(0.0f);
+}
+
+// The scaled d_W's B operand xs = bf16(v' h) for row i of the chunk (a block a row), and its
+// target's term moved into E: where the tile holds the row's target y, e_y becomes
+// Q = bf16(dz_y / (u_y v)) and v' = dz_y / (u_y Q), so that the GEMM forms u_y Q v' h = dz_y h
+// with one rounding (xs's), as the plain transform's bf16 dz_y did; the row's other terms see
+// v' / v = q / Q, within 2^-9 of 1. The term is then 0. Where Q is not a normal bf16 (the
+// target's tile ~88 nats below the row's max, or a NaN) e_y stays 0, v' = v, and
+// flce_sm90_dw_target_kernel adds the term after the GEMM. Runs after the d_h GEMM and d_b,
+// which took the term as it was (flce_sm90_zero_target_kernel).
+template <typename T>
+__global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, int w, __nv_bfloat16 *E, int64_t lde,
+                                    __nv_bfloat16 *xs) {
+    __shared__ float v_row;
+    const int i = blockIdx.x;
+    if (threadIdx.x == 0) {
+        float v = r.vrow[i];
+        const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+        if (y >= r.voff && y < r.voff + w) {
+            const int64_t kt = flce_sm90_coef(i, FLCE_COEF_CT);
+            const float dz = -r.coef[kt];
+            const int code = r.ucode[(int64_t)(y / FLCE_SM90_TILE) * r.ld + flce_sm90_sc_pos(i)];
+            const float u = ldexpf(1.0f, code - 127);
+            const float q = __bfloat162float(__float2bfloat16_rn(dz / (u * v)));
+            if (dz == 0.0f) {
+                r.coef[kt] = 0.0f;
+            } else if (code > 0 && fabsf(q) >= 0x1p-126f && fabsf(q) < 0x1p126f) {
+                v = dz / (u * q);
+                E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(q);
+                r.coef[kt] = 0.0f;
+            } else {
+                *r.untaken = 1;
+            }
+        }
+        v_row = v;
+    }
+    __syncthreads();
+    const float v = v_row;
+    const T *x = h + (int64_t)i * H;
+    __nv_bfloat16 *o = xs + (int64_t)i * H;
+    for (int c = 8 * threadIdx.x; c < H; c += 8 * blockDim.x) {
+        uint32_t p[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) p[e] = sm90_pack_bf16(v * to_float(x[c + 2 * e]), v * to_float(x[c + 2 * e + 1]));
+        *reinterpret_cast<uint4 *>(o + c) = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+}
+
+// The scaled d_W's target term where flce_sm90_xs_kernel could not move it into E (rare: the
+// term is then still non-zero): d_W[y_i - voff] -= ct_i h_i for the chunk's rows i whose target
+// is in the tile's columns [voff, voff + w). Each block owns FLCE_DW_TARGET_COLS(H) of those
+// columns, takes its rows in order (a ballot per warp, the warps in order) and sums each
+// column's rows in shared memory, in fp32, then adds the sums to d_W: rows with one target add
+// in one order, whatever the grid (deterministic), and a frequent target (text has many) costs
+// shared-memory adds, not a chain of global read-modify-writes.
+#define FLCE_DW_TARGET_THREADS 256
+#define FLCE_DW_TARGET_SMEM (200 * 1024)
+#define FLCE_DW_TARGET_COLS(H) ((int)min((int64_t)64, (int64_t)FLCE_DW_TARGET_SMEM / (4 * (int64_t)(H))))
+template <typename T>
+__global__ void __launch_bounds__(FLCE_DW_TARGET_THREADS)
+flce_sm90_dw_target_kernel(flce_sm90_rows r, const T *h, int H, int w, float *dw) {
+    extern __shared__ float acc[];  // (cols, H)
+    __shared__ unsigned mask[FLCE_DW_TARGET_THREADS / 32];
+    if (*r.untaken == 0) return;  // (the common case: every term went into E)
+    const int cols = FLCE_DW_TARGET_COLS(H);
+    const int lo = r.voff + blockIdx.x * cols, hi = min(lo + cols, r.voff + w);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint64_t touched = 0;  // the same in every thread: all take every row, in order
+    for (int i0 = 0; i0 < r.rows; i0 += FLCE_DW_TARGET_THREADS) {
+        const int i = i0 + threadIdx.x;
+        const int y = i < r.rows ? __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]) : -1;
+        const bool in = y >= lo && y < hi && r.coef[flce_sm90_coef(min(i, r.rows - 1), FLCE_COEF_CT)] != 0.0f;
+        const unsigned m = __ballot_sync(0xffffffffu, in);
+        if (lane == 0) mask[warp] = m;
+        __syncthreads();
+        for (int wi = 0; wi < FLCE_DW_TARGET_THREADS / 32; wi++)
+            for (unsigned b = mask[wi]; b != 0; b &= b - 1) {
+                const int row = i0 + 32 * wi + __ffs(b) - 1;
+                const int j = __float_as_int(r.coef[flce_sm90_coef(row, FLCE_COEF_Y)]) - lo;
+                const float ct = r.coef[flce_sm90_coef(row, FLCE_COEF_CT)];
+                const T *x = h + (int64_t)row * H;
+                float *a = acc + (int64_t)j * H;
+                const bool first = !((touched >> j) & 1);
+                for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS)
+                    a[c] = (first ? 0.0f : a[c]) - ct * to_float(x[c]);
+                touched |= 1ull << j;
+            }
+        __syncthreads();
+    }
+    for (int j = 0; j < hi - lo; j++)
+        if ((touched >> j) & 1) {
+            float *d = dw + (int64_t)(lo - r.voff + j) * H;
+            for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS) d[c] += acc[(int64_t)j * H + c];
+        }
 }
 
 // out (rows x H, bf16 or fp32) (+)= the sum of `parts` fp32 partials (rows x H each, part
