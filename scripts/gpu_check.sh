@@ -326,22 +326,27 @@ ncu_flce() {
     timeout 400 ncu --clock-control none -k regex:sm90_gemm_kernel --launch-skip 3 --launch-count 3 --csv \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
         --section MemoryWorkloadAnalysis --section InstructionStats \
-        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum \
+        --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
         build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$csv" 2> "$OUT/ncu_flce.err" ||
         { echo "FAIL: ncu (see $OUT/ncu_flce.err)"; tail -5 "$OUT/ncu_flce.err"; return 1; }
     # the kernels' duration and SM clock: "ID","Kernel Name",...,"Metric Name","Metric Unit","Metric Value"
     python3 - "$csv" <<'PY'
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows: sys.exit("FAIL: no ncu rows")
+# (the benchmark's own output comes first: the table starts at ncu's header row)
+rows = list(csv.reader(open(sys.argv[1])))
+start = next((i for i, r in enumerate(rows) if r[:1] == ["ID"]), None)
+if start is None: sys.exit("FAIL: no ncu rows")
+rows = [r for r in rows[start:] if len(r) > 5]
 head = rows[0]
 k, n, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
 seen = {}
 for r in rows[1:]:
-    if r[n] in ("gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second"):
+    if r[n] in ("gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"):
         seen.setdefault((r[0], r[k][:60]), {})[r[n]] = r[v]
+# shared-memory wavefronts (wgmma's operand reads included, TMA's writes not: dev/RESULTS.md)
 for (i, name), m in seen.items():
-    print(f"| {i} | {name} | {m.get('gpu__time_duration.sum', '?')} | {m.get('sm__cycles_elapsed.avg.per_second', '?')} |")
+    print(f"| {i} | {name} | {m.get('gpu__time_duration.sum', '?')} | {m.get('sm__cycles_elapsed.avg.per_second', '?')} "
+          f"| {m.get('l1tex__data_pipe_lsu_wavefronts_mem_shared.sum', '?')} |")
 print(f"OK: ncu on {len(seen)} kernels")
 PY
 }
@@ -422,7 +427,7 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench.md" ] && tail -25 "$OUT/bench.md"
 [ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
-[ -f "$OUT/ncu_flce.log" ] && { echo "== ncu: flce's GEMMs (id | kernel | ns | SM Hz) =="; grep -E "^\||OK|FAIL" "$OUT/ncu_flce.log"; }
+[ -f "$OUT/ncu_flce.log" ] && { echo "== ncu: flce's GEMMs (id | kernel | ns | SM Hz | shared wavefronts) =="; grep -E "^\||OK|FAIL" "$OUT/ncu_flce.log"; }
 [ -f "$OUT/gemm_sm90.log" ] && { echo "== our Hopper GEMM vs cuBLASLt =="; grep -E "^checks|^\|" "$OUT/gemm_sm90.log"; }
 [ -f "$OUT/attention.log" ] && { echo "== attention: Hopper kernels vs mma.sync =="; grep -E "^\||vs mma" "$OUT/attention.log"; }
 [ -f "$OUT/train_profile.log" ] && { echo "== a B=64 step, TRAIN_PROFILE=1 =="; sed -n '/^step profile/,$p' "$OUT/train_profile.log"; }
