@@ -434,6 +434,14 @@ struct flce_sm90_dh : sm90_policy_base {
 // the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
 // stage brings the 64 rows' scales (for this tile's statistics tile), records and maxima
 
+// d_W's A fragment of K step kk, E's stage tile read column-wise (its stored rows are chunk
+// rows, K; its 16-byte chunks 8 vocabulary rows, M): r[2 kh + h] holds vocabulary row
+// 16 w + 8 h + g and chunk rows 16 kk + 8 kh + 2 t + {0, 1}; base: the warpgroup's 64 rows.
+__device__ __forceinline__ void flce_sm90_dw_frag(uint32_t (&r)[4], uint32_t base, int kk, const sm90_thread &th) {
+    const int lane = th.lt % 32, mi = lane / 8;
+    sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+}
+
 // scale, cs, y, ct of 64 rows (fp32), then for the general transform m2 and u (fp32), else for
 // the plain one the scale's bf16 hi and lo and -cs (bf16)
 #define FLCE_SM90_DW_EXTRA(XF) ((XF) ? 6 * 64 * 4 : 4 * 64 * 4 + 3 * 64 * 2)
@@ -483,7 +491,7 @@ struct flce_sm90_dw : sm90_policy_base {
         // lo and -cs, 64 chunk rows each
         const uint32_t xs = sm90_smem(sx), sc = xs, cs = xs + 256, ys = xs + 512, ct = xs + 768, mx = xs + 1024,
                        us = xs + 1280, shi = xs + 1024, slo = xs + 1152, ncs = xs + 1280;
-        const int lane = th.lt % 32, mi = lane / 8;
+        const int lane = th.lt % 32;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the common case, decided for the warp: none of the 64 rows' targets among its 16
         // vocabulary rows, all of them real classes: dz = s e - cs, one FFMA
@@ -497,8 +505,7 @@ struct flce_sm90_dw : sm90_policy_base {
 #pragma unroll
             for (int kk = 0; kk < SM90_BK / 16; kk++) {
                 uint32_t r[4];
-                // stored rows are chunk rows (K), 16-byte chunks 8 vocabulary rows (M)
-                sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+                flce_sm90_dw_frag(r, base, kk, th);
                 // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows k = 16 kk + 8 kh + 2 t + {0, 1};
                 // dz = e s_hi + (e s_lo - cs) on the pair, with the pair's rows' s_hi, s_lo, -cs
 #pragma unroll
@@ -516,7 +523,7 @@ struct flce_sm90_dw : sm90_policy_base {
 #pragma unroll
             for (int kk = 0; kk < SM90_BK / 16; kk++) {
                 uint32_t r[4];
-                sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+                flce_sm90_dw_frag(r, base, kk, th);
 #pragma unroll
                 for (int kh = 0; kh < 2; kh++) {
                     const int k = 16 * kk + 8 * kh + 2 * th.t;
@@ -574,7 +581,6 @@ struct flce_sm90_dw_sc : sm90_policy_base {
             for (int i = 0; i < 16; i++) af[i] = 0u;
             return;
         }
-        const int lane = th.lt % 32, mi = lane / 8;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the exponents of chunk rows 8 j + 2 t + {0, 1}: bytes 2 j, 2 j + 1 (flce_sm90_sc_pos)
         const uint4 c = sm90_lds_u4(sm90_smem(sx) + 16 * th.t);
@@ -582,7 +588,7 @@ struct flce_sm90_dw_sc : sm90_policy_base {
 #pragma unroll
         for (int kk = 0; kk < SM90_BK / 16; kk++) {
             uint32_t r[4];
-            sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
+            flce_sm90_dw_frag(r, base, kk, th);
             // r[2 kh + h]: vocabulary row 16 w + 8 h + g, chunk rows 16 kk + 8 kh + 2 t + {0, 1}
             // (j = 2 kk + kh); their u as a bf16 pair: each byte into its half's exponent
 #pragma unroll
