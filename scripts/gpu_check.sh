@@ -3,7 +3,7 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers] [ncu-flce] [ncu-src]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
@@ -34,6 +34,11 @@
 #   at NCU_SHAPE (default 65536x768x50304, the trainer's head): time, clock, and the sections
 #   that say where their cycles go (pipe utilization, warp stalls, shared memory), CSV in
 #   $OUT/ncu_flce.csv, a short table of the kernels' durations and clocks;
+#   ncu-src (not in the default list): the same chunk's kernels matching NCU_KERNELS (default
+#   flce_sm90_(logits|dh|dw)) with Nsight Compute's source counters: stall reasons, shared-memory
+#   wavefronts by opcode and the most-stalled SASS instructions (scripts/ncu_source.py), CSV in
+#   $OUT/ncu_src.csv; FLCE_* settings in the environment reach the benchmark (FLCE_PINGPONG=0:
+#   the cooperative logits kernel);
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
@@ -350,6 +355,18 @@ for (i, name), m in seen.items():
 print(f"OK: ncu on {len(seen)} kernels")
 PY
 }
+# Source counters (per SASS instruction) of the second chunk's kernels matching $NCU_KERNELS
+ncu_src() {
+    local shape=${NCU_SHAPE:-65536x768x50304} kern=${NCU_KERNELS:-"flce_sm90_(logits|dh|dw)"} rep=/tmp/ncu_src
+    command -v ncu > /dev/null || { echo "FAIL: no ncu on this machine"; return 1; }
+    rm -f "$rep.ncu-rep"
+    timeout 400 ncu --clock-control none --kernel-name-base demangled -k "regex:$kern" --launch-skip 3 --launch-count 3 \
+        --section SourceCounters -o "$rep" build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$OUT/ncu_src.err" 2>&1 ||
+        { echo "FAIL: ncu (see $OUT/ncu_src.err)"; tail -5 "$OUT/ncu_src.err"; return 1; }
+    ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src.csv" 2>> "$OUT/ncu_src.err" ||
+        { echo "FAIL: ncu --import (see $OUT/ncu_src.err)"; return 1; }
+    python3 scripts/ncu_source.py "$OUT/ncu_src.csv"
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -373,6 +390,7 @@ for s in $steps; do
     bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
     ncu-flce) run_step ncu_flce ncu_flce ;;
+    ncu-src) run_step ncu_src ncu_src ;;
     bench-peers) { [ -f build/libflce.so ] && [ -x build/flce_bench ]; } ||
                      run_step build_peers make -j"$(nproc)" lib build/flce_bench
                  run_step bench_peers_wheels bash -c 'python3 scripts/bench_peers.py --assemble /tmp/flce_whl
@@ -428,6 +446,7 @@ echo "== benchmark summary =="
 [ -f "$OUT/bench_noat.md" ] && { echo "== flce, autotune off =="; grep -A8 "Summary: median" "$OUT/bench_noat.md" | tail -7; }
 [ -f "$OUT/gemm_algos.log" ] && { echo "== cuBLASLt candidates =="; cat "$OUT/gemm_algos.log"; }
 [ -f "$OUT/ncu_flce.log" ] && { echo "== ncu: flce's GEMMs (id | kernel | ns | SM Hz | shared wavefronts) =="; grep -E "^\||OK|FAIL" "$OUT/ncu_flce.log"; }
+[ -f "$OUT/ncu_src.log" ] && { echo "== ncu source counters =="; grep -E "^==|stalls:|OK|FAIL" "$OUT/ncu_src.log"; }
 [ -f "$OUT/gemm_sm90.log" ] && { echo "== our Hopper GEMM vs cuBLASLt =="; grep -E "^checks|^\|" "$OUT/gemm_sm90.log"; }
 [ -f "$OUT/attention.log" ] && { echo "== attention: Hopper kernels vs mma.sync =="; grep -E "^\||vs mma" "$OUT/attention.log"; }
 [ -f "$OUT/train_profile.log" ] && { echo "== a B=64 step, TRAIN_PROFILE=1 =="; sed -n '/^step profile/,$p' "$OUT/train_profile.log"; }
