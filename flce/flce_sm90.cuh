@@ -556,11 +556,12 @@ struct flce_sm90_dw : sm90_policy_base {
 
 // The scaled d_W (sc: no softcap, entropy gradient or smoothing): dz = s_t e - [j == y] ct with
 // s_t = u_t v, u_t = 2^(m_t - m_r) per row and statistics tile (exact in bf16), v per row. The
-// GEMM takes A = u_t e (one bf16x2 multiply a pair, exact) and B = v h (flce_sm90_xs_kernel),
-// and the target's term, -ct h of each row, is added to d_W's target rows after it
-// (flce_sm90_dw_target_kernel). Its stage brings the 64 bytes of u_t's exponents where the
-// plain transform brings 1,408 bytes of coefficients read with 26 shared loads a step: the
-// d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md), so that is the gain.
+// GEMM takes A = u_t e (one bf16x2 multiply a pair, exact) and B = v' h, and the target's term
+// is in E by then (flce_sm90_xs_kernel; in the rare case it cannot be, it is added to d_W's
+// target row after the GEMM, flce_sm90_dw_target_kernel). Its stage brings the 64 bytes of
+// u_t's exponents where the plain transform brings 1,408 bytes of coefficients read with 26
+// shared loads a step: the d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md),
+// so that is the gain.
 template <bool ADD>
 struct flce_sm90_dw_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
