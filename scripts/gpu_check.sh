@@ -38,7 +38,9 @@
 #   flce_sm90_(logits|dh|dw)) with Nsight Compute's source counters: stall reasons, shared-memory
 #   wavefronts by opcode and the most-stalled SASS instructions (scripts/ncu_source.py), CSV in
 #   $OUT/ncu_src.csv; FLCE_* settings in the environment reach the benchmark (FLCE_PINGPONG=0:
-#   the cooperative logits kernel);
+#   the cooperative logits kernel); NCU_CMD another program (NCU_KERNELS=att90 NCU_SKIP=0
+#   NCU_CMD=build/attention_bench: the trainer's attention kernels), NCU_SKIP / NCU_COUNT the
+#   matching launches skipped (3) and profiled (3);
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
@@ -360,8 +362,9 @@ ncu_src() {
     local shape=${NCU_SHAPE:-65536x768x50304} kern=${NCU_KERNELS:-"flce_sm90_(logits|dh|dw)"} rep=/tmp/ncu_src
     command -v ncu > /dev/null || { echo "FAIL: no ncu on this machine"; return 1; }
     rm -f "$rep.ncu-rep"
-    timeout 400 ncu --clock-control none --kernel-name-base demangled -k "regex:$kern" --launch-skip 3 --launch-count 3 \
-        --section SourceCounters -o "$rep" build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$OUT/ncu_src.err" 2>&1 ||
+    local cmd=${NCU_CMD:-"build/flce_bench -v flce -s $shape -r 1 -w 1"}
+    timeout 400 ncu --clock-control none --kernel-name-base demangled -k "regex:$kern" --launch-skip "${NCU_SKIP:-3}" \
+        --launch-count "${NCU_COUNT:-3}" --section SourceCounters -o "$rep" $cmd > "$OUT/ncu_src.err" 2>&1 ||
         { echo "FAIL: ncu (see $OUT/ncu_src.err)"; tail -5 "$OUT/ncu_src.err"; return 1; }
     ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src.csv" 2>> "$OUT/ncu_src.err" ||
         { echo "FAIL: ncu --import (see $OUT/ncu_src.err)"; return 1; }
