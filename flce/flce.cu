@@ -1331,13 +1331,12 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                 FLCE_HOPPER_TRY("d_weight GEMM", err);
                 const int cols = FLCE_DW_TARGET_COLS(H);
                 const size_t smem = (size_t)cols * H * 4;
-                err = cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem);
-                if (err == cudaSuccess) {
-                    flce_sm90_dw_target_kernel<T><<<(unsigned)((w + cols - 1) / cols), FLCE_DW_TARGET_THREADS, smem,
-                                                    s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
-                    err = cudaGetLastError();
-                }
+                FLCE_HOPPER_TRY("d_weight target kernel",
+                                cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                flce_sm90_dw_target_kernel<T><<<(unsigned)((w + cols - 1) / cols), FLCE_DW_TARGET_THREADS, smem,
+                                                s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
+                FLCE_HOPPER_TRY("d_weight target kernel", cudaGetLastError());
             } else if (bf16_out)
                 err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)
                             : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream);
