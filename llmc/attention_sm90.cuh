@@ -9,10 +9,13 @@ state as attention.cuh's kernels, which dispatch here where this applies.
   backward  dout, qkv, lse and Dvec = rowsum(dout * out) -> dqkv (B, T, 3C)
 
 Every kernel runs persistent CTAs (one per SM) over work tiles of 128 rows of one (b, h),
-heaviest first. In each, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps over
-(B, T, columns): a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens
-past T read as zeros); warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
-stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
+handed out at run time (att90_next_tile) in groups of a few heads, heaviest first within a
+group (att90_tile), so that the tiles running at one time share their heads' K/V (or Q/dO) in
+L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps over (B, T,
+columns): a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens past T
+read as zeros), and in the backward warp 1 brings the rows' lse and D into shared memory;
+warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its stages, so each K/V (or
+Q/dO) tile crosses L2 once for 128 rows.
 
 Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
@@ -28,7 +31,8 @@ the previous stage's products are on the tensor cores; the two consumers interle
 The diagonal tiles mask keys past the row (and with it the zero keys past T).
 
 Requirements (attention_sm90_usable): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device,
-hs = 64, 16-byte aligned tensors; T, B, NH any. No atomics: bitwise repeatable.
+hs = 64, 16-byte aligned tensors; T, B, NH any. No float atomics (an integer counter hands out
+the tiles, whose arithmetic is the same whichever CTA runs them): bitwise repeatable.
 */
 #ifndef LLMC_ATTENTION_SM90_CUH
 #define LLMC_ATTENTION_SM90_CUH
@@ -87,38 +91,89 @@ __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
     return y;
 }
 
-// work tile t -> query tile (heaviest first) and (b, h)
-__device__ __forceinline__ void att90_tile(int t, int BH, int n_qt, int *qt, int *bh) {
-    *qt = n_qt - 1 - t / BH;
-    *bh = t % BH;
+// Work tile t -> (i, bh): i the tile's rank by work, 0 the heaviest (the caller's query tile
+// n - 1 - i, or key tile i), bh = b NH + h. The tiles go G heads at a time, all n of each head
+// in that group before the next group, heaviest first within it: the CTAs that run at one time
+// share a few heads' K and V (or Q and dO), read from DRAM once and kept in L2. (Heaviest first
+// over all heads made every running tile a different head's: each head's K and V were read from
+// DRAM once per tile, the forward's DRAM 67% busy.)
+__device__ __forceinline__ void att90_tile(int t, int BH, int n, int G, int *i, int *bh) {
+    const int grp = t / (G * n), r = t - grp * G * n, g = min(G, BH - grp * G);
+    *i = r / g;
+    *bh = grp * G + r % g;
+}
+
+// Work tiles are handed out as CTAs ask for them: a CTA's first is its blockIdx.x, each further
+// one the next of a counter (one per kernel), so that a CTA that drew light tiles takes more.
+// The producer thread asks, ahead of its consumers, and publishes each tile in the barriers'
+// tile slots; the last CTA to draw past the end resets the counters for the next launch (so
+// launches of one of these kernels on a device must not overlap: each is on one stream).
+__device__ int att90_counter[3][2];  // per kernel: tiles handed out past the grid's, CTAs done
+
+__device__ __forceinline__ int att90_next_tile(int kernel, int ti, int n_tiles) {
+    if (ti == 0) return blockIdx.x;
+    const int t = gridDim.x + atomicAdd(&att90_counter[kernel][0], 1);
+    if (t >= n_tiles && atomicAdd(&att90_counter[kernel][1], 1) == (int)gridDim.x - 1) {
+        att90_counter[kernel][0] = 0;  // every CTA has drawn its last: none will draw again
+        att90_counter[kernel][1] = 0;
+    }
+    return t;
 }
 
 // The barriers of each kernel here, after its buffers: a ring of 2 work-tile buffers and a
-// ring of `stages` stages, each slot with a "full" barrier (the producer's TMA bytes) and an
-// "empty" one (one arrival per consumer warpgroup). Initialised by thread 0; all threads wait.
+// ring of `stages` stages, each slot with a "full" barrier (the producer's TMA bytes, and in
+// the backward the 32 arrivals of the warp that brings the rows' lse and D: tile_arrivals,
+// st_arrivals) and an "empty" one (one arrival per consumer warpgroup); each tile buffer also
+// has its tile's index (n_tiles or more: no more tiles) and a "sched" barrier, on which the
+// producer arrives once it has written the index (for the rows' warp, which must not wait on a
+// "full" barrier it is part of). Initialised by thread 0; all threads wait.
 typedef struct {
-    uint64_t *tile_full, *tile_empty, *st_full, *st_empty;
+    uint64_t *tile_full, *tile_empty, *st_full, *st_empty, *tile_sched;
+    int *tile_idx;
 } att90_bars;
 
-__device__ __forceinline__ att90_bars att90_bars_init(uint8_t *at, int stages) {
+__device__ __forceinline__ att90_bars att90_bars_init(uint8_t *at, int stages, int tile_arrivals = 1,
+                                                     int st_arrivals = 1) {
     att90_bars b;
     b.tile_full = (uint64_t *)at;
     b.tile_empty = b.tile_full + 2;
     b.st_full = b.tile_empty + 2;
     b.st_empty = b.st_full + stages;
+    b.tile_sched = b.st_empty + stages;
+    b.tile_idx = (int *)(b.tile_sched + 2);
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; i++) {
-            sm90_mbar_init(&b.tile_full[i], 1);
+            sm90_mbar_init(&b.tile_full[i], tile_arrivals);
             sm90_mbar_init(&b.tile_empty[i], 2);
+            sm90_mbar_init(&b.tile_sched[i], 1);
         }
         for (int i = 0; i < stages; i++) {
-            sm90_mbar_init(&b.st_full[i], 1);
+            sm90_mbar_init(&b.st_full[i], st_arrivals);
             sm90_mbar_init(&b.st_empty[i], 2);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
     return b;
+}
+
+// The producer's next tile (att90_next_tile) into tile buffer ti & 1 once its consumers have
+// left it: its index published, the sched barrier arrived on; past the end, also the buffer's
+// full barrier (without bytes), so that the consumers read the end. Returns the tile.
+__device__ __forceinline__ int att90_publish_tile(const att90_bars &b, int kernel, int ti, int n_tiles) {
+    const int t = att90_next_tile(kernel, ti, n_tiles), buf = ti & 1;
+    sm90_mbar_wait(&b.tile_empty[buf], ((ti >> 1) & 1) ^ 1);
+    b.tile_idx[buf] = t;
+    sm90_mbar_arrive(&b.tile_sched[buf]);
+    if (t >= n_tiles) sm90_mbar_arrive(&b.tile_full[buf]);
+    return t;
+}
+
+// A consumer's (or the rows' warp's) tile of tile buffer ti & 1, after waiting on `bar` (the
+// buffer's full or sched barrier)
+__device__ __forceinline__ int att90_read_tile(const att90_bars &b, uint64_t *bar, int ti) {
+    sm90_mbar_wait(&bar[ti & 1], (ti >> 1) & 1);
+    return sm90_lds_i(sm90_smem(&b.tile_idx[ti & 1]));
 }
 
 // What a consumer's step of the forward needs besides its registers.
@@ -203,7 +258,7 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
 
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict__ out, float *__restrict__ lse,
-                 int T, int C, int NH, int BH, int n_qt, float scale_log2) {
+                 int T, int C, int NH, int BH, int n_qt, int G, float scale_log2) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -216,13 +271,15 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x != 0) return;
-        int it = 0, qi = 0;
-        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, qi++) {
+        int it = 0;
+        for (int qi = 0;; qi++) {
+            const int t = att90_publish_tile(bars, 0, qi, n_tiles);
+            if (t >= n_tiles) break;
             int qt, bh;
-            att90_tile(t, BH, n_qt, &qt, &bh);
+            att90_tile(t, BH, n_qt, G, &qt, &bh);
+            qt = n_qt - 1 - qt;
             const int b = bh / NH, h = bh % NH;
             const int qb = qi & 1;
-            sm90_mbar_wait(&q_empty[qb], ((qi >> 1) & 1) ^ 1);
             sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
             sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_qkv, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
             for (int j = 0; j <= qt; j++, it++) {
@@ -239,14 +296,16 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
 
     sm90_setmaxnreg_inc<240>();
     const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
-    int it = 0, qi = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, qi++) {
+    int it = 0;
+    for (int qi = 0;; qi++) {
+        const int t = att90_read_tile(bars, q_full, qi);
+        if (t >= n_tiles) break;
         int qt, bh;
-        att90_tile(t, BH, n_qt, &qt, &bh);
+        att90_tile(t, BH, n_qt, G, &qt, &bh);
+        qt = n_qt - 1 - qt;
         const int b = bh / NH, h = bh % NH;
         const int qb = qi & 1;
         const int row0 = qt * ATT90_BM + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
-        sm90_mbar_wait(&q_full[qb], (qi >> 1) & 1);
         const uint32_t q_addr = sm90_smem(sq + qb * ATT90_Q_BYTES) + cw * 8192;  // the warpgroup's 64 rows
         float o[32], sc[64];
 #pragma unroll
@@ -295,10 +354,39 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
 // backward: two kernels, as attention.cuh's (dK and dV per key tile, then dQ per query tile,
 // each recomputing S and dP), so that every gradient is written once: no atomics
 
-#define ATT90_BWD_STAGES 4
+#ifndef ATT90_BWD_STAGES
+#define ATT90_BWD_STAGES 6  // 4: 3% slower (dev/attention_bench), 8: 1%
+#endif
 #define ATT90_T64_BYTES (64 * ATT90_HS * 2)  // a 64-row tile of one head: 8 KiB
-// 128-row pair buffers (K and V, or Q and dO) x 2 | 64-row pair stages x STAGES | barriers
-#define ATT90_BWD_SMEM (2 * 2 * ATT90_KV_BYTES + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256 + 1024)
+// The rows' lse and D in shared memory, brought by a warp of the producer warpgroup ahead of
+// the consumers (loaded by the consumers themselves, their latency was the dK/dV kernel's
+// largest stall): a stage's 64 rows (dK/dV: 4 ATT90_QUAD_STRIDE floats) x STAGES, or a tile
+// buffer's 128 rows (dQ: 256 floats) x 2
+#define ATT90_QUAD_STRIDE 36
+#define ATT90_BWD_ROWS_BYTES \
+    ((ATT90_BWD_STAGES * 4 * ATT90_QUAD_STRIDE > 2 * 256 ? ATT90_BWD_STAGES * 4 * ATT90_QUAD_STRIDE : 2 * 256) * 4)
+// 128-row pair buffers (K and V, or Q and dO) x 2 | 64-row pair stages x STAGES | barriers | rows
+#define ATT90_BWD_SMEM (2 * 2 * ATT90_KV_BYTES + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256 + ATT90_BWD_ROWS_BYTES + 1024)
+
+// The lse and D of `n` rows from row r0 of one (b, h) into shared memory (rows past T: lse inf,
+// D 0, so that P = 0), by the 32 lanes of a warp, each of which then arrives on bar (its own
+// stores released by its own arrival). Plain: lse at rows[0, n), D at rows[n, 2n). QUADS (the
+// dK/dV kernel's 64 rows): in the order a consumer thread reads them, one 16-byte load for its
+// 2 rows of each 8: row 8 j + 2 tq + e at tq ATT90_QUAD_STRIDE + 4 j + e (lse) and + 2 (D);
+// the stride of 36 floats puts the 4 tq's loads in different banks.
+template <bool QUADS>
+__device__ __forceinline__ void att90_load_rows(float *rows, const float *lse, const float *D, int r0, int n, int T,
+                                                int lane, uint64_t *bar) {
+    const uint32_t a = sm90_smem(rows);
+    for (int r = lane; r < n; r += 32) {
+        const int q = r0 + r;
+        const int pl = QUADS ? ((r >> 1) & 3) * ATT90_QUAD_STRIDE + 4 * (r >> 3) + (r & 1) : r;
+        const int pd = QUADS ? pl + 2 : n + r;
+        sm90_sts_f(a + 4 * pl, q < T ? lse[q] : INFINITY);
+        sm90_sts_f(a + 4 * pd, q < T ? D[q] : 0.0f);
+    }
+    sm90_mbar_arrive(bar);
+}
 
 // d (64 x 64 fp32 per warpgroup) (+)= A (64 x 16, shared, K-major) B^T (16 x 64, shared, K-major)
 __device__ __forceinline__ void att90_mma_ss64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -337,22 +425,23 @@ typedef struct {
     uint8_t *sst;
     uint64_t *st_full, *st_empty;
     uint32_t k_addr, v_addr;
-    const float *lse, *D;  // this (b, h)'s rows
-    int it, T, kt, key0, tq, lt;
+    const float *rows;  // the stages' lse and D (att90_load_rows)
+    int it, kt, key0, tq, lt;
     float scale_log2;
 } att90_dkv_ctx;
 
-// The lse and D of this thread's 16 query columns of query tile i (queries past T: P = 0)
+// The lse and D of this thread's 16 query columns of query tile i, from its stage (full)
 __device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, float (&lq)[16], float (&dd)[16]) {
-    const int q0 = (2 * c.kt + i) * 64;
+    const uint32_t rows = sm90_smem(c.rows + ((c.it + i) % ATT90_BWD_STAGES) * 4 * ATT90_QUAD_STRIDE) +
+                          4 * ATT90_QUAD_STRIDE * c.tq;  // bytes
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int q = q0 + 8 * j + 2 * c.tq + e;
-            lq[2 * j + e] = q < c.T ? c.lse[q] : INFINITY;
-            dd[2 * j + e] = q < c.T ? c.D[q] : 0.0f;
-        }
+    for (int j = 0; j < 8; j++) {
+        const uint4 v = sm90_lds_u4(rows + 16 * j);
+        lq[2 * j] = __uint_as_float(v.x);
+        lq[2 * j + 1] = __uint_as_float(v.y);
+        dd[2 * j] = __uint_as_float(v.z);
+        dd[2 * j + 1] = __uint_as_float(v.w);
+    }
 }
 
 // Query tile i: S^T, dP^T (in st, dpt) into P^T, dS^T, then dV += P^T dO, dK += dS^T Q. With
@@ -376,7 +465,10 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
         }
     sm90_wgmma_wait<0>();  // tile i-1's dV, dK products are done: their operands are free
     if (i > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + i - 1) % ATT90_BWD_STAGES]);
-    if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / ATT90_BWD_STAGES) & 1);
+    if (NEXT) {
+        sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / ATT90_BWD_STAGES) & 1);
+        att90_dkv_rows(c, i + 1, lq, dd);  // tile i's are used up; these are needed after the products
+    }
     uint32_t pa[16], da[16];
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -397,8 +489,7 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
     att90_product_rs(dk, da, q_addr);
     sm90_wgmma_commit();
     if (NEXT) {
-        att90_dkv_rows(c, i + 1, lq, dd);  // loads in flight while S^T and dP^T finish
-        sm90_wgmma_wait<1>();              // tile i+1's S^T, dP^T are in; dV, dK may still run
+        sm90_wgmma_wait<1>();  // tile i+1's S^T, dP^T are in; dV, dK may still run
         sm90_fence_acc(st);
         sm90_fence_acc(dpt);
     } else {
@@ -471,24 +562,44 @@ __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
                      const __grid_constant__ CUtensorMap map_do64, floatX *__restrict__ dqkv,
                      const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
-                     int n_kt, float scale_log2, float scale) {
+                     int n_kt, int G, float scale_log2, float scale) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *skv = smem, *sst = skv + 4 * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES);
+    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES, 1, 33);
+    float *rows = (float *)(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256);
     uint64_t *kv_full = bars.tile_full, *kv_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_kt * BH, n_q64 = (T + 63) / 64;
 
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
+        if (threadIdx.x / 32 == 1) {  // warp 1: each stage's 64 rows of lse and D
+            int it = 0;
+            for (int ti = 0;; ti++) {
+                const int t = att90_read_tile(bars, bars.tile_sched, ti);
+                if (t >= n_tiles) break;
+                int kt, bh;
+                att90_tile(t, BH, n_kt, G, &kt, &bh);
+                for (int i = 2 * kt; i < n_q64; i++, it++) {
+                    const int s = it % ATT90_BWD_STAGES;
+                    sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
+                    att90_load_rows<true>(rows + s * 4 * ATT90_QUAD_STRIDE, lse + (size_t)bh * T,
+                                          Dvec + (size_t)bh * T, i * 64, 64, T, threadIdx.x % 32, &st_full[s]);
+                }
+            }
+            return;
+        }
         if (threadIdx.x != 0) return;
-        int it = 0, ti = 0;
-        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
-            const int kt = t / BH, bh = t % BH, b = bh / NH, h = bh % NH, kb = ti & 1;
+        int it = 0;
+        for (int ti = 0;; ti++) {
+            const int t = att90_publish_tile(bars, 1, ti, n_tiles);
+            if (t >= n_tiles) break;
+            int kt, bh;
+            att90_tile(t, BH, n_kt, G, &kt, &bh);
+            const int b = bh / NH, h = bh % NH, kb = ti & 1;
             uint8_t *sk = skv + kb * 2 * ATT90_KV_BYTES;
-            sm90_mbar_wait(&kv_empty[kb], ((ti >> 1) & 1) ^ 1);
             sm90_mbar_expect_tx(&kv_full[kb], 2 * ATT90_KV_BYTES);
             sm90_tma_load_3d(sk, &map_qkv128, C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
             sm90_tma_load_3d(sk + ATT90_KV_BYTES, &map_qkv128, 2 * C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
@@ -506,13 +617,16 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
 
     sm90_setmaxnreg_inc<240>();
     const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
-    int it = 0, ti = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
-        const int kt = t / BH, bh = t % BH, b = bh / NH, h = bh % NH, kb = ti & 1;
+    int it = 0;
+    for (int ti = 0;; ti++) {
+        const int t = att90_read_tile(bars, kv_full, ti);
+        if (t >= n_tiles) break;
+        int kt, bh;
+        att90_tile(t, BH, n_kt, G, &kt, &bh);
+        const int b = bh / NH, h = bh % NH, kb = ti & 1;
         const int key0 = kt * 128 + 64 * cw + 16 * w + g;  // this thread's keys: key0, key0 + 8
         const uint32_t k_addr = sm90_smem(skv + kb * 2 * ATT90_KV_BYTES) + cw * 8192;
         const uint32_t v_addr = k_addr + ATT90_KV_BYTES;
-        const float *lse_bh = lse + (size_t)bh * T, *D_bh = Dvec + (size_t)bh * T;
         float dk[32], dv[32], st[32], dpt[32];
 #pragma unroll
         for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
@@ -520,11 +634,10 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
         sm90_fence_acc(dk);
         sm90_fence_acc(dv);
         const int n = n_q64 - 2 * kt;
-        att90_dkv_ctx c = {sst, st_full, st_empty, k_addr, v_addr, lse_bh, D_bh, it, T, kt, key0, tq, lt, scale_log2};
+        att90_dkv_ctx c = {sst, st_full, st_empty, k_addr, v_addr, rows, it, kt, key0, tq, lt, scale_log2};
         float lq[16], dd[16];
-        att90_dkv_rows(c, 0, lq, dd);
-        sm90_mbar_wait(&kv_full[kb], (ti >> 1) & 1);
         sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
+        att90_dkv_rows(c, 0, lq, dd);
         {
             const uint32_t q_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
             att90_two_products(st, dpt, k_addr, q_addr, v_addr, q_addr + ATT90_T64_BYTES);
@@ -564,26 +677,44 @@ __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
                     const __grid_constant__ CUtensorMap map_do128, floatX *__restrict__ dqkv,
                     const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
-                    int n_qt, float scale_log2, float scale) {
+                    int n_qt, int G, float scale_log2, float scale) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sqd = smem, *sst = sqd + 4 * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES);
+    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES, 33, 1);
+    float *rows = (float *)(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_qt * BH, n_k64 = (T + 63) / 64;
 
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
+        if (threadIdx.x / 32 == 1) {  // warp 1: each work tile's 128 rows of lse and D
+            for (int ti = 0;; ti++) {
+                const int t = att90_read_tile(bars, bars.tile_sched, ti), qb = ti & 1;
+                if (t >= n_tiles) {  // the consumers' full barrier needs this warp's arrivals too
+                    sm90_mbar_arrive(&q_full[qb]);
+                    break;
+                }
+                int qt, bh;
+                att90_tile(t, BH, n_qt, G, &qt, &bh);
+                qt = n_qt - 1 - qt;
+                att90_load_rows<false>(rows + qb * 256, lse + (size_t)bh * T, Dvec + (size_t)bh * T, qt * 128,
+                                       128, T, threadIdx.x % 32, &q_full[qb]);
+            }
+            return;
+        }
         if (threadIdx.x != 0) return;
-        int it = 0, ti = 0;
-        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+        int it = 0;
+        for (int ti = 0;; ti++) {
+            const int t = att90_publish_tile(bars, 2, ti, n_tiles);
+            if (t >= n_tiles) break;
             int qt, bh;
-            att90_tile(t, BH, n_qt, &qt, &bh);
+            att90_tile(t, BH, n_qt, G, &qt, &bh);
+            qt = n_qt - 1 - qt;
             const int b = bh / NH, h = bh % NH, qb = ti & 1;
             uint8_t *sq = sqd + qb * 2 * ATT90_KV_BYTES;
-            sm90_mbar_wait(&q_empty[qb], ((ti >> 1) & 1) ^ 1);
             sm90_mbar_expect_tx(&q_full[qb], 2 * ATT90_KV_BYTES);
             sm90_tma_load_3d(sq, &map_qkv128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
             sm90_tma_load_3d(sq + ATT90_KV_BYTES, &map_do128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
@@ -602,27 +733,29 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
 
     sm90_setmaxnreg_inc<240>();
     const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
-    int it = 0, ti = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ti++) {
+    int it = 0;
+    for (int ti = 0;; ti++) {
+        const int t = att90_read_tile(bars, q_full, ti);
+        if (t >= n_tiles) break;
         int qt, bh;
-        att90_tile(t, BH, n_qt, &qt, &bh);
+        att90_tile(t, BH, n_qt, G, &qt, &bh);
+        qt = n_qt - 1 - qt;
         const int b = bh / NH, h = bh % NH, qb = ti & 1;
         const int row0 = qt * 128 + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
         const uint32_t q_addr = sm90_smem(sqd + qb * 2 * ATT90_KV_BYTES) + cw * 8192;
         const uint32_t do_addr = q_addr + ATT90_KV_BYTES;
-        float lr[2], dr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            lr[r] = row < T ? lse[(size_t)bh * T + row] : INFINITY;
-            dr[r] = row < T ? Dvec[(size_t)bh * T + row] : 0.0f;
-        }
         float dq[32], sc[32], dp[32];
 #pragma unroll
         for (int i = 0; i < 32; i++) dq[i] = 0.0f;
         sm90_fence_acc(dq);  // (see the dK/dV kernel)
         const int n = min(2 * qt + 2, n_k64);
-        sm90_mbar_wait(&q_full[qb], (ti >> 1) & 1);
+        float lr[2], dr[2];  // lse and D of the thread's rows, from the tile's buffer
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int tr = 64 * cw + 16 * w + g + 8 * r;
+            lr[r] = sm90_lds_f(sm90_smem(rows + qb * 256 + tr));
+            dr[r] = sm90_lds_f(sm90_smem(rows + qb * 256 + 128 + tr));
+        }
         sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
         {
             const uint32_t k_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
@@ -708,6 +841,19 @@ static inline unsigned att90_grid(long long tiles) {
     return (unsigned)(tiles < sms[dev] ? tiles : sms[dev]);
 }
 
+// Heads per group of work tiles (att90_tile): enough that a group's tiles fill the grid. The
+// environment's ATT90_GROUP sets it (0: all heads in one group, heaviest tiles first over all
+// of them, the order before the groups), for measurements.
+static inline int att90_group(unsigned grid, int n, int BH) {
+    static int env = -2;  // -2: not read yet; -1: not set
+    if (env == -2) {
+        const char *e = getenv("ATT90_GROUP");
+        env = e != NULL && *e != '\0' ? atoi(e) : -1;
+    }
+    const int G = env == 0 ? BH : env > 0 ? env : (int)grid / n;
+    return G < 1 ? 1 : G > BH ? BH : G;
+}
+
 static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                           cudaStream_t s) {
     att90_check(B, T, C, NH);
@@ -715,8 +861,9 @@ static inline void attention_forward_sm90(floatX *out, float *lse, const floatX 
     att90_map(&map, qkv, 3 * C, T, B, ATT90_BM);
     const int n_qt = (T + ATT90_BM - 1) / ATT90_BM, BH = B * NH;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)ATT90_HS);
-    att90_fwd_kernel<<<att90_grid((long long)n_qt * BH), ATT90_THREADS, ATT90_SMEM, s>>>(map, out, lse, T, C, NH, BH,
-                                                                                       n_qt, scale_log2);
+    const unsigned grid = att90_grid((long long)n_qt * BH);
+    att90_fwd_kernel<<<grid, ATT90_THREADS, ATT90_SMEM, s>>>(map, out, lse, T, C, NH, BH, n_qt,
+                                                             att90_group(grid, n_qt, BH), scale_log2);
     cudaLaunchCheck("att90_fwd_kernel");
 }
 
@@ -734,11 +881,12 @@ static inline void attention_backward_sm90(floatX *dqkv, const float *Dvec, cons
     const int BH = B * NH, n_t128 = (T + 127) / 128;
     const float scale = 1.0f / sqrtf((float)ATT90_HS), scale_log2 = 1.4426950408889634f * scale;
     const unsigned grid = att90_grid((long long)n_t128 * BH);
+    const int G = att90_group(grid, n_t128, BH);
     att90_bwd_dkv_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do64, dqkv, lse, Dvec, T, C, NH, BH,
-                                                                      n_t128, scale_log2, scale);
+                                                                      n_t128, G, scale_log2, scale);
     cudaLaunchCheck("att90_bwd_dkv_kernel");
     att90_bwd_dq_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do128, dqkv, lse, Dvec, T, C, NH, BH,
-                                                                     n_t128, scale_log2, scale);
+                                                                     n_t128, G, scale_log2, scale);
     cudaLaunchCheck("att90_bwd_dq_kernel");
 }
 
