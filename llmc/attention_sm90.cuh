@@ -21,10 +21,11 @@ Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memor
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
   O += P V (m64n64k16, P from registers: the S accumulator layout is the A fragment layout).
 Backward, as attention.cuh's (so that each gradient is written once, without atomics):
-  dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16 from
-    shared memory), P^T from lse, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q (RS).
-  dQ kernel, per 128 queries and 64-key stage: S = Q K^T, dP = dO V^T, dS = P (dP - D);
-    dQ += dS K (RS).
+  dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16, K
+    and V in registers for the whole work tile), P^T from lse, dS^T = P^T (dP^T - D);
+    dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers).
+  dQ kernel, per 128 queries and 64-key stage: S = Q K^T, dP = dO V^T (Q, dO in registers),
+    dS = P (dP - D); dQ += dS K (dS from registers).
 Within a consumer, the next stage's score products are issued before this stage's
 accumulating products, so that the softmax (or the P, dS transform) of one stage runs while
 the previous stage's products are on the tensor cores; the two consumers interleave as well.
@@ -388,29 +389,44 @@ __device__ __forceinline__ void att90_load_rows(float *rows, const float *lse, c
     sm90_mbar_arrive(bar);
 }
 
-// d (64 x 64 fp32 per warpgroup) (+)= A (64 x 16, shared, K-major) B^T (16 x 64, shared, K-major)
-__device__ __forceinline__ void att90_mma_ss64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+// d (64 x 64 fp32 per warpgroup) (+)= A (64 x 16, registers) B^T (16 x 64, shared, K-major)
+__device__ __forceinline__ void att90_mma_rs64(float (&d)[32], const uint32_t *a, uint64_t desc_b, int scale_d) {
 #ifdef SM90_DEVICE_CODE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, "
+                 "0;\n}\n"
                  : SM90_D16(0), SM90_D16(16)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
 
+// The A fragments of a warpgroup's 64 rows x 64 channels of a tile in shared memory (128-byte
+// rows, swizzled as TMA wrote them; base 1024-aligned): 4 K steps of 4 registers, for the
+// backward's score-like products, whose A (K and V, or Q and dO) is the same for a whole work
+// tile. Loaded once a tile, they halve those products' shared-memory reads (B alone); from
+// shared memory both ways the backward took 6% longer.
+__device__ __forceinline__ void att90_frags(uint32_t (&a)[16], uint32_t base, int w, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        uint32_t r[4];
+        sm90_ldmatrix_x4(r, base + sm90_swz(16 * w + (lane % 8) + 8 * ((lane / 8) & 1), 2 * kk + lane / 16));
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[4 * kk + e] = r[e];
+    }
+}
+
 // x (64 x 64 per warpgroup) = A1 B1^T and y = A2 B2^T over the head's 64 channels (4 K steps):
-// the two score-like products of the backward, S (or S^T) and dP (or dP^T)
-__device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32], uint32_t a1, uint32_t b1,
-                                                   uint32_t a2, uint32_t b2) {
+// the two score-like products of the backward, S (or S^T) and dP (or dP^T); A1, A2 from
+// registers (att90_frags), B1, B2 from shared memory
+__device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32], const uint32_t (&a1)[16],
+                                                      uint32_t b1, const uint32_t (&a2)[16], uint32_t b2) {
     sm90_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++)
-        att90_mma_ss64(x, sm90_desc(a1 + kk * 32, 16, 1024), sm90_desc(b1 + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < ATT90_HS / 16; kk++) att90_mma_rs64(x, a1 + 4 * kk, sm90_desc(b1 + kk * 32, 16, 1024), kk);
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++)
-        att90_mma_ss64(y, sm90_desc(a2 + kk * 32, 16, 1024), sm90_desc(b2 + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < ATT90_HS / 16; kk++) att90_mma_rs64(y, a2 + 4 * kk, sm90_desc(b2 + kk * 32, 16, 1024), kk);
     sm90_wgmma_commit();
 }
 
@@ -424,7 +440,6 @@ __device__ __forceinline__ void att90_product_rs(float (&d)[32], const uint32_t 
 typedef struct {
     uint8_t *sst;
     uint64_t *st_full, *st_empty;
-    uint32_t k_addr, v_addr;
     const float *rows;  // the stages' lse and D (att90_load_rows)
     int it, kt, key0, tq, lt;
     float scale_log2;
@@ -449,7 +464,8 @@ __device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, fl
 // when this returns.
 template <bool NEXT>
 __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, float (&st)[32], float (&dpt)[32],
-                                               float (&dk)[32], float (&dv)[32], float (&lq)[16], float (&dd)[16]) {
+                                               float (&dk)[32], float (&dv)[32], float (&lq)[16], float (&dd)[16],
+                                               const uint32_t (&ka)[16], const uint32_t (&va)[16]) {
     const int s = (c.it + i) % ATT90_BWD_STAGES, s1 = (c.it + i + 1) % ATT90_BWD_STAGES;
     const int q0 = (2 * c.kt + i) * 64;
     // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place
@@ -481,7 +497,7 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
     sm90_fence_regs(da);
     if (NEXT) {
         const uint32_t q1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
-        att90_two_products(st, dpt, c.k_addr, q1, c.v_addr, q1 + ATT90_T64_BYTES);
+        att90_two_products(st, dpt, ka, q1, va, q1 + ATT90_T64_BYTES);
     }
     const uint32_t q_addr = sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES), do_addr = q_addr + ATT90_T64_BYTES;
     sm90_wgmma_fence();
@@ -504,7 +520,6 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
 typedef struct {
     uint8_t *sst;
     uint64_t *st_full, *st_empty;
-    uint32_t q_addr, do_addr;
     int it, row0, tq, lt;
     float scale_log2;
     float lr[2], dr[2];  // lse and D of the thread's two rows
@@ -514,7 +529,7 @@ typedef struct {
 // issued first, and are in sc, dp when this returns.
 template <bool NEXT>
 __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, float (&sc)[32], float (&dp)[32],
-                                              float (&dq)[32]) {
+                                              float (&dq)[32], const uint32_t (&qa)[16], const uint32_t (&oa)[16]) {
     const int s = (c.it + j) % ATT90_BWD_STAGES, s1 = (c.it + j + 1) % ATT90_BWD_STAGES;
     // sc[4 i + e]: row row0 + 8 (e >> 1), key 64 j + 8 i + 2 tq + (e & 1); dS in place in dp
 #pragma unroll
@@ -538,7 +553,7 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
     sm90_fence_regs(da);
     if (NEXT) {
         const uint32_t k1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
-        att90_two_products(sc, dp, c.q_addr, k1, c.do_addr, k1 + ATT90_T64_BYTES);
+        att90_two_products(sc, dp, qa, k1, oa, k1 + ATT90_T64_BYTES);
     }
     sm90_wgmma_fence();
     att90_product_rs(dq, da, sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES));
@@ -556,8 +571,8 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
 
 // dK and dV of 128 keys of one (b, h) per work tile, the lightest (last keys) last; each
 // consumer warpgroup owns 64 of the keys and walks the 64-query tiles at and after them:
-//   S^T = K Q^T, dP^T = V dO^T (K, V from shared memory as A), P^T from the saved lse,
-//   dS^T = P^T (dP^T - D);  dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers)
+//   S^T = K Q^T, dP^T = V dO^T (K, V as A from registers, read once a tile), P^T from the
+//   saved lse, dS^T = P^T (dP^T - D);  dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers)
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
                      const __grid_constant__ CUtensorMap map_do64, floatX *__restrict__ dqkv,
@@ -634,21 +649,28 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
         sm90_fence_acc(dk);
         sm90_fence_acc(dv);
         const int n = n_q64 - 2 * kt;
-        att90_dkv_ctx c = {sst, st_full, st_empty, k_addr, v_addr, rows, it, kt, key0, tq, lt, scale_log2};
+        att90_dkv_ctx c = {sst, st_full, st_empty, rows, it, kt, key0, tq, lt, scale_log2};
         float lq[16], dd[16];
+        uint32_t ka[16], va[16];
+        {
+            att90_frags(ka, k_addr, w, lt % 32);
+            att90_frags(va, v_addr, w, lt % 32);
+            sm90_fence_regs(ka);
+            sm90_fence_regs(va);
+        }
         sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
         att90_dkv_rows(c, 0, lq, dd);
         {
             const uint32_t q_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
-            att90_two_products(st, dpt, k_addr, q_addr, v_addr, q_addr + ATT90_T64_BYTES);
+            att90_two_products(st, dpt, ka, q_addr, va, q_addr + ATT90_T64_BYTES);
             sm90_wgmma_wait<0>();
             sm90_fence_acc(st);
             sm90_fence_acc(dpt);
         }
         // per query tile i: P^T and dS^T of tile i are formed while tile i-1's dV and dK
         // products run; then tile i+1's S^T, dP^T and tile i's dV, dK are issued together
-        for (int i = 0; i + 1 < n; i++) att90_dkv_step<true>(c, i, st, dpt, dk, dv, lq, dd);
-        att90_dkv_step<false>(c, n - 1, st, dpt, dk, dv, lq, dd);
+        for (int i = 0; i + 1 < n; i++) att90_dkv_step<true>(c, i, st, dpt, dk, dv, lq, dd, ka, va);
+        att90_dkv_step<false>(c, n - 1, st, dpt, dk, dv, lq, dd, ka, va);
         if (lt == 0) sm90_mbar_arrive(&kv_empty[kb]);  // K, V read for the last time
         it += n;
 #pragma unroll
@@ -671,7 +693,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
 
 // dQ of 128 queries of one (b, h) per work tile, heaviest first; each consumer warpgroup owns
 // 64 of them and walks the 64-key tiles up to the diagonal:
-//   S = Q K^T, dP = dO V^T (Q, dO from shared memory as A), P from the saved lse,
+//   S = Q K^T, dP = dO V^T (Q, dO as A from registers, read once a tile), P from the saved lse,
 //   dS = P (dP - D);  dQ += dS K (dS from registers)
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
@@ -749,6 +771,13 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
         for (int i = 0; i < 32; i++) dq[i] = 0.0f;
         sm90_fence_acc(dq);  // (see the dK/dV kernel)
         const int n = min(2 * qt + 2, n_k64);
+        uint32_t qa[16], oa[16];
+        {
+            att90_frags(qa, q_addr, w, lt % 32);
+            att90_frags(oa, do_addr, w, lt % 32);
+            sm90_fence_regs(qa);
+            sm90_fence_regs(oa);
+        }
         float lr[2], dr[2];  // lse and D of the thread's rows, from the tile's buffer
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -759,17 +788,17 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
         sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
         {
             const uint32_t k_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
-            att90_two_products(sc, dp, q_addr, k_addr, do_addr, k_addr + ATT90_T64_BYTES);
+            att90_two_products(sc, dp, qa, k_addr, oa, k_addr + ATT90_T64_BYTES);
             sm90_wgmma_wait<0>();
             sm90_fence_acc(sc);
             sm90_fence_acc(dp);
         }
         // per key tile j, as the dK/dV kernel: dS of tile j formed while tile j-1's dQ product
         // runs, then tile j+1's S, dP and tile j's dQ product issued together
-        att90_dq_ctx c = {sst, st_full, st_empty, q_addr, do_addr, it, row0, tq, lt, scale_log2, {lr[0], lr[1]},
+        att90_dq_ctx c = {sst, st_full, st_empty, it, row0, tq, lt, scale_log2, {lr[0], lr[1]},
                           {dr[0], dr[1]}};
-        for (int j = 0; j + 1 < n; j++) att90_dq_step<true>(c, j, sc, dp, dq);
-        att90_dq_step<false>(c, n - 1, sc, dp, dq);
+        for (int j = 0; j + 1 < n; j++) att90_dq_step<true>(c, j, sc, dp, dq, qa, oa);
+        att90_dq_step<false>(c, n - 1, sc, dp, dq, qa, oa);
         if (lt == 0) sm90_mbar_arrive(&q_empty[qb]);  // Q, dO read for the last time
         it += n;
 #pragma unroll
