@@ -468,17 +468,30 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
                                                const uint32_t (&ka)[16], const uint32_t (&va)[16]) {
     const int s = (c.it + i) % ATT90_BWD_STAGES, s1 = (c.it + i + 1) % ATT90_BWD_STAGES;
     const int q0 = (2 * c.kt + i) * 64;
-    // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place
+    // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place.
+    // Only the first two query tiles reach below the diagonal (queries before keys: P = 0); past
+    // them the mask's compares would be a third of the loop's instructions
+    if (i < 2) {
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int q = q0 + 8 * j + 2 * c.tq + (e & 1), key = c.key0 + 8 * (e >> 1);
-            const float x = att90_exp2(fmaf(st[4 * j + e], c.scale_log2, -lq[2 * j + (e & 1)]));
-            const float p = q < key ? 0.0f : x;
-            st[4 * j + e] = p;
-            dpt[4 * j + e] = p * (dpt[4 * j + e] - dd[2 * j + (e & 1)]);
-        }
+            for (int e = 0; e < 4; e++) {
+                const int q = q0 + 8 * j + 2 * c.tq + (e & 1), key = c.key0 + 8 * (e >> 1);
+                const float x = att90_exp2(fmaf(st[4 * j + e], c.scale_log2, -lq[2 * j + (e & 1)]));
+                const float p = q < key ? 0.0f : x;
+                st[4 * j + e] = p;
+                dpt[4 * j + e] = p * (dpt[4 * j + e] - dd[2 * j + (e & 1)]);
+            }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = att90_exp2(fmaf(st[4 * j + e], c.scale_log2, -lq[2 * j + (e & 1)]));
+                st[4 * j + e] = p;
+                dpt[4 * j + e] = p * (dpt[4 * j + e] - dd[2 * j + (e & 1)]);
+            }
+    }
     sm90_wgmma_wait<0>();  // tile i-1's dV, dK products are done: their operands are free
     if (i > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + i - 1) % ATT90_BWD_STAGES]);
     if (NEXT) {
@@ -520,7 +533,7 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, fl
 typedef struct {
     uint8_t *sst;
     uint64_t *st_full, *st_empty;
-    int it, row0, tq, lt;
+    int it, row0, row_first, tq, lt;  // row_first: the work tile's first row
     float scale_log2;
     float lr[2], dr[2];  // lse and D of the thread's two rows
 } att90_dq_ctx;
@@ -531,16 +544,27 @@ template <bool NEXT>
 __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, float (&sc)[32], float (&dp)[32],
                                               float (&dq)[32], const uint32_t (&qa)[16], const uint32_t (&oa)[16]) {
     const int s = (c.it + j) % ATT90_BWD_STAGES, s1 = (c.it + j + 1) % ATT90_BWD_STAGES;
-    // sc[4 i + e]: row row0 + 8 (e >> 1), key 64 j + 8 i + 2 tq + (e & 1); dS in place in dp
+    // sc[4 i + e]: row row0 + 8 (e >> 1), key 64 j + 8 i + 2 tq + (e & 1); dS in place in dp.
+    // Only the last two key tiles (from the work tile's first row) reach past the diagonal
+    if (64 * j + 63 > c.row_first) {
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 8; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = 64 * j + 8 * i + 2 * c.tq + (e & 1), row = c.row0 + 8 * (e >> 1);
-            const float x = att90_exp2(fmaf(sc[4 * i + e], c.scale_log2, -c.lr[e >> 1]));
-            const float p = key > row ? 0.0f : x;
-            dp[4 * i + e] = p * (dp[4 * i + e] - c.dr[e >> 1]);
-        }
+            for (int e = 0; e < 4; e++) {
+                const int key = 64 * j + 8 * i + 2 * c.tq + (e & 1), row = c.row0 + 8 * (e >> 1);
+                const float x = att90_exp2(fmaf(sc[4 * i + e], c.scale_log2, -c.lr[e >> 1]));
+                const float p = key > row ? 0.0f : x;
+                dp[4 * i + e] = p * (dp[4 * i + e] - c.dr[e >> 1]);
+            }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = att90_exp2(fmaf(sc[4 * i + e], c.scale_log2, -c.lr[e >> 1]));
+                dp[4 * i + e] = p * (dp[4 * i + e] - c.dr[e >> 1]);
+            }
+    }
     sm90_wgmma_wait<0>();  // tile j-1's dQ product is done: its operands are free
     if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + j - 1) % ATT90_BWD_STAGES]);
     if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + j + 1) / ATT90_BWD_STAGES) & 1);
@@ -795,7 +819,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
         }
         // per key tile j, as the dK/dV kernel: dS of tile j formed while tile j-1's dQ product
         // runs, then tile j+1's S, dP and tile j's dQ product issued together
-        att90_dq_ctx c = {sst, st_full, st_empty, it, row0, tq, lt, scale_log2, {lr[0], lr[1]},
+        att90_dq_ctx c = {sst, st_full, st_empty, it, row0, qt * 128, tq, lt, scale_log2, {lr[0], lr[1]},
                           {dr[0], dr[1]}};
         for (int j = 0; j + 1 < n; j++) att90_dq_step<true>(c, j, sc, dp, dq, qa, oa);
         att90_dq_step<false>(c, n - 1, sc, dp, dq, qa, oa);
