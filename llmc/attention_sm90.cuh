@@ -92,15 +92,15 @@ __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
     return y;
 }
 
-// Work tile t -> (i, bh): i the tile's rank by work, 0 the heaviest (the caller's query tile
-// n - 1 - i, or key tile i), bh = b NH + h. The tiles go G heads at a time, all n of each head
-// in that group before the next group, heaviest first within it: the CTAs that run at one time
-// share a few heads' K and V (or Q and dO), read from DRAM once and kept in L2. (Heaviest first
-// over all heads made every running tile a different head's: each head's K and V were read from
-// DRAM once per tile, the forward's DRAM 67% busy.)
-__device__ __forceinline__ void att90_tile(int t, int BH, int n, int G, int *i, int *bh) {
+// Work tile t -> (tile, bh): the query tile (rows_from_last: the heaviest is the last) or the
+// key tile (the heaviest is the first) of n, and bh = b NH + h. The tiles go G heads at a time,
+// all n of each head in that group before the next group, heaviest first within it: the CTAs
+// that run at one time share a few heads' K and V (or Q and dO), read from DRAM once and kept
+// in L2. (Heaviest first over all heads made every running tile a different head's: each
+// head's K and V were read from DRAM once per tile, the forward's DRAM 67% busy.)
+__device__ __forceinline__ void att90_tile(int t, int BH, int n, int G, bool rows_from_last, int *tile, int *bh) {
     const int grp = t / (G * n), r = t - grp * G * n, g = min(G, BH - grp * G);
-    *i = r / g;
+    *tile = rows_from_last ? n - 1 - r / g : r / g;
     *bh = grp * G + r % g;
 }
 
@@ -277,8 +277,7 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
             const int t = att90_publish_tile(bars, 0, qi, n_tiles);
             if (t >= n_tiles) break;
             int qt, bh;
-            att90_tile(t, BH, n_qt, G, &qt, &bh);
-            qt = n_qt - 1 - qt;
+            att90_tile(t, BH, n_qt, G, true, &qt, &bh);
             const int b = bh / NH, h = bh % NH;
             const int qb = qi & 1;
             sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
@@ -302,8 +301,7 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
         const int t = att90_read_tile(bars, q_full, qi);
         if (t >= n_tiles) break;
         int qt, bh;
-        att90_tile(t, BH, n_qt, G, &qt, &bh);
-        qt = n_qt - 1 - qt;
+        att90_tile(t, BH, n_qt, G, true, &qt, &bh);
         const int b = bh / NH, h = bh % NH;
         const int qb = qi & 1;
         const int row0 = qt * ATT90_BM + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
@@ -620,7 +618,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
                 const int t = att90_read_tile(bars, bars.tile_sched, ti);
                 if (t >= n_tiles) break;
                 int kt, bh;
-                att90_tile(t, BH, n_kt, G, &kt, &bh);
+                att90_tile(t, BH, n_kt, G, false, &kt, &bh);
                 for (int i = 2 * kt; i < n_q64; i++, it++) {
                     const int s = it % ATT90_BWD_STAGES;
                     sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
@@ -636,7 +634,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
             const int t = att90_publish_tile(bars, 1, ti, n_tiles);
             if (t >= n_tiles) break;
             int kt, bh;
-            att90_tile(t, BH, n_kt, G, &kt, &bh);
+            att90_tile(t, BH, n_kt, G, false, &kt, &bh);
             const int b = bh / NH, h = bh % NH, kb = ti & 1;
             uint8_t *sk = skv + kb * 2 * ATT90_KV_BYTES;
             sm90_mbar_expect_tx(&kv_full[kb], 2 * ATT90_KV_BYTES);
@@ -661,7 +659,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
         const int t = att90_read_tile(bars, kv_full, ti);
         if (t >= n_tiles) break;
         int kt, bh;
-        att90_tile(t, BH, n_kt, G, &kt, &bh);
+        att90_tile(t, BH, n_kt, G, false, &kt, &bh);
         const int b = bh / NH, h = bh % NH, kb = ti & 1;
         const int key0 = kt * 128 + 64 * cw + 16 * w + g;  // this thread's keys: key0, key0 + 8
         const uint32_t k_addr = sm90_smem(skv + kb * 2 * ATT90_KV_BYTES) + cw * 8192;
@@ -744,8 +742,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
                     break;
                 }
                 int qt, bh;
-                att90_tile(t, BH, n_qt, G, &qt, &bh);
-                qt = n_qt - 1 - qt;
+                att90_tile(t, BH, n_qt, G, true, &qt, &bh);
                 att90_load_rows<false>(rows + qb * 256, lse + (size_t)bh * T, Dvec + (size_t)bh * T, qt * 128,
                                        128, T, threadIdx.x % 32, &q_full[qb]);
             }
@@ -757,8 +754,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
             const int t = att90_publish_tile(bars, 2, ti, n_tiles);
             if (t >= n_tiles) break;
             int qt, bh;
-            att90_tile(t, BH, n_qt, G, &qt, &bh);
-            qt = n_qt - 1 - qt;
+            att90_tile(t, BH, n_qt, G, true, &qt, &bh);
             const int b = bh / NH, h = bh % NH, qb = ti & 1;
             uint8_t *sq = sqd + qb * 2 * ATT90_KV_BYTES;
             sm90_mbar_expect_tx(&q_full[qb], 2 * ATT90_KV_BYTES);
@@ -784,8 +780,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
         const int t = att90_read_tile(bars, q_full, ti);
         if (t >= n_tiles) break;
         int qt, bh;
-        att90_tile(t, BH, n_qt, G, &qt, &bh);
-        qt = n_qt - 1 - qt;
+        att90_tile(t, BH, n_qt, G, true, &qt, &bh);
         const int b = bh / NH, h = bh % NH, qb = ti & 1;
         const int row0 = qt * 128 + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
         const uint32_t q_addr = sm90_smem(sqd + qb * 2 * ATT90_KV_BYTES) + cw * 8192;
