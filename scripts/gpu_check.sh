@@ -7,11 +7,15 @@
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
+#                        [train-ab] [att-ab]
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
 #   bench-ab: dev/flce_bench's flce rows under each setting of AB_ENV (default "FLCE_PINGPONG=0
 #   FLCE_PINGPONG=1"; a setting is VAR=value, a flce_bench binary's path (another build's), or
-#   path+VAR=value), AB_ROUNDS (2) alternated rounds; train-f: the trainer at B = 64 with each
+#   path+VAR=value), AB_ROUNDS (2) alternated rounds; train-ab: train_gpt builds (TRAIN_AB, paths)
+#   alternated, AB_ROUNDS rounds of -b TRAIN_AB_B (64) -x 40: median and mean of steps 11-40,
+#   memory, step 40's loss; att-ab: dev/attention_bench builds (ATT_AB) alternated, their Hopper
+#   rows (forward | backward ms) and backward checks; train-f: the trainer at B = 64 with each
 #   flce budget of TRAIN_F (default "1024 4096" MiB): median step, tok/s, memory.
 #   train-scale (several GPUs): issue 13's table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
 #   one GPU, then -z 0|1 x -ov 0|1 at B = 64, tok/s, efficiency, memory (mg_scale says how).
@@ -313,6 +317,31 @@ bench_ab() {
     done; done
     [ $bad -eq 0 ] && echo "OK: A/B of $settings, $rounds rounds" || { echo "FAIL: a run of the A/B"; return 1; }
 }
+# Trainer builds alternated in one call ($TRAIN_AB: train_gpt binaries, default ./train_gpt;
+# $AB_ROUNDS rounds, default 2), each `-b $TRAIN_AB_B (64) -x 40 -v 0 -s 0`: the median and mean
+# step of steps 11-40, MiB in use at the end, step 40's loss. A step's time moves 2-3% between
+# calls on one GPU (clocks under its power limit), so builds compare only within a call.
+train_ab() {
+    local bin r log bad=0
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do for bin in ${TRAIN_AB:-./train_gpt}; do
+        log="$OUT/train_ab_${bin//[^A-Za-z0-9_]/_}_$r.log"
+        timeout 200 "$bin" -b "${TRAIN_AB_B:-64}" -x 40 -v 0 -s 0 > "$log" 2>&1 || { echo "FAIL: $bin (round $r)"; bad=1; continue; }
+        echo "| $bin | $r | $(grep -E '^step +[0-9]+/' "$log" | sed -n '11,40p' | awk -F'|' '{gsub(/ ms/, "", $5); print $5 + 0}' |
+            sort -g | awk '{v[NR] = $1; s += $1} END {printf "%.2f | %.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, s / NR}') ms | $(mg_mib "$log") MiB | $(grep -E '^step +40/' "$log" | grep -oE 'loss [0-9.]+') |"
+    done; done
+    [ $bad -eq 0 ] && echo "OK: train-ab of ${TRAIN_AB:-./train_gpt}, ${AB_ROUNDS:-2} rounds" || return 1
+}
+# dev/attention_bench builds alternated in one call ($ATT_AB: binaries, default
+# build/attention_bench; $AB_ROUNDS rounds): their Hopper rows and the checks against mma.sync
+att_ab() {
+    local bin r log bad=0
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do for bin in ${ATT_AB:-build/attention_bench}; do
+        log="$OUT/att_ab_${bin//[^A-Za-z0-9_]/_}_$r.log"
+        timeout 200 "$bin" -r 30 > "$log" 2>&1 || { echo "FAIL: $bin (round $r)"; bad=1; continue; }
+        echo "| $bin | $r | $(grep -E '^\| (forward|backward), Hopper' "$log" | cut -d'|' -f3 | tr -d ' ' | paste -sd'|') ms | $(grep -E '^Hopper backward vs' "$log" | cut -d: -f2) |"
+    done; done
+    [ $bad -eq 0 ] && echo "OK: att-ab of ${ATT_AB:-build/attention_bench}, ${AB_ROUNDS:-2} rounds" || return 1
+}
 # The trainer at B = 64 with each flce budget of $TRAIN_F (MiB, default "1024 4096"): median
 # step of 11-30, tok/s, MiB in use at the end.
 train_f() {
@@ -437,6 +466,8 @@ for s in $steps; do
     train-scale) run_step train_scale mg_scale; grep -E "^\|" "$OUT/train_scale.log" ;;
     bench-ab) run_step bench_ab bench_ab; grep -E "^\|" "$OUT/bench_ab.log" ;;
     train-f) run_step train_f train_f; grep -E "^\|" "$OUT/train_f.log" ;;
+    train-ab) run_step train_ab train_ab; grep -E "^\|" "$OUT/train_ab.log" ;;
+    att-ab) run_step att_ab att_ab; grep -E "^\|" "$OUT/att_ab.log" ;;
     train-flags) for fl in 0 1; do for f in 1024 4096; do
                      run_step "train_b64_fl${fl}_f${f}" timeout 200 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fl $fl -f $f; done; done ;;
     esac
