@@ -32,8 +32,10 @@ the previous stage's products are on the tensor cores; the two consumers interle
 The diagonal tiles mask keys past the row (and with it the zero keys past T).
 
 Requirements (attention_sm90_usable): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device,
-hs = 64, 16-byte aligned tensors; T, B, NH any. No float atomics (an integer counter hands out
-the tiles, whose arithmetic is the same whichever CTA runs them): bitwise repeatable.
+hs = 64, 16-byte aligned tensors; T, B, NH any; one call at a time on a device (its kernels'
+tile counters are per device: two forwards, or two backwards, on concurrent streams of one
+device would share them). No float atomics (an integer counter hands out the tiles, whose
+arithmetic is the same whichever CTA runs them): bitwise repeatable.
 */
 #ifndef LLMC_ATTENTION_SM90_CUH
 #define LLMC_ATTENTION_SM90_CUH
