@@ -358,6 +358,14 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     cudaCheck(cudaMalloc(&a->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
     cudaCheck(cudaMalloc(&a->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
     matmul_init(&m->mm);
+    // MATMUL_AUTOTUNE=1 (a dev/ aid, like TRAIN_PROFILE): the layers' GEMMs time cuBLASLt's
+    // candidates on their first call and report each shape's times on stderr. Off by default:
+    // a timed choice can differ between runs, and the runs and resumes must be bitwise alike
+    const char *tune = getenv("MATMUL_AUTOTUNE");
+    if (tune != NULL && strcmp(tune, "1") == 0) {
+        m->mm.gemm.autotune = 1;
+        m->mm.gemm.report = stderr;
+    }
     encoder_buckets_init(&m->buckets, B, T, c->channels);
 
     // the LM head: flce over the B*T positions, tied to wte (rows V..Vp are padding)

@@ -19,6 +19,7 @@ gemm_problem of three gemm_operands.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_util.cuh"
@@ -99,6 +100,7 @@ typedef struct {
     unsigned long long clock;
     int autotune;        // 1: a new key times the heuristic's candidates (gemm_entry_tune)
     int tuned, retuned;  // keys timed, and of those where a candidate other than the first won
+    FILE *report;        // with autotune: one line per key timed (shape, epilogue, the pick's and the best ms)
 } gemm_cache;
 
 // the largest power of two (<= 256) that divides p's address
@@ -304,7 +306,15 @@ static void gemm_entry_tune(gemm_cache *c, gemm_entry *e, const gemm_key *key,
         int best = 0;
         for (int i = 1; i < returned; i++)
             if (usable[i] && score[i] < score[best]) best = i;
+        const int fastest = best;
         if (best != 0 && score[best] > (1.0f - GEMM_TUNE_MARGIN) * score[0]) best = 0;
+        if (c->report != NULL)
+            fprintf(c->report, "gemm tune | %c%c m %lld n %lld k %lld | epilogue %d beta %g | pick %.4f ms"
+                    " %.0f TFLOP/s | fastest of %d: #%d %.4f ms | kept #%d\n",
+                    key->transa ? 'T' : 'N', key->transb ? 'T' : 'N', (long long)key->m, (long long)key->n,
+                    (long long)key->k, key->epilogue, beta, score[0],
+                    2e-9 * (double)key->m * (double)key->n * (double)key->k / score[0], returned, fastest,
+                    score[fastest], best);
         e->algo = res[best].algo;
         c->tuned++;
         if (best != 0) c->retuned++;

@@ -157,16 +157,16 @@ struct flce_sm90_logits : sm90_policy_base {
         const bool plain = !LOGIT;
         const bool simple = plain && a.r.voff + tile.n0 + SM90_BN <= a.r.V;
         float m0 = -INFINITY, m1 = -INFINITY;
-        const float k = a.r.k;  // log2(e) / temperature
-        if (simple) {
-#pragma unroll
-            for (int i = 0; i < 128; i++) d[i] *= k;
-        } else if (plain) {  // the last tile: columns past V drop out
+        // Plain tiles keep the raw accumulators x and fold log2(e) / T into what follows: the
+        // max of k x is k times the max of x bit for bit (k > 0, rounding is monotonic), and
+        // each exponent's argument k x - m is one FFMA (no multiply pass over the 128).
+        const float k = plain ? a.r.k : 1.0f;
+        if (plain && !simple) {  // the last tile: columns past V drop out
 #pragma unroll
             for (int j = 0; j < 32; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] * k : -INFINITY;
-        } else {
+                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] : -INFINITY;
+        } else if (!plain) {
             const float inv_cap = a.r.cap > 0.0f ? flce_rcp(a.r.cap) : 0.0f;
 #pragma unroll
             for (int j = 0; j < 32; j++)
@@ -186,6 +186,8 @@ struct flce_sm90_logits : sm90_policy_base {
         m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
         m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        m0 *= k;
+        m1 *= k;
         // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
         // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
         // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge)
@@ -213,6 +215,8 @@ struct flce_sm90_logits : sm90_policy_base {
                     z0 += ok ? d[4 * j + e] : 0.0f;
                     z1 += ok ? d[4 * j + 2 + e] : 0.0f;
                 }
+            z0 *= k;  // plain tiles summed the raw accumulators
+            z1 *= k;
         }
         if (LOGIT && a.r.want_q) {
             // q = sum e (m - z2): a column past V has e = 0 and m - z2 = inf, so 256 instead
@@ -233,8 +237,8 @@ struct flce_sm90_logits : sm90_policy_base {
             for (int j = 0; j < 32; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
-                    d[4 * j + e] = flce_exp2(d[4 * j + e] - m0);
-                    d[4 * j + 2 + e] = flce_exp2(d[4 * j + 2 + e] - m1);
+                    d[4 * j + e] = flce_exp2(fmaf(d[4 * j + e], k, -m0));
+                    d[4 * j + 2 + e] = flce_exp2(fmaf(d[4 * j + 2 + e], k, -m1));
                     s0 += d[4 * j + e];
                     s1 += d[4 * j + 2 + e];
                 }
