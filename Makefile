@@ -31,7 +31,8 @@ LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
                 llmc/zero.h flce/flce.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
-                     llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/step_profile.h \
+                     llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/matmul_sm90.cuh \
+                     llmc/step_profile.h \
                      $(COMMON_HEADERS)
 TEST_HEADERS := test/test_util.h test/fixture.h test/vp_comm.h flce/flce_ref.h
 
@@ -95,7 +96,7 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench \
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench \
      $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),$(BUILD)/flce_vp_bench)
 
 # vocab-parallel flce on the GPUs of one host (NCCL), against one GPU; built where nccl.h is found
@@ -110,6 +111,10 @@ $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(B
 
 $(BUILD)/gemm_sm90: dev/gemm_sm90.cu $(COMMON_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_sm90.cu $(NVCC_LIBS)
+
+# the trainer's linear layers on cuBLASLt and on our Hopper GEMM
+$(BUILD)/matmul_bench: dev/matmul_bench.cu dev/common.cuh $(LLMC_CUDA_HEADERS) llmc/bf16.h $(FLCE_HEADERS) $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/matmul_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
 $(BUILD)/attention_bench: dev/attention_bench.cu $(LLMC_CUDA_HEADERS) llmc/bf16.h llmc/rand.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/attention_bench.cu $(NVCC_LIBS)

@@ -36,6 +36,12 @@ that the kernel calls at fixed points (see sm90_plain below):
     the tensor cores busy (CUTLASS's "ping-pong" schedule). It pays where the epilogue is long
     against the main loop (flce's logits: an exponential per element, K = H of ~1K); each
     stage then brings half the A rows for the same B, so more operand traffic per product.
+  - WIDE (sm90_wide_base): ping-pong over tiles of 128 x 192, each warpgroup's own, as two
+    m64n192k16 products per K step of 16 on the same B (192 accumulators a thread). Per
+    product it moves ~8% more shared memory than the cooperative 128 x 256 tile, whose
+    tensor time alone fills the SM's 128 bytes a clock (dev/RESULTS.md), and ~13% less than
+    the 64 x 256 ping-pong, while each warpgroup's epilogue runs beside the other's products:
+    the tile for short K with a heavy epilogue (QuACK's logits GEMM takes it too). SS only.
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
@@ -55,6 +61,7 @@ other targets compile it to nothing, define no SM90_GEMM_BUILD, and callers use 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_DEVICE_CODE 1
@@ -216,6 +223,11 @@ __device__ __forceinline__ void sm90_fence_acc(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int B, int N>
+__device__ __forceinline__ void sm90_fence_acc(float (&d)[B][N]) {
+#pragma unroll
+    for (int b = 0; b < B; b++) sm90_fence_acc(d[b]);
+}
 
 // The same for an A operand in registers, before the wgmma fence: all of it is computed by
 // then. Otherwise the compiler may sink the computation of a later K step's fragment past the
@@ -258,6 +270,28 @@ __device__ __forceinline__ void sm90_mma_ss(float (&d)[128], uint64_t desc_a, ui
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " SM90_R128
                  ", %128, %129, p, 1, 1, %131, %132;\n}\n"
                  : SM90_D128
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+#endif
+}
+
+#define SM90_D96 SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48), SM90_D16(64), SM90_D16(80)
+#define SM90_R96                                                                                    \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+
+// d (64 x 192 fp32 per warpgroup) (+)= A (64 x 16, shared memory) B (16 x 192, shared memory):
+// the wide schedule's product (see WG_M below), two of them per K step of 16
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void sm90_mma_ss(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " SM90_R96
+                 ", %96, %97, p, 1, 1, %99, %100;\n}\n"
+                 : SM90_D96
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 #endif
 }
@@ -322,6 +356,7 @@ typedef struct {
     int k_tiles_per_split;
     int tiles_m, tiles_n;  // output tiles per split
     int bm;                // output rows per tile: SM90_BM, or 64 for a ping-pong policy
+    int bn;                // output columns per tile: SM90_BN, or 192 for a wide policy
     int group_m;           // row tiles per raster group (the same rows either way)
 } sm90_shape;
 
@@ -341,7 +376,7 @@ __device__ __forceinline__ sm90_tile sm90_tile_at(const sm90_shape &s, int t) {
     const int rows = min(s.group_m, s.tiles_m - first_m);
     const int in_group = t - group * s.group_m * s.tiles_n;
     r.m0 = (first_m + in_group % rows) * s.bm;
-    r.n0 = (in_group / rows) * SM90_BN;
+    r.n0 = (in_group / rows) * s.bn;
     const int k_tiles = (s.K + SM90_BK - 1) / SM90_BK;
     r.kb0 = r.split * s.k_tiles_per_split;
     r.kb1 = min(k_tiles, r.kb0 + s.k_tiles_per_split);
@@ -353,6 +388,8 @@ __device__ __forceinline__ sm90_tile sm90_tile_at(const sm90_shape &s, int t) {
 // hold row 16 w + g (e = 0, 1) and 16 w + g + 8 (e = 2, 3) at column 8 j + 2 t + (e & 1).
 // Under a ping-pong policy a warpgroup owns whole tiles of 64 rows: wg is 0 for both (rows
 // and shared-memory halves are the tile's first), their staging boxes apart all the same.
+// Under a wide policy (WG_M = 128) it owns whole tiles of 128 x 192 as two blocks of 64 rows:
+// accumulators d[b][4j + e] at row 64 b + 16 w + g (+ 8) and column 8 j + 2 t + (e & 1).
 typedef struct {
     int wg, w, g, t, lt;   // lt: thread index within the warpgroup
 } sm90_thread;
@@ -360,22 +397,36 @@ typedef struct {
 // The epilogue's staging: each consumer warp stages its 16 rows through its own boxes of
 // 16 rows x 128 bytes (64 bf16 or 32 fp32 columns) in the 128-byte swizzle, and its lane 0
 // sends each out with a TMA store while the warp writes the next: no barrier wider than the
-// warp. `buffers` (1 or 2) boxes per warp: two let a box be written while the last one is
-// still being read by the TMA unit; one saves shared memory for the pipeline's stages.
+// warp. `buffers` (1, 2 or 4) boxes per warp, used in turn: two let a box be written while the
+// last one is still being read by the TMA unit; one saves shared memory for the pipeline's
+// stages; four serve a policy that writes two outputs, or loads a box of an input matrix
+// into the box it then computes in (X_IN: each box has an mbarrier for its load).
 typedef struct {
-    uint8_t *box[2];
-    int next;              // which box the next write goes to
+    uint8_t *box0;         // the warp's first box; box i at box0 + i SM90_BOX_BYTES
+    uint64_t *bar;         // X_IN: box i's mbarrier at bar[i]
+    int next;              // boxes used so far: the next is next % buffers, in its (next / buffers)-th use
     int buffers;
 } sm90_staging;
 
-// Waits until the next box is free (the store that read it last has read it), then returns it.
-__device__ __forceinline__ uint8_t *sm90_box_begin(sm90_staging &st, const sm90_thread &th) {
+__device__ __forceinline__ uint8_t *sm90_box(const sm90_staging &st, int i) {
+    return st.box0 + (i % st.buffers) * SM90_BOX_BYTES;
+}
+
+// Lane 0 waits until at most n of its store groups are still reading their boxes; then the warp.
+__device__ __forceinline__ void sm90_box_wait_read(const sm90_thread &th, int n) {
     if (th.lt % 32 == 0) {
-        if (st.buffers == 2) sm90_bulk_wait_read<1>();
+        if (n >= 3) sm90_bulk_wait_read<3>();
+        else if (n == 2) sm90_bulk_wait_read<2>();
+        else if (n == 1) sm90_bulk_wait_read<1>();
         else sm90_bulk_wait_read<0>();
     }
     __syncwarp();
-    return st.box[st.next];
+}
+
+// Waits until the next box is free (the store that read it last has read it), then returns it.
+__device__ __forceinline__ uint8_t *sm90_box_begin(sm90_staging &st, const sm90_thread &th) {
+    sm90_box_wait_read(th, st.buffers - 1);
+    return sm90_box(st, st.next);
 }
 
 // The box is written: lane 0 sends it to (c0 = column, c1 = row, c2 = split) of map.
@@ -385,16 +436,32 @@ __device__ __forceinline__ void sm90_box_commit(sm90_staging &st, const sm90_thr
     sm90_fence_async_smem();
     __syncwarp();
     if (th.lt % 32 == 0) {
-        sm90_tma_store<ADD>(map, st.box[st.next], c0, c1, c2);
+        sm90_tma_store<ADD>(map, sm90_box(st, st.next), c0, c1, c2);
         sm90_bulk_commit();
     }
-    if (st.buffers == 2) st.next ^= 1;
+    st.next++;
+}
+
+// X_IN: lane 0 loads the box of map at (c0 = column, c1 = row) into box i (the caller has made
+// sure no store still reads it), completing on its mbarrier.
+__device__ __forceinline__ void sm90_box_load(const sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
+                                              int i, int c0, int c1) {
+    if (th.lt % 32 == 0) {
+        uint64_t *bar = &st.bar[i % st.buffers];
+        sm90_mbar_expect_tx(bar, SM90_BOX_BYTES);
+        sm90_tma_load_3d(sm90_box(st, i), map, c0, c1, 0, bar);
+    }
+}
+
+// X_IN: waits for box i's load (the i-th box of this warp, from the start)
+__device__ __forceinline__ void sm90_box_wait_load(const sm90_staging &st, int i) {
+    sm90_mbar_wait(&st.bar[i % st.buffers], (unsigned)(i / st.buffers) & 1u);
 }
 
 // Writes the warp's accumulators of tile columns [32 q, 32 q + 32) as fp32, or of
 // [64 q, 64 q + 64) as bf16, into a box (its 16 rows are the warp's).
-template <typename OutT>
-__device__ __forceinline__ void sm90_box_write(uint8_t *box, const float (&d)[128], int q, const sm90_thread &th) {
+template <typename OutT, int N>
+__device__ __forceinline__ void sm90_box_write(uint8_t *box, const float (&d)[N], int q, const sm90_thread &th) {
     const int r0 = th.g, r1 = r0 + 8;
     if (sizeof(OutT) == 4) {
 #pragma unroll
@@ -414,17 +481,35 @@ __device__ __forceinline__ void sm90_box_write(uint8_t *box, const float (&d)[12
     }
 }
 
-// A warp's rows of the tile out through its staging boxes: stored, or added (ADD) to D.
+// A warp's rows of a block of 64 tile rows (its accumulators d: N per thread, 2 N columns)
+// out through its staging boxes: stored, or added (ADD) to D. row0: the block's first row
+// within the tile (64 wg for a cooperative tile, 64 b for block b of a wide one).
+template <typename OutT, bool ADD, int N>
+__device__ __forceinline__ void sm90_store_rows(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
+                                                const float (&d)[N], const sm90_tile &tile, int row0) {
+    constexpr int COLS = 128 / (int)sizeof(OutT);  // columns per box
+    static_assert((2 * N) % COLS == 0, "a block's columns are whole boxes");
+#pragma unroll
+    for (int q = 0; q < 2 * N / COLS; q++) {
+        uint8_t *box = sm90_box_begin(st, th);
+        sm90_box_write<OutT>(box, d, q, th);
+        sm90_box_commit<ADD>(st, th, map, tile.n0 + q * COLS, tile.m0 + row0 + 16 * th.w, tile.split);
+    }
+}
+
+// A warp's rows of the tile: a cooperative or ping-pong tile's (128 accumulators a thread)...
 template <typename OutT, bool ADD>
 __device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
                                                 const float (&d)[128], const sm90_tile &tile) {
-    constexpr int COLS = 128 / (int)sizeof(OutT);  // columns per box
+    sm90_store_rows<OutT, ADD>(st, th, map, d, tile, 64 * th.wg);
+}
+
+// ... or a wide one's (two blocks of 64 rows)
+template <typename OutT, bool ADD, int B, int N>
+__device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
+                                                const float (&d)[B][N], const sm90_tile &tile) {
 #pragma unroll
-    for (int q = 0; q < SM90_BN / COLS; q++) {
-        uint8_t *box = sm90_box_begin(st, th);
-        sm90_box_write<OutT>(box, d, q, th);
-        sm90_box_commit<ADD>(st, th, map, tile.n0 + q * COLS, tile.m0 + 64 * th.wg + 16 * th.w, tile.split);
-    }
+    for (int b = 0; b < B; b++) sm90_store_rows<OutT, ADD>(st, th, map, d[b], tile, 64 * b);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -437,65 +522,125 @@ struct sm90_policy_base {
     struct TileState {};
     static constexpr bool A_REGS = false;
     static constexpr bool PINGPONG = false;
+    static constexpr int WG_M = 64;       // rows of a tile per consumer warpgroup (see WIDE)
+    static constexpr int BN = SM90_BN;    // columns of a tile
+    static constexpr bool X_OUT = false;  // the epilogue also writes a second bf16 matrix
+                                          // (sm90_problem.x, through map_x: D's shape)
+    static constexpr bool X_IN = false;   // or reads one through map_x, box by box (sm90_box_load)
     static constexpr int STAGE_EXTRA = 0;
     static constexpr int EPI_BUFFERS = 2;
     template <class Args>
     __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
     template <class Args, class TS>
     __device__ static void tile_begin(const Args &, TS &, const sm90_tile &, const sm90_thread &) {}
+    // Before a tile's main loop (before a ping-pong warpgroup waits for its turn, so that what
+    // it loads arrives while the other warpgroup's products run): the accumulators' initial
+    // values instead of zeros (return 1 where it wrote them), loads for the epilogue.
+    template <class Args, class Acc>
+    __device__ static int tile_start(const Args &, Acc &, const sm90_tile &, const sm90_thread &, sm90_staging &,
+                                     const CUtensorMap *) {
+        return 0;
+    }
     template <class Args, class TS>
     __device__ static void load_a(const Args &, TS &, const uint8_t *, const uint8_t *, const sm90_tile &, int,
                                   const sm90_thread &, uint32_t (&)[16]) {}
 };
 
-// The plain product: D stored (or added to) as OutT; PP: the ping-pong schedule.
-template <typename OutT, bool ADD, bool PP = false>
-struct sm90_plain : sm90_policy_base {
-    static constexpr bool PINGPONG = PP;
-    struct Args {};
-    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+// The wide schedule (WIDE below): ping-pong over tiles of 128 x 192, each consumer
+// warpgroup's own. A policy derives from this instead of sm90_policy_base; its epilogue
+// takes float (&d)[2][96] (sm90_thread's layout).
+struct sm90_wide_base : sm90_policy_base {
+    static constexpr bool PINGPONG = true;
+    static constexpr int WG_M = 128;
+    static constexpr int BN = 192;
+};
+
+// The plain product: D stored (or added to) as OutT, on the cooperative, ping-pong or wide
+// schedule.
+enum { SM90_COOPERATIVE = 0, SM90_PINGPONG = 1, SM90_WIDE = 2 };
+
+template <typename OutT, bool ADD, int SCHED>
+struct sm90_plain_epilogue {
+    template <class Args, class Acc>
+    __device__ static void epilogue(const Args &, Acc &d, const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         sm90_store_tile<OutT, ADD>(st, th, map_d, d, tile);
     }
+};
+template <typename OutT, bool ADD, int SCHED = SM90_COOPERATIVE>
+struct sm90_plain : sm90_policy_base, sm90_plain_epilogue<OutT, ADD, SCHED> {
+    static constexpr bool PINGPONG = SCHED == SM90_PINGPONG;
+    struct Args {};
+};
+template <typename OutT, bool ADD>
+struct sm90_plain<OutT, ADD, SM90_WIDE> : sm90_wide_base, sm90_plain_epilogue<OutT, ADD, SM90_WIDE> {
+    struct Args {};
 };
 
 // ---------------------------------------------------------------------------------------
 // the kernel
 
-// A bytes of a stage: 128 rows, or the 64 of a ping-pong tile
+// A policy's tile: BM rows (128, or the 64 of a ping-pong tile, or a wide warpgroup's 128),
+// P::BN columns; the A and B bytes of a stage; MB blocks of 64 rows per consumer warpgroup,
+// each with ACC accumulators a thread.
+template <class P>
+struct sm90_tile_of {
+    static constexpr int BM = P::PINGPONG ? P::WG_M : 2 * P::WG_M;
+    static constexpr int A_BYTES = BM * SM90_BK * 2;
+    static constexpr int B_BYTES = P::BN * SM90_BK * 2;
+    static constexpr int MB = P::WG_M / 64;
+    static constexpr int ACC = P::BN / 2;
+    static_assert(P::WG_M == 64 || (P::WG_M == 128 && P::PINGPONG && !P::A_REGS), "the wide tile is ping-pong, SS");
+    static_assert(P::BN == 256 || (P::BN == 192 && P::WG_M == 128), "tile widths: 256, or 192 wide");
+};
 template <class P>
 struct sm90_a_bytes {
-    static constexpr int value = P::PINGPONG ? SM90_A_BYTES / 2 : SM90_A_BYTES;
+    static constexpr int value = sm90_tile_of<P>::A_BYTES;
 };
 
-template <int STAGES, int EXTRA, int EPI_BUFFERS, int A_BYTES = SM90_A_BYTES>
+// The accumulators of a consumer thread: float[128] for a 64-row block, float[2][96] wide.
+template <int MB, int ACC>
+struct sm90_acc_t {
+    typedef float type[MB][ACC];
+};
+template <int ACC>
+struct sm90_acc_t<1, ACC> {
+    typedef float type[ACC];
+};
+
+template <int STAGES, int EXTRA, int EPI_BUFFERS, int A_BYTES = SM90_A_BYTES, int B_BYTES = SM90_B_BYTES,
+          bool X_IN = false>
 struct sm90_smem_layout {
     static constexpr int A = 0;
     static constexpr int B = A + STAGES * A_BYTES;
-    static constexpr int EPI = B + STAGES * SM90_B_BYTES;
+    static constexpr int EPI = B + STAGES * B_BYTES;
     static constexpr int EXTRA_OFF = EPI + SM90_CONSUMER_WARPS * EPI_BUFFERS * SM90_BOX_BYTES;
     static constexpr int BARS = EXTRA_OFF + STAGES * EXTRA;
-    // full and empty per stage, and ping-pong's two turn barriers; + slack to align the base
-    static constexpr int TOTAL = BARS + 2 * STAGES * 8 + 16 + 1024;
+    // full and empty per stage, ping-pong's two turn barriers, X_IN's box barriers (BOX_BARS);
+    // + slack to align the base
+    static constexpr int BOX_BARS = BARS + 2 * STAGES * 8 + 16;
+    static constexpr int TOTAL = BOX_BARS + (X_IN ? SM90_CONSUMER_WARPS * EPI_BUFFERS * 8 : 0) + 1024;
 };
 
 template <class P>
 struct sm90_stages {
     // as many stages as fit beside the epilogue staging, at most 4
-    static constexpr int per_stage = sm90_a_bytes<P>::value + SM90_B_BYTES + P::STAGE_EXTRA;
-    static constexpr int fit =
-        (SM90_SMEM_LIMIT - SM90_CONSUMER_WARPS * P::EPI_BUFFERS * SM90_BOX_BYTES - 1024 - 64 - 16) / (per_stage + 16);
+    static constexpr int per_stage = sm90_tile_of<P>::A_BYTES + sm90_tile_of<P>::B_BYTES + P::STAGE_EXTRA;
+    static constexpr int fit = (SM90_SMEM_LIMIT - SM90_CONSUMER_WARPS * P::EPI_BUFFERS * SM90_BOX_BYTES - 1024 - 64 - 16 -
+                                (P::X_IN ? SM90_CONSUMER_WARPS * P::EPI_BUFFERS * 8 : 0)) /
+                               (per_stage + 16);
     static constexpr int value = fit > 4 ? 4 : fit;
 };
 
 // One K step of a consumer warpgroup on stage s: A from the policy (registers, buffer BUF of
 // two, so that the next step's transform can run while this step's products are in flight)
-// or from shared memory, B from shared memory.
+// or from shared memory, B from shared memory. A 64-row block per warpgroup (d: 128
+// accumulators) ...
 template <class P, int TRANS_A, int TRANS_B, int BUF>
 __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args, typename P::TileState &ts,
                                                    float (&d)[128], uint32_t (&af)[2][16], const uint8_t *sa,
                                                    const uint8_t *sb, const uint8_t *sx, const sm90_tile &tile,
-                                                   int kb, const sm90_thread &th) {
+                                                   int kb, int acc0, const sm90_thread &th) {
     if (P::A_REGS) {
         P::load_a(args, ts, sa, sx, tile, kb, th, af[BUF]);
         sm90_fence_regs(af[BUF]);
@@ -507,7 +652,7 @@ __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args,
     const uint32_t a_addr = sm90_smem(sa) + th.wg * 8192;
 #pragma unroll
     for (int kk = 0; kk < SM90_BK / 16; kk++) {
-        const int scale_d = (kb > tile.kb0 || kk > 0) ? 1 : 0;
+        const int scale_d = (acc0 || kb > tile.kb0 || kk > 0) ? 1 : 0;  // acc0: d starts from tile_start's values
         // a K step of 16: 32 bytes along a K-major row, 16 rows (2 KiB) down an MN-major box
         const uint64_t db = TRANS_B ? sm90_desc(b_addr + kk * 2048, 8192, 1024)
                                     : sm90_desc(b_addr + kk * 32, 16, 1024);
@@ -523,14 +668,40 @@ __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args,
     sm90_wgmma_commit();
 }
 
+// ... or the wide tile's two blocks (d[b]: rows 64 b ..), both products of a K step of 16
+// on the same B. A's blocks are 8 KiB apart in either layout, as the cooperative halves.
+template <class P, int TRANS_A, int TRANS_B, int BUF>
+__device__ __forceinline__ void sm90_consumer_step(const typename P::Args &, typename P::TileState &,
+                                                   float (&d)[2][96], uint32_t (&)[2][16], const uint8_t *sa,
+                                                   const uint8_t *sb, const uint8_t *, const sm90_tile &tile,
+                                                   int kb, int acc0, const sm90_thread &) {
+    sm90_wgmma_fence();
+    const uint32_t b_addr = sm90_smem(sb), a_addr = sm90_smem(sa);
+#pragma unroll
+    for (int kk = 0; kk < SM90_BK / 16; kk++) {
+        const int scale_d = (acc0 || kb > tile.kb0 || kk > 0) ? 1 : 0;  // acc0: d starts from tile_start's values
+        const uint64_t db = TRANS_B ? sm90_desc(b_addr + kk * 2048, 8192, 1024)
+                                    : sm90_desc(b_addr + kk * 32, 16, 1024);
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const uint32_t ab = a_addr + b * 8192;
+            const uint64_t da = TRANS_A ? sm90_desc(ab + kk * 2048, 8192, 1024) : sm90_desc(ab + kk * 32, 16, 1024);
+            sm90_mma_ss<TRANS_A, TRANS_B>(d[b], da, db, scale_d);
+        }
+    }
+    sm90_wgmma_commit();
+}
+
 template <class P, int TRANS_A, int TRANS_B>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
 sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                 const __grid_constant__ CUtensorMap map_d, const sm90_shape shape, const typename P::Args args) {
+                 const __grid_constant__ CUtensorMap map_d, const __grid_constant__ CUtensorMap map_x,
+                 const sm90_shape shape, const typename P::Args args) {
 #ifdef SM90_DEVICE_CODE
     constexpr int STAGES = sm90_stages<P>::value;
-    constexpr int A_BYTES = sm90_a_bytes<P>::value;
-    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, A_BYTES> L;
+    typedef sm90_tile_of<P> TL;
+    constexpr int A_BYTES = TL::A_BYTES, B_BYTES = TL::B_BYTES;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, A_BYTES, B_BYTES, P::X_IN> L;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint64_t *full = (uint64_t *)(smem + L::BARS), *empty = full + STAGES;
@@ -549,6 +720,9 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
         }
         sm90_mbar_init(&turn_bar[0], 1);
         sm90_mbar_init(&turn_bar[1], 1);
+        if (P::X_IN)
+            for (int i = 0; i < SM90_CONSUMER_WARPS * P::EPI_BUFFERS; i++)
+                sm90_mbar_init((uint64_t *)(smem + L::BOX_BARS) + i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -562,18 +736,17 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
             for (int kb = tile.kb0; kb < tile.kb1; kb++, it++) {
                 const int s = it % STAGES;
                 sm90_mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&full[s], A_BYTES + SM90_B_BYTES + P::STAGE_EXTRA);
-                uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                sm90_mbar_expect_tx(&full[s], A_BYTES + B_BYTES + P::STAGE_EXTRA);
+                uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * B_BYTES;
                 const int k0 = kb * SM90_BK;
-                if (TRANS_A) {  // (K, M) rows: two boxes of 64 M x 64 K (one for a ping-pong tile)
-                    sm90_tma_load(sa, &map_a, tile.m0, k0, &full[s]);
-                    if (!P::PINGPONG) sm90_tma_load(sa + 8192, &map_a, tile.m0 + 64, k0, &full[s]);
-                } else {        // (M, K) rows: one box of 64 K x 128 M (64 M)
+                if (TRANS_A) {  // (K, M) rows: BM / 64 boxes of 64 M x 64 K
+                    for (int i = 0; i < TL::BM / 64; i++) sm90_tma_load(sa + i * 8192, &map_a, tile.m0 + 64 * i, k0, &full[s]);
+                } else {        // (M, K) rows: one box of 64 K x BM rows
                     sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
                 }
-                if (TRANS_B) {  // (K, N) rows: four boxes of 64 N x 64 K
-                    for (int i = 0; i < 4; i++) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
-                } else {        // (N, K) rows: one box of 64 K x 256 N
+                if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K
+                    for (int i = 0; i < P::BN / 64; i++) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
+                } else {        // (N, K) rows: one box of 64 K x BN rows
                     sm90_tma_load(sb, &map_b, k0, tile.n0, &full[s]);
                 }
                 if (P::STAGE_EXTRA > 0) P::stage_extra(args, smem + L::EXTRA_OFF + s * P::STAGE_EXTRA, &full[s], tile, k0);
@@ -591,12 +764,12 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     th.t = th.lt % 4;
     sm90_staging st;
     st.buffers = P::EPI_BUFFERS;
-    st.box[0] = smem + L::EPI + (4 * th.wg + th.w) * P::EPI_BUFFERS * SM90_BOX_BYTES;
-    st.box[1] = st.box[0] + (P::EPI_BUFFERS - 1) * SM90_BOX_BYTES;
+    st.box0 = smem + L::EPI + (4 * th.wg + th.w) * P::EPI_BUFFERS * SM90_BOX_BYTES;
+    st.bar = (uint64_t *)(smem + L::BOX_BARS) + (4 * th.wg + th.w) * P::EPI_BUFFERS;
     st.next = 0;
     const int turn = th.wg;  // ping-pong: this warpgroup takes the CTA's tiles of this parity
     if (P::PINGPONG) th.wg = 0;
-    float d[128];
+    typename sm90_acc_t<TL::MB, TL::ACC>::type d;
     uint32_t af[2][16];
     int it = 0, local = 0, turns = 0;
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, local++) {
@@ -605,6 +778,7 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
             it += tile.kb1 - tile.kb0;
             continue;
         }
+        const int acc0 = P::tile_start(args, d, tile, th, st, &map_x);  // d holds initial values
         if (P::PINGPONG && local > 0) {  // the other has waited for its last stage of tile local - 1
             sm90_mbar_wait(&turn_bar[turn ^ 1], turns & 1);
             turns++;
@@ -620,10 +794,10 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 if (k >= tile.kb1) break;
                 const int s = it % STAGES;
                 sm90_mbar_wait(&full[s], (it / STAGES) & 1);
-                const uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * SM90_B_BYTES;
+                const uint8_t *sa = smem + L::A + s * A_BYTES, *sb = smem + L::B + s * B_BYTES;
                 const uint8_t *sx = smem + L::EXTRA_OFF + s * P::STAGE_EXTRA;
-                if (half == 0) sm90_consumer_step<P, TRANS_A, TRANS_B, 0>(args, ts, d, af, sa, sb, sx, tile, k, th);
-                else sm90_consumer_step<P, TRANS_A, TRANS_B, 1>(args, ts, d, af, sa, sb, sx, tile, k, th);
+                if (half == 0) sm90_consumer_step<P, TRANS_A, TRANS_B, 0>(args, ts, d, af, sa, sb, sx, tile, k, acc0, th);
+                else sm90_consumer_step<P, TRANS_A, TRANS_B, 1>(args, ts, d, af, sa, sb, sx, tile, k, acc0, th);
                 // the previous step's products are done: its stage (and A registers) are free
                 sm90_wgmma_wait<1>();
                 if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
@@ -635,7 +809,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
         sm90_wgmma_wait<0>();
         if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
         sm90_fence_acc(d);
-        P::epilogue(args, d, tile, th, st, &map_d);
+        if constexpr (P::X_OUT || P::X_IN) P::epilogue(args, d, tile, th, st, &map_d, &map_x);
+        else P::epilogue(args, d, tile, th, st, &map_d);
     }
     if (th.lt % 32 == 0) sm90_bulk_wait_all();
 #endif
@@ -716,8 +891,9 @@ static inline int sm90_aligned(const void *p, int64_t ld, int elem) {
 // A problem for the kernel: D (M x N) (+)= op(A) op(B), with
 //   a: (M, K) rows if !trans_a, else (K, M) rows;   b: (N, K) rows if !trans_b, else (K, N)
 //   d: (splits * M) rows of N, slice s (rows s M ..) holding split s's part
+//   x: a policy's second output (X_OUT) or input (X_IN), bf16 (M, N) rows; not used otherwise
 typedef struct {
-    sm90_matrix a, b, d;
+    sm90_matrix a, b, d, x;
     int trans_a, trans_b;
     int64_t M, N, K;
     int splits;
@@ -735,15 +911,16 @@ static inline cudaError_t sm90_gemm_check(const sm90_problem &p, int d_elem) {
 }
 
 // Number of output tiles (per split) of bm rows and the K steps of each split.
-static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM) {
+static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM, int bn = SM90_BN) {
     sm90_shape s;
     s.M = (int)p.M;
     s.N = (int)p.N;
     s.K = (int)p.K;
     s.bm = bm;
+    s.bn = bn;
     s.group_m = SM90_GROUP_M * SM90_BM / bm;
     s.tiles_m = (int)((p.M + bm - 1) / bm);
-    s.tiles_n = (int)((p.N + SM90_BN - 1) / SM90_BN);
+    s.tiles_n = (int)((p.N + bn - 1) / bn);
     const int k_tiles = (int)((p.K + SM90_BK - 1) / SM90_BK);
     s.splits = p.splits < k_tiles ? p.splits : k_tiles;
     s.k_tiles_per_split = (k_tiles + s.splits - 1) / s.splits;
@@ -756,17 +933,24 @@ static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM
 template <class P, typename OutT, int TRANS_A, int TRANS_B>
 static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Args &args, cudaStream_t stream) {
     constexpr int STAGES = sm90_stages<P>::value;
-    constexpr int BM = P::PINGPONG ? SM90_BM / 2 : SM90_BM;
-    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, sm90_a_bytes<P>::value> L;
+    typedef sm90_tile_of<P> TL;
+    constexpr int BM = TL::BM;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, TL::A_BYTES, TL::B_BYTES, P::X_IN> L;
     static_assert(L::TOTAL <= SM90_SMEM_LIMIT, "shared memory");
     if (p.trans_a != TRANS_A || p.trans_b != TRANS_B) return cudaErrorInvalidValue;
     CUtensorMap ma, mb, md;
-    const sm90_shape shape = sm90_make_shape(p, BM);
+    const sm90_shape shape = sm90_make_shape(p, BM, P::BN);
     cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, BM);
     if (e == cudaSuccess)
-        e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, 256);
+        e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, P::BN);
     if (e == cudaSuccess)
         e = sm90_make_map(&md, p.d, (int)sizeof(OutT), 128 / (int)sizeof(OutT), 16, 3, shape.splits, p.M * p.d.ld);
+    CUtensorMap mx;
+    memset(&mx, 0, sizeof(mx));
+    if (e == cudaSuccess && (P::X_OUT || P::X_IN)) {
+        if (!sm90_aligned(p.x.ptr, p.x.ld, 2)) return cudaErrorMisalignedAddress;
+        e = sm90_make_map(&mx, p.x, 2, 64, 16, 3, 1, 0);
+    }
     if (e != cudaSuccess) return e;
     auto kernel = sm90_gemm_kernel<P, TRANS_A, TRANS_B>;
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::TOTAL);
@@ -777,34 +961,37 @@ static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Arg
     if (e != cudaSuccess) return e;
     const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
-    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, shape, args);
+    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, shape, args);
     return cudaGetLastError();
 }
 
-// The plain policy in p's layout.
-template <typename OutT, bool ADD, bool PP = false>
+// The plain policy in p's layout, on schedule SCHED (SM90_COOPERATIVE, _PINGPONG, _WIDE).
+template <typename OutT, bool ADD, int SCHED = SM90_COOPERATIVE>
 static cudaError_t sm90_gemm_plain(const sm90_problem &p, cudaStream_t stream) {
-    typedef sm90_plain<OutT, ADD, PP> P;
+    typedef sm90_plain<OutT, ADD, SCHED> P;
     if (p.trans_a)
         return p.trans_b ? sm90_gemm_launch<P, OutT, 1, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 1, 0>(p, {}, stream);
     return p.trans_b ? sm90_gemm_launch<P, OutT, 0, 1>(p, {}, stream) : sm90_gemm_launch<P, OutT, 0, 0>(p, {}, stream);
 }
 
-// The plain product D (+)= op(A) op(B) in bf16 or fp32 (d_fp32), added to D when add;
-// pingpong: that schedule (see PINGPONG above).
-static inline cudaError_t sm90_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream,
-                                    int pingpong = 0) {
-    cudaError_t e = sm90_gemm_check(p, d_fp32 ? 4 : 2);
-    if (e != cudaSuccess) return e;
-    if (pingpong) {
-        if (d_fp32) return add ? sm90_gemm_plain<float, true, true>(p, stream) : sm90_gemm_plain<float, false, true>(p, stream);
-        if (add) return cudaErrorInvalidValue;
-        return sm90_gemm_plain<__nv_bfloat16, false, true>(p, stream);
-    }
-    if (d_fp32) return add ? sm90_gemm_plain<float, true>(p, stream) : sm90_gemm_plain<float, false>(p, stream);
+template <int SCHED>
+static cudaError_t sm90_gemm_sched(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream) {
+    if (d_fp32)
+        return add ? sm90_gemm_plain<float, true, SCHED>(p, stream) : sm90_gemm_plain<float, false, SCHED>(p, stream);
     // bf16 additions would round twice: callers add in fp32
     if (add) return cudaErrorInvalidValue;
-    return sm90_gemm_plain<__nv_bfloat16, false>(p, stream);
+    return sm90_gemm_plain<__nv_bfloat16, false, SCHED>(p, stream);
+}
+
+// The plain product D (+)= op(A) op(B) in bf16 or fp32 (d_fp32), added to D when add;
+// sched: SM90_COOPERATIVE, SM90_PINGPONG or SM90_WIDE (see the policies above).
+static inline cudaError_t sm90_gemm(const sm90_problem &p, int d_fp32, int add, cudaStream_t stream,
+                                    int sched = SM90_COOPERATIVE) {
+    cudaError_t e = sm90_gemm_check(p, d_fp32 ? 4 : 2);
+    if (e != cudaSuccess) return e;
+    if (sched == SM90_WIDE) return sm90_gemm_sched<SM90_WIDE>(p, d_fp32, add, stream);
+    if (sched == SM90_PINGPONG) return sm90_gemm_sched<SM90_PINGPONG>(p, d_fp32, add, stream);
+    return sm90_gemm_sched<SM90_COOPERATIVE>(p, d_fp32, add, stream);
 }
 
 #endif // GEMM_SM90_CUH

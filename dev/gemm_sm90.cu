@@ -4,8 +4,9 @@ first every layout and output mode on odd shapes against cuBLASLt's fp32-accumul
 the same bf16 inputs (outputs poisoned first, every element checked), then the rate of both at
 8192^3 and at the shapes of flce's three GEMMs, and of d_h and d_W with A read through
 registers (probe_rs: what flce's fused products do, without their transform). The ping-pong
-schedule (PINGPONG in gemm_sm90.cuh: each consumer warpgroup its own 64 x 256 tiles) is
-checked the same way and timed on the logits layout beside the cooperative one.
+schedule (PINGPONG in gemm_sm90.cuh: each consumer warpgroup its own 64 x 256 tiles) and the
+wide one (WIDE: its own 128 x 192 tiles) are checked the same way and timed on the logits
+layout and the trainer's short-K shapes beside the cooperative one.
 
     build/gemm_sm90             check, then time (default shapes)
     build/gemm_sm90 -c          check only
@@ -168,9 +169,9 @@ static cudaError_t probe_gemm(const sm90_problem &p, int d_fp32, int add, cudaSt
                : sm90_gemm_launch<probe_rs<0, false>, float, 0, 0>(p, {one.nonzero}, s);
 }
 
-// which product check_case and time_case run: sm90_gemm (cooperative, or ping-pong with
-// use_pp), or the probe
-static int use_probe = 0, use_pp = 0;
+// which product check_case and time_case run: sm90_gemm (on schedule use_pp: SM90_COOPERATIVE,
+// SM90_PINGPONG, SM90_WIDE), or the probe
+static int use_probe = 0, use_pp = SM90_COOPERATIVE;
 
 static cudaError_t ours(const sm90_problem &p, int d_fp32, int add, cudaStream_t s) {
     return use_probe ? probe_gemm(p, d_fp32, add, s) : sm90_gemm(p, d_fp32, add, s, use_pp);
@@ -328,30 +329,23 @@ int main(int argc, char **argv) {
     CHECK_LT(cublasLtCreate(&lt));
     CHECK_CUDA(cudaMalloc(&lt_ws, LT_WS));
 
-    // odd shapes: partial tiles on every edge, K not a multiple of 64
+    // odd shapes: partial tiles on every edge, K not a multiple of 64; on the cooperative
+    // schedule, the register-A probe (fp32 outputs only), the ping-pong and the wide schedules
     const char *layouts[3] = {"TN", "NN", "NT"};
-    for (int l = 0; l < 3; l++) {
-        check_case(layouts[l], 300, 520, 200, 0, 0, 1);
-        check_case(layouts[l], 300, 520, 200, 1, 0, 1);
-        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
-        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
-        check_case(layouts[l], 2048, 2048, 512, 0, 0, 1);
+    const int cases[6][6] = {// M, N, K, fp32 out, add, splits
+                             {300, 520, 200, 0, 0, 1},     {300, 520, 200, 1, 0, 1},  {1000, 777, 1030, 1, 1, 1},
+                             {129, 1024, 4100, 1, 0, 3},   {2048, 2048, 512, 0, 0, 1}, {385, 200, 70, 0, 0, 1}};
+    const int variants[4][2] = {{SM90_COOPERATIVE, 0}, {SM90_COOPERATIVE, 1}, {SM90_PINGPONG, 0}, {SM90_WIDE, 0}};
+    for (int v = 0; v < 4; v++) {
+        use_pp = variants[v][0];
+        use_probe = variants[v][1];
+        for (int l = 0; l < 3; l++)
+            for (int c = 0; c < 6; c++)
+                if (cases[c][3] || !use_probe)
+                    check_case(layouts[l], cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], cases[c][5]);
     }
-    use_probe = 1;  // the register-A probe, fp32 outputs
-    for (int l = 0; l < 3; l++) {
-        check_case(layouts[l], 300, 520, 200, 1, 0, 1);
-        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
-        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
-    }
+    use_pp = SM90_COOPERATIVE;
     use_probe = 0;
-    use_pp = 1;  // the ping-pong schedule
-    for (int l = 0; l < 3; l++) {
-        check_case(layouts[l], 300, 520, 200, 0, 0, 1);
-        check_case(layouts[l], 1000, 777, 1030, 1, 1, 1);
-        check_case(layouts[l], 129, 1024, 4100, 1, 0, 3);
-        check_case(layouts[l], 2048, 2048, 512, 0, 0, 1);
-    }
-    use_pp = 0;
     printf("checks: %d failure(s)\n", failures);
     if (check_only || failures) return failures ? 1 : 0;
 
@@ -360,14 +354,28 @@ int main(int argc, char **argv) {
     time_case("square", "TN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NT", 8192, 8192, 8192, 1, 1, reps);
-    use_pp = 1;
-    time_case("square, ping-pong", "TN", 8192, 8192, 8192, 0, 0, reps);
-    time_case("logits H=768 V=50304, ping-pong", "TN", 4096, 50304, 768, 0, 0, reps);
-    time_case("logits H=1024 V=176256, ping-pong", "TN", 4096, 176256, 1024, 0, 0, reps);
-    time_case("logits H=4096 V=151936, ping-pong", "TN", 4096, 151936, 4096, 0, 0, reps);
-    time_case("fc H=768 N=65536, ping-pong", "TN", 65536, 3072, 768, 0, 0, reps);
-    time_case("fc H=768 N=65536", "TN", 65536, 3072, 768, 0, 0, reps);
-    use_pp = 0;
+    // the schedules side by side where the epilogue is long against the main loop (K ~ 1K): flce's
+    // logits, and the trainer's (B = 64, d12) forward and input-gradient GEMMs of K = 768
+    const char *sched_name[3] = {"", ", ping-pong", ", wide"};
+    const struct {
+        const char *what, *layout;
+        int M, N, K;
+    } sched_cases[] = {{"square", "TN", 8192, 8192, 8192},
+                       {"logits H=768 V=50304", "TN", 4096, 50304, 768},
+                       {"logits H=1024 V=176256", "TN", 4096, 176256, 1024},
+                       {"logits H=4096 V=151936", "TN", 4096, 151936, 4096},
+                       {"trainer fc fwd", "TN", 65536, 3072, 768},
+                       {"trainer qkv fwd", "TN", 65536, 2304, 768},
+                       {"trainer fcproj fwd", "TN", 65536, 768, 3072},
+                       {"trainer fcproj dinp", "NN", 65536, 3072, 768},
+                       {"trainer fc dinp", "NN", 65536, 768, 3072}};
+    for (use_pp = SM90_COOPERATIVE; use_pp <= SM90_WIDE; use_pp++)
+        for (size_t i = use_pp == SM90_COOPERATIVE; i < sizeof(sched_cases) / sizeof(sched_cases[0]); i++) {
+            char what[80];
+            snprintf(what, sizeof(what), "%s%s", sched_cases[i].what, sched_name[use_pp]);
+            time_case(what, sched_cases[i].layout, sched_cases[i].M, sched_cases[i].N, sched_cases[i].K, 0, 0, reps);
+        }
+    use_pp = SM90_COOPERATIVE;
     // flce's GEMMs at a chunk of 4096 tokens: logits (C x V, k = H), d_h (C x H, k = V),
     // d_W (V x H += over C tokens)
     const int shapes[4][2] = {{768, 50304}, {4096, 128256}, {4096, 151936}, {1024, 176256}};

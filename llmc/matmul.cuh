@@ -12,9 +12,11 @@ cuBLASLt's epilogue, and the backward (input, weight and bias gradients).
   matmul_backward_dgelu  the same, dinp = (dout @ weight) * gelu'(inp_pre_gelu)  (=)
 
 Row-major as llm.c (weight (OC, C): out = inp @ W^T + b); the GELU is the tanh form of
-test/gpt2_ref.c. All GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
-accumulation, cached descriptors and algorithms) on the stream given; nothing synchronises the
-host. The forward's epilogue: CUBLASLT_EPILOGUE_BIAS, _GELU_AUX or _GELU_AUX_BIAS (the aux
+test/gpt2_ref.c. The GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
+accumulation, cached descriptors and algorithms) on the stream given, except on Hopper calls
+of short K (a forward with K = C <= 1024, a dinp with K = OC <= 1024) of the kinds that
+ctx->use_sm90 names (by default the GELU and the residual forwards: mm90_available), which run
+with their epilogues on our own GEMM (llmc/matmul_sm90.cuh); nothing synchronises the host. The forward's epilogue: CUBLASLT_EPILOGUE_BIAS, _GELU_AUX or _GELU_AUX_BIAS (the aux
 matrix is pre_gelu, leading dimension OC). cuBLASLt needs OC % 8 == 0 and pre_gelu and bias
 16-byte aligned for them; otherwise (or if cuBLASLt has no algorithm with the epilogue) the
 same result comes from a plain GEMM and separate kernels (bias add, gelu_forward of
@@ -43,6 +45,7 @@ Indices: every product that can pass 2^31 (BT*OC, BT*C) is 64-bit.
 #include "cuda_common.cuh"
 #include "gelu.cuh"
 #include "gemm_lt.cuh"
+#include "matmul_sm90.cuh"
 
 #define MATMUL_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
 #define MATMUL_DBIAS_LANES 32                    // threads of a block along the columns
@@ -60,6 +63,8 @@ typedef struct {
     float *dbias_partials;   // MATMUL_DBIAS_SCRATCH floats
     int fuse_epilogues;      // 1 (matmul_init): bias/GELU in cuBLASLt's epilogue; 0: separate kernels
     int use_cublaslt;        // 1 (matmul_init); 0: the simple GEMM kernel below everywhere (tests)
+    int use_sm90;            // our Hopper GEMM for short K: the calls of these kinds (mm90_available's bits)
+    long long n_sm90;        // calls it took
     long long n_fallback;    // calls that took the unfused/kernel path though the flags asked otherwise
     int warned;              // the fallback note is printed once
 } MatmulContext;
@@ -71,6 +76,7 @@ static inline void matmul_init(MatmulContext *ctx) {
     cudaCheck(cudaMalloc((void **)&ctx->dbias_partials, MATMUL_DBIAS_SCRATCH * sizeof(float)));
     ctx->fuse_epilogues = 1;
     ctx->use_cublaslt = 1;
+    ctx->use_sm90 = mm90_available();
 }
 
 static inline void matmul_free(MatmulContext *ctx) {
@@ -285,6 +291,16 @@ static inline void matmul_gemm(MatmulContext *ctx, cudaStream_t s, const char *w
     cudaLaunchCheck("matmul_fallback_gemm_kernel");
 }
 
+static inline void matmul_sm90_status(MatmulContext *ctx, cudaError_t e, const char *what, int64_t m, int64_t n,
+                                      int64_t k) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "[CUDA ERROR] %s (%s): matmul %s GEMM on the Hopper path, M=%lld N=%lld K=%lld\n",
+                cudaGetErrorString(e), cudaGetErrorName(e), what, (long long)m, (long long)n, (long long)k);
+        exit(EXIT_FAILURE);
+    }
+    ctx->n_sm90++;
+}
+
 static inline void matmul_check_args(const char *what, int BT, int C, int OC, int null_pointer) {
     if (BT <= 0 || C <= 0 || OC <= 0) matmul_fail(what, "invalid sizes BT %lld, C %lld, OC %lld", BT, C, OC);
     if (null_pointer) matmul_fail(what, "a required pointer is NULL (BT %lld, C %lld, OC %lld)", BT, C, OC);
@@ -299,6 +315,18 @@ static inline void matmul_forward_impl(MatmulContext *ctx, floatX *out, floatX *
                                        const floatX *inp, const floatX *weight, const floatX *bias, int BT, int C,
                                        int OC, cudaStream_t s) {
     const int gelu = pre_gelu != NULL;
+    // (our kernel fuses the epilogue: not where the caller asked for separate kernels)
+    const int kind = gelu ? MM90_GELU : residual != NULL ? MM90_RESIDUAL : MM90_BIAS;
+    if ((ctx->use_sm90 >> kind & 1) && ctx->fuse_epilogues &&
+        mm90_fits(BT, OC, C, out, pre_gelu, inp, weight, bias, residual)) {
+        const char *what = gelu ? "forward (gelu)" : residual != NULL ? "forward (residual)" : "forward";
+        cudaError_t e = gelu ? mm90_gemm<MM90_GELU>(out, pre_gelu, inp, weight, 0, bias, NULL, BT, OC, C, s)
+                        : residual != NULL
+                            ? mm90_gemm<MM90_RESIDUAL>(out, NULL, inp, weight, 0, bias, residual, BT, OC, C, s)
+                            : mm90_gemm<MM90_BIAS>(out, NULL, inp, weight, 0, bias, NULL, BT, OC, C, s);
+        matmul_sm90_status(ctx, e, what, BT, OC, C);
+        return;
+    }
     if (ctx->use_cublaslt && ctx->fuse_epilogues && (bias != NULL || gelu || residual != NULL)) {
         const gemm_epilogue ep = {gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                        : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
@@ -416,8 +444,13 @@ static inline void matmul_backward(MatmulContext *ctx, floatX *dinp, float *dwei
     if (dweight != NULL)
         matmul_gemm(ctx, s, "backward dweight", 0, 1, C, OC, BT, inp, C, dout, OC, dweight, CUDA_R_32F, C, 1.0f);
     // dinp^T (C, BT) = weight^T (C, OC) @ dout^T (OC, BT), column-major; last, so dinp may alias inp
-    if (dinp != NULL)
-        matmul_gemm(ctx, s, "backward dinp", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, CUDA_R_16BF, C, 0.0f);
+    if (dinp != NULL) {
+        if ((ctx->use_sm90 >> MM90_DINP & 1) && mm90_fits(BT, C, OC, dinp, NULL, dout, weight, NULL, NULL))
+            matmul_sm90_status(ctx, mm90_gemm<MM90_BIAS>(dinp, NULL, dout, weight, 1, NULL, NULL, BT, C, OC, s),
+                               "backward dinp", BT, C, OC);
+        else
+            matmul_gemm(ctx, s, "backward dinp", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, CUDA_R_16BF, C, 0.0f);
+    }
 }
 
 // matmul_backward (without pre_gelu) of a layer whose input was inp = gelu(inp_pre_gelu), with
@@ -433,6 +466,12 @@ static inline void matmul_backward_dgelu(MatmulContext *ctx, floatX *dinp, float
                       dinp == NULL || inp_pre_gelu == NULL || weight == NULL || dout == NULL ||
                           (dweight != NULL && inp == NULL));
     matmul_backward(ctx, NULL, dweight, dbias, dout, inp, weight, NULL, BT, C, OC, s);
+    if ((ctx->use_sm90 >> MM90_DGELU & 1) && ctx->fuse_epilogues &&
+        mm90_fits(BT, C, OC, dinp, NULL, dout, weight, NULL, inp_pre_gelu)) {
+        matmul_sm90_status(ctx, mm90_gemm<MM90_DGELU>(dinp, NULL, dout, weight, 1, NULL, inp_pre_gelu, BT, C, OC, s),
+                           "backward dinp (dgelu)", BT, C, OC);
+        return;
+    }
     if (ctx->use_cublaslt && ctx->fuse_epilogues) {
         // aux is only read by DGELU: the cast drops a const the epilogue struct does not carry
         const gemm_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, (void *)inp_pre_gelu, C};

@@ -3,7 +3,7 @@
 # re-run the fixture exporter and compare with the committed fixtures, check the shipped
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
-#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers] [ncu-flce] [ncu-src]
+#   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [matmul-bench] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers] [ncu-flce] [ncu-src]
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
@@ -48,6 +48,7 @@
 #   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
 #   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
+#   matmul-bench: dev/matmul_bench (the trainer's linear layers, cuBLASLt against our Hopper GEMM);
 #   pytest: the Python binding's GPU tests; train-profile: a B=64 run with TRAIN_PROFILE=1;
 #   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
@@ -60,7 +61,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens gemm-sm90 attention pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-flags}"
+steps="${*:-build test fixtures tokens gemm-sm90 attention matmul-bench pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-flags}"
 declare -A result
 # the multi-GPU runs: one configuration, so that their losses compare ($MG_ARGS to change it), on
 # $MG_NP processes under mpirun (default 2; the -pn pairs of train-fs/tcp/nompi/fault-* are 2)
@@ -317,16 +318,21 @@ bench_ab() {
     done; done
     [ $bad -eq 0 ] && echo "OK: A/B of $settings, $rounds rounds" || { echo "FAIL: a run of the A/B"; return 1; }
 }
-# Trainer builds alternated in one call ($TRAIN_AB: train_gpt binaries, default ./train_gpt;
-# $AB_ROUNDS rounds, default 2), each `-b $TRAIN_AB_B (64) -x 40 -v 0 -s 0`: the median and mean
-# step of steps 11-40, MiB in use at the end, step 40's loss. A step's time moves 2-3% between
-# calls on one GPU (clocks under its power limit), so builds compare only within a call.
+# Trainer builds alternated in one call ($TRAIN_AB: train_gpt binaries, default ./train_gpt, or
+# path+VAR=value for a binary under a setting; $AB_ROUNDS rounds, default 2), each
+# `-b $TRAIN_AB_B (64) -x 40 -v 0 -s 0`: the median and mean step of steps 11-40, MiB in use at
+# the end, step 40's loss. A step's time moves 2-3% between calls on one GPU (clocks under its
+# power limit), so builds compare only within a call.
 train_ab() {
-    local bin r log bad=0
-    for r in $(seq 1 "${AB_ROUNDS:-2}"); do for bin in ${TRAIN_AB:-./train_gpt}; do
-        log="$OUT/train_ab_${bin//[^A-Za-z0-9_]/_}_$r.log"
-        timeout 200 "$bin" -b "${TRAIN_AB_B:-64}" -x 40 -v 0 -s 0 > "$log" 2>&1 || { echo "FAIL: $bin (round $r)"; bad=1; continue; }
-        echo "| $bin | $r | $(grep -E '^step +[0-9]+/' "$log" | sed -n '11,40p' | awk -F'|' '{gsub(/ ms/, "", $5); print $5 + 0}' |
+    local set bin r log bad=0
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do for set in ${TRAIN_AB:-./train_gpt}; do
+        local envs=()
+        bin=${set%%+*}
+        case $set in *+*) envs=("${set#*+}") ;; esac
+        log="$OUT/train_ab_${set//[^A-Za-z0-9_]/_}_$r.log"
+        env "${envs[@]}" timeout 200 "$bin" -b "${TRAIN_AB_B:-64}" -x 40 -v 0 -s 0 > "$log" 2>&1 ||
+            { echo "FAIL: $set (round $r)"; bad=1; continue; }
+        echo "| $set | $r | $(grep -E '^step +[0-9]+/' "$log" | sed -n '11,40p' | awk -F'|' '{gsub(/ ms/, "", $5); print $5 + 0}' |
             sort -g | awk '{v[NR] = $1; s += $1} END {printf "%.2f | %.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, s / NR}') ms | $(mg_mib "$log") MiB | $(grep -E '^step +40/' "$log" | grep -oE 'loss [0-9.]+') |"
     done; done
     [ $bad -eq 0 ] && echo "OK: train-ab of ${TRAIN_AB:-./train_gpt}, ${AB_ROUNDS:-2} rounds" || return 1
@@ -434,6 +440,7 @@ for s in $steps; do
                      timeout $(( ${BENCH_PEERS_SECONDS:-420} + 120 )) python3 scripts/bench_peers.py --budget 1 \
                      --time-limit "${BENCH_PEERS_SECONDS:-420}" --c-bench build/flce_bench -o "$OUT/peers.md" --png "$OUT/peers.png" ;;
     gemm-sm90) run_step gemm_sm90 timeout 240 build/gemm_sm90 ;;
+    matmul-bench) run_step matmul_bench timeout 240 build/matmul_bench; grep -E "^\|" "$OUT/matmul_bench.log" ;;
     attention) run_step attention timeout 240 build/attention_bench ;;
     vp-bench) run_step vp_bench timeout 400 build/flce_vp_bench ;;
     pytest) run_step pytest env FLCE_LIBRARY=build/libflce.so timeout 300 python3 -m pytest -q flce/python/tests/test_gpu.py ;;

@@ -8,8 +8,10 @@ the GPU sees; every output is poisoned with 0xFF bytes (NaN) before each call an
 full (a NaN anywhere fails rel_l2), and MMT_GUARD elements after each output must still be
 0xFF afterwards. Shapes: BT not a multiple of 128; C 64 / OC 256, C 768 / OC 3072, and an
 odd C 40 / OC 100 (no 16-byte vectors, no GELU epilogue: the unfused paths). Each runs with
-and without bias and GELU, in three modes: cuBLASLt epilogues (what the trainer runs),
-cuBLASLt GEMMs with separate kernels, and the fallback GEMM kernel alone. The backward runs
+and without bias and GELU, in four modes: cuBLASLt epilogues, cuBLASLt GEMMs with separate
+kernels, the fallback GEMM kernel alone, and "hopper" (what the trainer runs on an H100/H200:
+our GEMM, llmc/matmul_sm90.cuh, for the calls of short K, which must take it there; the rest
+cuBLASLt's epilogues). The backward runs
 twice on the same inputs: dinp must be the same (=, bitwise), dweight and dbias must hold
 their initial (non-zero) values plus twice the gradient (+=). matmul_forward_residual runs at
 the trainer's projection shapes (where the epilogue mode must not fall back), a small and an
@@ -83,13 +85,24 @@ static double mmt_gelu_grad(double x) {
 }
 
 static const char *mmt_mode_name(int mode) {
-    return mode == 0 ? "epilogue" : mode == 1 ? "unfused" : "kernel-gemm";
+    return mode == 0 ? "epilogue" : mode == 1 ? "unfused" : mode == 2 ? "kernel-gemm" : "hopper";
 }
 
-// mode 0: cuBLASLt with epilogues; 1: cuBLASLt GEMMs, separate kernels; 2: fallback GEMM kernel
+// mode 0: cuBLASLt with epilogues; 1: cuBLASLt GEMMs, separate kernels; 2: fallback GEMM kernel;
+// 3: our Hopper GEMM where it applies (on a device that has it), else as 0
+#define MMT_MODES 4
 static void mmt_set_mode(MatmulContext *ctx, int mode) {
-    ctx->fuse_epilogues = mode == 0;
+    ctx->fuse_epilogues = mode == 0 || mode == 3;
     ctx->use_cublaslt = mode != 2;
+    ctx->use_sm90 = mode == 3 && sm90_available() ? MM90_ALL : 0;  // every kind, whatever MATMUL_SM90 says
+}
+
+// the path a call took: "hopper" where mode 3 had to take it (expect: mm90_fits of the call)
+// and did; ok is cleared where it had to and did not, or took it where it must not
+static const char *mmt_path(const MatmulContext *ctx, long long sm90_before, int expect, int *ok) {
+    const int took = ctx->n_sm90 > sm90_before;
+    if (took != (ctx->use_sm90 && expect)) *ok = 0;
+    return took ? "hopper" : ctx->use_sm90 && expect ? "NOT HOPPER" : "cuBLASLt/kernel";
 }
 
 static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int OC, uint64_t *rng) {
@@ -161,13 +174,17 @@ static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
     double *expect_pre = (double *)mmt_malloc(nout * sizeof(double));
 
     // ---- forward
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < MMT_MODES; mode++)
         for (int has_bias = 0; has_bias < 2; has_bias++)
             for (int gl = 0; gl < 2; gl++) {
                 mmt_set_mode(ctx, mode);
                 cudaCheck(cudaMemsetAsync(d_out, 0xFF, (nout + MMT_GUARD) * 2, s));
                 cudaCheck(cudaMemsetAsync(d_pre, 0xFF, (nout + MMT_GUARD) * 2, s));
+                const long long sm90_before = ctx->n_sm90;
                 matmul_forward(ctx, d_out, gl ? d_pre : NULL, d_inp, d_w, has_bias ? d_bias : NULL, BT, C, OC, s);
+                int path_ok = 1;
+                const char *path = mmt_path(ctx, sm90_before, mm90_fits(BT, OC, C, d_out, d_pre, d_inp, d_w, d_bias, NULL),
+                                            &path_ok);
                 cudaCheck(cudaStreamSynchronize(s));
                 cudaCheck(cudaGetLastError());
                 for (size_t r = 0; r < (size_t)BT; r++)
@@ -189,17 +206,18 @@ static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
                 const int guards = mmt_guard_ok(d_out, nout, 2) && mmt_guard_ok(d_pre, nout, 2) &&
                                    mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
                                    mmt_guard_ok(d_bias, (size_t)OC, 2) && pre_untouched;
-                test_check(e_out <= MMT_TOL && e_pre <= MMT_TOL && guards,
-                           "matmul_forward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s: out rel L2 %.2e, "
-                           "pre_gelu %.2e, guards %s", BT, C, OC, has_bias, gl, mmt_mode_name(mode),
+                test_check(e_out <= MMT_TOL && e_pre <= MMT_TOL && guards && path_ok,
+                           "matmul_forward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s (%s): out rel L2 %.2e, "
+                           "pre_gelu %.2e, guards %s", BT, C, OC, has_bias, gl, mmt_mode_name(mode), path,
                            e_out, e_pre, guards ? "intact" : "WRITTEN");
             }
 
-    // ---- backward, twice on the same inputs
-    for (int mode = 0; mode < 3; mode += 2)
+    // ---- backward, twice on the same inputs (modes 0, 2, 3)
+    for (int mode = 0; mode < MMT_MODES; mode += mode == 0 ? 2 : 1)
         for (int has_bias = 0; has_bias < 2; has_bias++)
             for (int gl = 0; gl < 2; gl++) {
                 mmt_set_mode(ctx, mode);
+                const long long sm90_before = ctx->n_sm90;
                 cudaCheck(cudaMemcpy(d_dw, dw0, nw * sizeof(float), cudaMemcpyHostToDevice));
                 cudaCheck(cudaMemcpy(d_db, db0, (size_t)OC * sizeof(float), cudaMemcpyHostToDevice));
                 double worst[4] = {0.0, 0.0, 0.0, 0.0};  // dinp, dweight, dbias, dout
@@ -236,10 +254,16 @@ static void mmt_run_shape(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
                                    mmt_guard_ok(d_db, (size_t)OC, 4) && mmt_guard_ok(d_dout, nout, 2) &&
                                    mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
                                    mmt_guard_ok(d_pre_in, nout, 2);
+                // two calls: each dinp on the Hopper path where it fits
+                const int fits = mm90_fits(BT, C, OC, d_dinp, NULL, d_dout, d_w, NULL, NULL);
+                const int took = (int)(ctx->n_sm90 - sm90_before);
+                if (took != (ctx->use_sm90 && fits ? 2 : 0)) ok = 0;
                 test_check(ok && same_dinp && guards,
-                           "matmul_backward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s x2: worst rel L2 dinp "
+                           "matmul_backward BT=%d C=%d OC=%d bias=%d gelu=%d %-11s (dinp %s) x2: worst rel L2 dinp "
                            "%.2e (=, %s), dweight %.2e (+=), dbias %.2e (+=), dout %.2e, guards %s",
-                           BT, C, OC, has_bias, gl, mmt_mode_name(mode), worst[0], worst[1], worst[2],
+                           BT, C, OC, has_bias, gl, mmt_mode_name(mode),
+                           took ? "hopper" : ctx->use_sm90 && fits ? "NOT HOPPER" : "cuBLASLt/kernel", worst[0],
+                           worst[1], worst[2],
                            worst[3], same_dinp ? "bitwise repeatable" : "NOT REPEATABLE",
                            guards ? "intact" : "WRITTEN");
             }
@@ -290,10 +314,10 @@ static void mmt_run_residual(MatmulContext *ctx, cudaStream_t s, int BT, int C, 
     mmt_upload_bf16(d_res, res, nout);
     float *h_out = (float *)mmt_malloc(nout * sizeof(float)), *h_out1 = (float *)mmt_malloc(nout * sizeof(float));
     float *h_res = (float *)mmt_malloc(nout * sizeof(float));
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < MMT_MODES; mode++)
         for (int has_bias = 0; has_bias < 2; has_bias++) {
             mmt_set_mode(ctx, mode);
-            const long long fallbacks = ctx->n_fallback;
+            const long long fallbacks = ctx->n_fallback, sm90_before = ctx->n_sm90;
             int same = 1;
             for (int call = 0; call < 2; call++) {
                 cudaCheck(cudaMemsetAsync(d_out_buf, 0xFF, (nout + res_offset + MMT_GUARD) * 2, s));
@@ -304,6 +328,9 @@ static void mmt_run_residual(MatmulContext *ctx, cudaStream_t s, int BT, int C, 
             }
             same = memcmp(h_out1, h_out, nout * sizeof(float)) == 0;
             const int fused = ctx->n_fallback == fallbacks;
+            const int fits = mm90_fits(BT, OC, C, d_out, NULL, d_inp, d_w, d_bias, d_res);
+            const int hopper = ctx->n_sm90 - sm90_before == 2;  // both calls
+            const int hopper_ok = hopper == (ctx->use_sm90 && fits) && (hopper || ctx->n_sm90 == sm90_before);
             for (size_t r = 0; r < (size_t)BT; r++)
                 for (size_t o = 0; o < (size_t)OC; o++)
                     expect[r * OC + o] = pre0[r * OC + o] + (has_bias ? (double)bias[o] : 0.0);
@@ -312,7 +339,7 @@ static void mmt_run_residual(MatmulContext *ctx, cudaStream_t s, int BT, int C, 
             // (plus fp32 accumulation). Odd shapes and unaligned pointers get other cuBLASLt
             // kernels, measured farther from the exact sum than one rounding (within MMT_TOL).
             size_t far = 0;
-            if (mode == 0 && fused && expect_fused)
+            if (((mode == 0 || mode == 3) && fused && expect_fused) || hopper)
                 for (size_t i = 0; i < nout; i++) {
                     int ex = 0;
                     frexp(fabs(expect[i]), &ex);
@@ -324,11 +351,13 @@ static void mmt_run_residual(MatmulContext *ctx, cudaStream_t s, int BT, int C, 
             const int guards = mmt_guard_ok(d_out, nout, 2) && mmt_guard_ok(d_res, nout, 2) &&
                                mmt_guard_ok(d_inp, nin, 2) && mmt_guard_ok(d_w, nw, 2) &&
                                mmt_guard_ok(d_bias, (size_t)OC, 2);
-            const int path_ok = !(mode == 0 && expect_fused) || fused;
+            const int path_ok = (!((mode == 0 || mode == 3) && expect_fused) || fused) && hopper_ok;
             test_check(e_out <= MMT_TOL && far == 0 && same && res_same && guards && path_ok,
                        "matmul_forward_residual BT=%d C=%d OC=%d bias=%d offset=%d %-11s (%s): out rel L2 %.2e, "
                        "%zu beyond 1 bf16 spacing, rerun %s, residual %s, guards %s", BT, C, OC, has_bias,
-                       res_offset, mmt_mode_name(mode), mode != 0 ? "unfused" : fused ? "fused" : "FELL BACK",
+                       res_offset, mmt_mode_name(mode),
+                       !hopper_ok ? "WRONG PATH" : hopper ? "hopper" : mode == 1 || mode == 2 ? "unfused"
+                       : fused ? "fused" : "FELL BACK",
                        e_out, far, same ? "bitwise equal" : "DIFFERS", res_same ? "untouched" : "WRITTEN",
                        guards ? "intact" : "WRITTEN");
         }
@@ -373,12 +402,12 @@ static void mmt_run_dgelu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
     mmt_upload_bf16(d_pre, pre, nin);
     float *h = (float *)mmt_malloc(nin * sizeof(float)), *h_dw = (float *)mmt_malloc(nw * sizeof(float));
     float *h_db = (float *)mmt_malloc((size_t)OC * sizeof(float)), *h_dout = (float *)mmt_malloc(nout * sizeof(float));
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < MMT_MODES; mode++) {
         mmt_set_mode(ctx, mode);
         cudaCheck(cudaMemset(d_dw, 0, nw * sizeof(float)));
         cudaCheck(cudaMemset(d_db, 0, (size_t)OC * sizeof(float)));
         cudaCheck(cudaMemsetAsync(d_dinp, 0xFF, (nin + MMT_GUARD) * 2, s));
-        const long long fallbacks = ctx->n_fallback;
+        const long long fallbacks = ctx->n_fallback, sm90_before = ctx->n_sm90;
         matmul_backward_dgelu(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_pre, BT, C, OC, s);
         cudaCheck(cudaStreamSynchronize(s));
         cudaCheck(cudaGetLastError());
@@ -393,11 +422,16 @@ static void mmt_run_dgelu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
         const int guards = mmt_guard_ok(d_dinp, nin, 2) && mmt_guard_ok(d_pre, nin, 2) && mmt_guard_ok(d_inp, nin, 2) &&
                            mmt_guard_ok(d_w, nw, 2) && mmt_guard_ok(d_dout, nout, 2) && mmt_guard_ok(d_dw, nw, 4) &&
                            mmt_guard_ok(d_db, (size_t)OC, 4);
-        const int path_ok = !(mode == 0 && expect_fused) || fused;
+        int hopper_ok = 1;
+        const char *hpath = mmt_path(ctx, sm90_before, mm90_fits(BT, C, OC, d_dinp, NULL, d_dout, d_w, NULL, d_pre),
+                                     &hopper_ok);
+        const int hopper = ctx->n_sm90 > sm90_before;
+        const int path_ok = (!((mode == 0 || mode == 3) && expect_fused) || fused) && hopper_ok;
         test_check(e <= MMT_TOL && e_dw <= MMT_TOL && e_db <= MMT_TOL && dout_same && guards && path_ok,
                    "matmul_backward_dgelu BT=%d C=%d OC=%d %-11s (%s): dinp rel L2 %.2e, dweight %.2e, dbias %.2e, "
                    "dout %s, guards %s", BT, C, OC, mmt_mode_name(mode),
-                   mode != 0 ? "unfused" : fused ? "DGELU epilogue" : "FELL BACK", e, e_dw, e_db,
+                   !hopper_ok ? hpath : hopper ? "hopper DGELU" : mode == 1 || mode == 2 ? "unfused"
+                   : fused ? "DGELU epilogue" : "FELL BACK", e, e_dw, e_db,
                    dout_same ? "untouched" : "WRITTEN", guards ? "intact" : "WRITTEN");
     }
     mmt_set_mode(ctx, 0);

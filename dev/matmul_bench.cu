@@ -1,0 +1,159 @@
+/*
+matmul_bench.cu - the trainer's linear layers (llmc/matmul.cuh) timed on both of their paths,
+llm.c dev/cuda style: cuBLASLt with its epilogues, and our Hopper GEMM for the calls of short K
+(llmc/matmul_sm90.cuh), at GPT-2's shapes of one B x T step (default d12, B = 64, T = 1024).
+
+./matmul_bench [-b B] [-t T] [-c C] [-r repeats]
+
+Each row is one call of the forward or of the backward's input gradient (the weight gradients
+are cuBLASLt's on both paths and are not timed), random bf16 inputs, outputs poisoned (NaN)
+before every call; median ms over the repeats (CUDA events, after a warm-up), the two paths
+alternated; TFLOP/s count the product (2 M N K). "differ" is the rel L2 of the Hopper path's
+output against cuBLASLt's, and "unwritten" counts its elements still NaN. Reports, never
+asserts (test/gpu_kernels_matmul.cuh checks correctness against CPU references).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../llmc/bf16.h"
+#include "../llmc/matmul.cuh"
+#include "common.cuh"
+
+enum { FWD, FWD_RES, FWD_GELU, DINP, DINP_DGELU };
+
+typedef struct {
+    const char *what;
+    int kind;
+    int K, N;  // the product: out (BT, N) from a K-long reduction
+} Call;
+
+// n bf16 uniform in [-scale, scale) (dev/common.cuh's fill), never zeros
+static floatX *random_bf16(size_t n, float scale, uint64_t seed) {
+    floatX *d;
+    cudaCheck(cudaMalloc(&d, n * sizeof(floatX)));
+    fill_uniform_bf16_kernel<<<1024, 256>>>(d, (int64_t)n, scale, seed);
+    cudaCheck(cudaGetLastError());
+    return d;
+}
+
+// one call of c on the path the context is set to
+static void run(MatmulContext *ctx, const Call *c, floatX *out, floatX *pre, floatX *a, floatX *w, floatX *bias,
+                floatX *res, int BT, cudaStream_t s) {
+    switch (c->kind) {
+    case FWD: matmul_forward(ctx, out, NULL, a, w, bias, BT, c->K, c->N, s); break;
+    case FWD_RES: matmul_forward_residual(ctx, out, res, a, w, bias, BT, c->K, c->N, s); break;
+    case FWD_GELU: matmul_forward(ctx, out, pre, a, w, bias, BT, c->K, c->N, s); break;
+    // dinp (BT, N) = dout (BT, K) @ w (K, N): matmul_backward's C = N, OC = K
+    case DINP: matmul_backward(ctx, out, NULL, NULL, a, NULL, w, NULL, BT, c->N, c->K, s); break;
+    case DINP_DGELU: matmul_backward_dgelu(ctx, out, NULL, NULL, a, NULL, w, res, BT, c->N, c->K, s); break;
+    }
+}
+
+int main(int argc, char **argv) {
+    int B = 64, T = 1024, C = 768, reps = 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-b")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) C = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-r repeats]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (B < 1 || T < 1 || C < 8 || C % 8 != 0 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "matmul_bench: B, T >= 1, C a multiple of 8, 1 <= repeats <= 1000\n");
+        return 2;
+    }
+    const int BT = B * T;
+    MatmulContext ctx;
+    matmul_init(&ctx);
+    if (!sm90_available()) printf("note: no Hopper path here (not an sm_90a build on a compute 9.0 GPU)\n");
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreate(&s));
+    const Call calls[] = {
+        {"qkv forward (bias)", FWD, C, 3 * C},
+        {"attention proj forward (bias, residual)", FWD_RES, C, C},
+        {"fc forward (bias, GELU: two outputs)", FWD_GELU, C, 4 * C},
+        {"fc proj forward (bias, residual)", FWD_RES, 4 * C, C},
+        {"qkv dinp", DINP, 3 * C, C},
+        {"attention proj dinp", DINP, C, C},
+        {"fc dinp", DINP, 4 * C, C},
+        {"fc proj dinp (GELU backward)", DINP_DGELU, C, 4 * C},
+    };
+    const int n_calls = (int)(sizeof(calls) / sizeof(calls[0]));
+    const size_t big = (size_t)BT * 4 * C;
+    floatX *a = random_bf16(big, 1.0f, 1), *res = random_bf16(big, 2.0f, 2);
+    floatX *w = random_bf16((size_t)4 * C * C, 1.0f / sqrtf((float)C), 3);
+    floatX *bias = random_bf16((size_t)4 * C, 0.5f, 4);
+    floatX *out[2], *pre;
+    cudaCheck(cudaMalloc(&out[0], big * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&out[1], big * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&pre, big * sizeof(floatX)));
+    uint16_t *h0 = (uint16_t *)malloc(big * sizeof(uint16_t)), *h1 = (uint16_t *)malloc(big * sizeof(uint16_t));
+    float *ms[2] = {(float *)malloc(reps * sizeof(float)), (float *)malloc(reps * sizeof(float))};
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    const int have_sm90 = sm90_available();  // every kind of call, whatever MATMUL_SM90 says
+
+    printf("B = %d, T = %d, C = %d (BT = %d), median of %d, the two paths alternated\n\n", B, T, C, BT, reps);
+    printf("| call | M x N x K | cuBLASLt ms | TFLOP/s | Hopper path | ms | TFLOP/s | speed-up | differ | unwritten |\n");
+    printf("|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    double sum[2] = {0.0, 0.0};
+    for (int i = 0; i < n_calls; i++) {
+        const Call *c = &calls[i];
+        long long took = 0;
+        for (int r = -2; r < reps; r++)
+            for (int path = 0; path < 2; path++) {
+                ctx.use_sm90 = path == 1 && have_sm90 ? MM90_ALL : 0;
+                const long long before = ctx.n_sm90;
+                cudaCheck(cudaMemsetAsync(out[path], 0xFF, (size_t)BT * c->N * sizeof(floatX), s));  // poison
+                cudaCheck(cudaEventRecord(e0, s));
+                run(&ctx, c, out[path], pre, a, w, bias, res, BT, s);
+                cudaCheck(cudaEventRecord(e1, s));
+                cudaCheck(cudaEventSynchronize(e1));
+                if (path == 1) took += ctx.n_sm90 > before;
+                if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[path][r], e0, e1));
+            }
+        const size_t n = (size_t)BT * c->N;
+        cudaCheck(cudaMemcpy(h0, out[0], n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h1, out[1], n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        double num = 0.0, den = 0.0;
+        size_t nan = 0;
+        for (size_t k = 0; k < n; k++) {
+            const double x = float_from_bf16(h1[k]), y = float_from_bf16(h0[k]);
+            if (!isfinite(x)) {
+                nan++;
+                continue;
+            }
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+        const float m0 = median_of(ms[0], reps), m1 = median_of(ms[1], reps);
+        const double flop = 2.0 * BT * (double)c->N * c->K;
+        sum[0] += m0;
+        sum[1] += m1;
+        printf("| %s | %d x %d x %d | %.3f | %.0f | %s | %.3f | %.0f | %.2fx | %.1e | %zu |\n", c->what, BT, c->N, c->K,
+               m0, flop / m0 / 1e9, took ? "ours" : "cuBLASLt", m1, flop / m1 / 1e9, m0 / m1, sqrt(num / den), nan);
+    }
+    printf("| all of them | | %.3f | | | %.3f | | %.2fx | | |\n", sum[0], sum[1], sum[0] / sum[1]);
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(res));
+    cudaCheck(cudaFree(w));
+    cudaCheck(cudaFree(bias));
+    cudaCheck(cudaFree(out[0]));
+    cudaCheck(cudaFree(out[1]));
+    cudaCheck(cudaFree(pre));
+    free(h0);
+    free(h1);
+    free(ms[0]);
+    free(ms[1]);
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaStreamDestroy(s));
+    matmul_free(&ctx);
+    return 0;
+}
