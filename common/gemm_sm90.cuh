@@ -72,8 +72,6 @@ other targets compile it to nothing, define no SM90_GEMM_BUILD, and callers use 
 #define SM90_BK 64             // K per stage: one 128-byte swizzle row of bf16
 #define SM90_THREADS 384       // producer warpgroup + 2 consumer warpgroups
 #define SM90_GROUP_M 8         // row tiles per raster group
-#define SM90_A_BYTES (SM90_BM * SM90_BK * 2)
-#define SM90_B_BYTES (SM90_BN * SM90_BK * 2)
 #define SM90_BOX_BYTES 2048    // an epilogue box: a warp's 16 rows x 128 bytes
 #define SM90_CONSUMER_WARPS 8
 #define SM90_SMEM_LIMIT 232448 // the sm_90 per-block opt-in maximum (227 KiB)
@@ -593,10 +591,6 @@ struct sm90_tile_of {
     static_assert(P::WG_M == 64 || (P::WG_M == 128 && P::PINGPONG && !P::A_REGS), "the wide tile is ping-pong, SS");
     static_assert(P::BN == 256 || (P::BN == 192 && P::WG_M == 128), "tile widths: 256, or 192 wide");
 };
-template <class P>
-struct sm90_a_bytes {
-    static constexpr int value = sm90_tile_of<P>::A_BYTES;
-};
 
 // The accumulators of a consumer thread: float[128] for a 64-row block, float[2][96] wide.
 template <int MB, int ACC>
@@ -608,8 +602,7 @@ struct sm90_acc_t<1, ACC> {
     typedef float type[ACC];
 };
 
-template <int STAGES, int EXTRA, int EPI_BUFFERS, int A_BYTES = SM90_A_BYTES, int B_BYTES = SM90_B_BYTES,
-          bool X_IN = false>
+template <int STAGES, int EXTRA, int EPI_BUFFERS, int A_BYTES, int B_BYTES, bool X_IN>
 struct sm90_smem_layout {
     static constexpr int A = 0;
     static constexpr int B = A + STAGES * A_BYTES;

@@ -31,6 +31,7 @@ measured faster; MATMUL_SM90=0 in the environment leaves every call to cuBLASLt,
 #ifndef LLMC_MATMUL_SM90_CUH
 #define LLMC_MATMUL_SM90_CUH
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
@@ -194,13 +195,22 @@ struct mm90_policy : sm90_wide_base {
 #define MM90_ALL 31
 #define MM90_DEFAULT ((1 << MM90_RESIDUAL) | (1 << MM90_GELU))
 
+// The kinds MATMUL_SM90's value names: a whole number 0 .. MM90_ALL; unset, the default; any
+// other value (a typo, a sign, trailing characters) the default too, with a note that says so.
+static inline int mm90_kinds(const char *env) {
+    if (env == NULL) return MM90_DEFAULT;
+    char *end = NULL;
+    const long v = strtol(env, &end, 10);
+    if (end != env && *end == '\0' && env[0] >= '0' && env[0] <= '9' && v >= 0 && v <= MM90_ALL) return (int)v;
+    fprintf(stderr, "note: MATMUL_SM90=\"%s\" is not a whole number from 0 to %d (a sum of the kinds of matmul_sm90.cuh); "
+            "using the default %d\n", env, MM90_ALL, MM90_DEFAULT);
+    return MM90_DEFAULT;
+}
+
 // The bits of the calls that take it on this build and device (0 where it cannot run).
 static inline int mm90_available(void) {
     static int avail = -1;
-    if (avail < 0) {
-        const char *env = getenv("MATMUL_SM90");
-        avail = sm90_available() ? (env != NULL ? atoi(env) & MM90_ALL : MM90_DEFAULT) : 0;
-    }
+    if (avail < 0) avail = sm90_available() ? mm90_kinds(getenv("MATMUL_SM90")) : 0;
     return avail;
 }
 

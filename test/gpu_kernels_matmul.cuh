@@ -441,7 +441,23 @@ static void mmt_run_dgelu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 
+// MATMUL_SM90's values: whole numbers 0 .. 31 are taken, anything else gives the default
+static void test_matmul_kinds_env(void) {
+    const struct {
+        const char *env;
+        int kinds;
+    } cases[] = {{NULL, MM90_DEFAULT}, {"0", 0}, {"6", 6}, {"31", 31}, {"007", 7}, {"32", MM90_DEFAULT},
+                 {"-1", MM90_DEFAULT}, {"+6", MM90_DEFAULT}, {" 6", MM90_DEFAULT}, {"6x", MM90_DEFAULT},
+                 {"", MM90_DEFAULT}, {"on", MM90_DEFAULT}, {"99999999999999999999", MM90_DEFAULT}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int got = mm90_kinds(cases[i].env);
+        test_check(got == cases[i].kinds, "MATMUL_SM90=%s%s%s: kinds %d (expected %d)", cases[i].env ? "\"" : "",
+                   cases[i].env ? cases[i].env : "(unset)", cases[i].env ? "\"" : "", got, cases[i].kinds);
+    }
+}
+
 static void test_matmul(void) {
+    test_matmul_kinds_env();
     printf("matmul (llmc/matmul.cuh) against CPU double references, rel L2 <= %.0e:\n", MMT_TOL);
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
