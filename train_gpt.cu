@@ -1,7 +1,13 @@
 /*
-train_gpt.cu - GPT-2 pretraining in CUDA C, llm.c style, whose LM head is flce: the
-classifier never materializes the (B*T, Vp) logits; flce computes the loss, d(lnf) and the
-tied embedding's gradient chunk by chunk inside a bounded workspace.
+train_gpt.cu - llm.c-style pretraining and fine-tuning in CUDA C, whose LM head is flce: the
+classifier never materializes the (B*T, Vp) logits; flce computes the loss, d(hidden) and the
+head's gradient chunk by chunk inside a bounded workspace.
+
+One training loop for every model family: a family (llmc/gpt2.h + llmc/gpt2.cuh, picked by -e
+in llmc/models.h) describes its parameters as a table of named tensors (llmc/model.h) and runs
+its forward and backward over buffers this file gives it (llmc/model.cuh); this file owns the
+rest: data, the flat parameter and gradient buffers, AdamW, ZeRO, the gradient reduction and
+its overlap, the LM head, checkpoints, sampling and logging.
 
 Precision: bf16 parameters and activations, fp32 master weights, fp32 gradients (every
 backward kernel accumulates into them, so gradient accumulation is free) and fp32 AdamW state.
@@ -9,21 +15,21 @@ Everything is deterministic: fixed-order reductions, no floating-point atomics, 
 stochastic rounding; a resumed run continues with bitwise the same losses.
 
 Files and flags follow llm.c (./train_gpt -h). The host side lives in the .h headers of llmc/
-(flags, model table and files, data, checkpoints, schedules, sampling, MFU, processes); this
-file holds the GPU side and main(), which checks every flag and input file before the GPU.
-Several GPUs: built with MULTI_GPU (the Makefile does when OpenMPI and NCCL are installed) and
-run as `mpirun -np N ./train_gpt`: data parallel, each rank its slice of every batch (llm.c's
-order). The gradients are averaged in buckets, one per layer, on a second stream while the
-backward pass goes on (-ov 0: in one call after it); with -z 1 (ZeRO-1, llmc/zero.h) each rank
-keeps the fp32 master weights and AdamW's m, v of its 1/N slice of the parameters only: the
-gradients are reduce-scattered instead of all-reduced, each rank updates its slice, and the
-bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 give the same steps.
+(flags, model tables and files, data, checkpoints, schedules, sampling, MFU, processes); this
+file holds the GPU side of training and main(), which checks every flag and input file before
+the GPU. Several GPUs: built with MULTI_GPU (the Makefile does when OpenMPI and NCCL are
+installed) and run as `mpirun -np N ./train_gpt`: data parallel, each rank its slice of every
+batch (llm.c's order). The gradients are averaged in buckets, one per layer, on a second stream
+while the backward pass goes on (-ov 0: in one call after it); with -z 1 (ZeRO-1, llmc/zero.h)
+each rank keeps the fp32 master weights and AdamW's m, v of its 1/N slice of the parameters
+only: the gradients are reduce-scattered instead of all-reduced, each rank updates its slice,
+and the bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 give the same steps.
 */
 #include "llmc/utils.h"  // first: it sets the POSIX feature macros
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
-#include "llmc/gpt2.h"
 #include "llmc/mfu.h"
+#include "llmc/models.h"
 #include "llmc/multi_gpu.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
@@ -37,48 +43,16 @@ bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 give the sa
 #include "flce/flce.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
-#include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/models.cuh"
 
 // ----------------------------------------------------------------------------------------
-// the model
-
-// named bf16 parameters, from llmc/gpt2.h's table (the fp32 gradients: GPT2FloatTensors)
-GPT2_DEFINE_TENSORS(ParameterTensors, gpt2_point_params, floatX)
-
-// the per-layer activations the backward needs, and the buffers it writes into
-typedef struct {
-    floatX *encoded;                      // (B,T,C)
-    floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch_pre, *residual3;  // per layer, stacked
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;                  // (L,B,T)
-    unsigned char *att_saved;             // per layer: attention_saved_bytes
-    floatX *lnf;                          // (B,T,C)
-    float *lnf_mean, *lnf_rstd;
-    floatX *fch_gelu;                     // -r 1: (B,T,4C), one buffer, recomputed in the backward;
-                                          // -r 0: (L,B,T,4C), each layer's kept from the forward
-    int recompute;                        // -r: 1 recomputes fch_gelu in the backward, 0 keeps it
-    // backward scratch
-    floatX *dresidual, *dln, *datty, *dqkv, *dfch;   // (B,T,C) x3, (B,T,3C), (B,T,4C)
-    float *ln_scratch;
-    unsigned char *att_scratch;
-    size_t att_saved_bytes;               // per layer
-    // the batch on the device
-    int *inputs, *targets;
-    float *losses;                        // one per micro-step
-    float *norm_sq, *norm_scratch;
-    floatX *logits_row;                   // (Vp): one position's logits, for sampling
-} Activations;
+// the trainer: one loop over llmc/model.cuh's interface, for every model family
 
 typedef struct {
-    GPT2Config config;
-    ParameterTensor tensors[NUM_PARAMETER_TENSORS];
-    size_t num_parameters;
-    ParameterTensors params;              // named, into params_memory
-    GPT2FloatTensors grads;               // named, into grads_memory
+    ModelSpec spec;                       // the model's table and sizes (llmc/model.h)
+    Model model;                          // the family's forward and backward (llmc/model.cuh)
     floatX *params_memory;                // bf16, the table's order; zero.padded elements (padding 0)
     float *grads_memory;                  // fp32; zero.padded elements (padding 0)
     float *master, *m, *v;                // fp32 master weights and AdamW moments: zero.opt_count
@@ -87,86 +61,98 @@ typedef struct {
     MultiGpu *mg;                         // NULL: one process
     ZeroLayout zero;
     int overlap;                          // buckets reduced during the last micro-step's backward
-    int buckets_pending;                  // the backward launched them: gpt2_reduce_grads waits
+    int buckets_pending;                  // the backward launched them: trainer_reduce_grads waits
     ZeroPiece *pieces;                    // bucket b: pieces[bucket_first[b] .. bucket_first[b + 1])
     int *bucket_first;
     cudaStream_t comm;                    // the buckets' stream
     cudaEvent_t grads_ready, comm_done;
     float *norm_partials;                 // per rank: the squared norm of its slice of the gradients
     int B, T;                             // activation sizes
-    Activations acts;
     MatmulContext mm;
-    EncoderBuckets buckets;
+    // the LM head: flce over the model's hidden states and its head tensor
     flce_context *flce;
     flce_config flce_cfg;
     void *flce_ws;
     size_t flce_ws_bytes;
-    size_t act_bytes;                     // for the memory report
-    // -tp 1 (gpt2_alloc_activations with a MultiGpu of several processes): the LM head
-    // vocabulary-parallel, see gpt2_tp_head. NULL / 0 otherwise.
+    int *targets;                         // (B,T) on the device
+    float *losses;                        // one per micro-step
+    float *norm_sq, *norm_scratch;
+    floatX *logits_row;                   // (Vp): one position's logits, for sampling
+    size_t act_bytes;                     // for the memory report (the model's and the trainer's)
+    // -tp 1 (trainer_alloc with a MultiGpu of several processes): the LM head
+    // vocabulary-parallel, see trainer_tp_head. NULL / 0 otherwise.
     MultiGpu *tp;
-    int tp_v0;                            // this rank's first row of wte (flce_cfg.vocab_offset)
-    floatX *tp_lnf;                       // (P, B*T, C): every rank's lnf; acts.lnf is this rank's block
-    int *tp_targets;                      // (P, B*T): every rank's targets; acts.targets is this rank's
-    float *tp_dh;                         // (P, B*T, C) fp32: this rank's partial d(lnf) of every token
-} GPT2;
+    int tp_v0;                            // this rank's first row of the head (flce_cfg.vocab_offset)
+    floatX *tp_hidden;                    // (P, B*T, C): every rank's hidden; model.hidden is this rank's block
+    int *tp_targets;                      // (P, B*T): every rank's targets; targets is this rank's
+    float *tp_dh;                         // (P, B*T, C) fp32: this rank's partial d(hidden) of every token
+} Trainer;
+
+// The LM head's weight (Vp, C) and its gradient: the embedding when tied.
+static floatX *trainer_head_weight(Trainer *t) { return t->params_memory + t->spec.tensors[t->spec.head].offset; }
+static float *trainer_head_grad(Trainer *t) { return t->grads_memory + t->spec.tensors[t->spec.head].offset; }
 
 // Parameters on the device: bf16 (all of them, as uploaded: the bits of a model file) and this
 // rank's share of the fp32 master weights (zero.opt_count of them).
-static void gpt2_upload(GPT2 *m, const uint16_t *params_bf16, const float *master_share) {
+static void trainer_upload(Trainer *m, const uint16_t *params_bf16, const float *master_share) {
     cudaCheck(cudaMemcpy(m->master, master_share, m->zero.opt_count * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->params_memory, params_bf16, m->num_parameters * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->params_memory, params_bf16, m->spec.num_parameters * sizeof(uint16_t),
+                         cudaMemcpyHostToDevice));
 }
 
 // Parameters on the device from an fp32 host copy of all of them: the bf16 rounding, and the
 // share of master weights.
-static void gpt2_upload_params(GPT2 *m, const float *host) {
-    uint16_t *bf = (uint16_t *)malloc_check(m->num_parameters * sizeof(uint16_t));
-    floats_to_bf16(host, bf, m->num_parameters);
-    gpt2_upload(m, bf, host + m->zero.opt_lo);
+static void trainer_upload_params(Trainer *m, const float *host) {
+    uint16_t *bf = (uint16_t *)malloc_check(m->spec.num_parameters * sizeof(uint16_t));
+    floats_to_bf16(host, bf, m->spec.num_parameters);
+    trainer_upload(m, bf, host + m->zero.opt_lo);
     free(bf);
 }
 
-static void *gpt2_alloc_zeroed(size_t bytes) {
+static void *trainer_alloc_zeroed(size_t bytes) {
     void *p = NULL;
     cudaCheck(cudaMalloc(&p, bytes > 0 ? bytes : 16));  // a ZeRO-1 rank may own padding alone
     cudaCheck(cudaMemset(p, 0, bytes > 0 ? bytes : 16));
     return p;
 }
 
-// The model of config (checked: gpt2_load_checked) on the device, for rank mg->rank of
+// The model of spec (checked: model_load_checked) on the device, for rank mg->rank of
 // mg->nproc processes (mg NULL: one process) at ZeRO stage zero_stage (-z), reducing gradients
 // in buckets during the backward when overlap (-ov; several processes only): gradients and
-// AdamW moments zero, the parameters for gpt2_upload_params or gpt2_upload_checkpoint to fill.
-static void gpt2_build(GPT2 *m, const GPT2Config *config, MultiGpu *mg = NULL, int zero_stage = 0, int overlap = 1) {
+// AdamW moments zero, the parameters for trainer_upload_params or trainer_upload_checkpoint to fill.
+static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL, int zero_stage = 0,
+                          int overlap = 1) {
     memset(m, 0, sizeof(*m));
-    m->config = *config;
-    gpt2_parameter_tensors(&m->config, m->tensors);
-    m->num_parameters = gpt2_num_parameters(&m->config);
+    m->spec = *spec;
     m->mg = mg;
     char err[256];
-    require(zero_layout(&m->zero, m->num_parameters, mg ? mg->nproc : 1, mg ? mg->rank : 0, zero_stage, err,
+    require(zero_layout(&m->zero, m->spec.num_parameters, mg ? mg->nproc : 1, mg ? mg->rank : 0, zero_stage, err,
                         sizeof(err)) == 0, err);
     const ZeroLayout *z = &m->zero;
     // the flat buffers are nproc slices long, so that the collectives see equal slices; their
     // padding is zero and stays so (no kernel writes past the parameters)
-    m->params_memory = (floatX *)gpt2_alloc_zeroed(z->padded * sizeof(floatX));
-    m->grads_memory = (float *)gpt2_alloc_zeroed(z->padded * sizeof(float));
-    m->master = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
-    m->m = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
-    m->v = (float *)gpt2_alloc_zeroed(z->opt_count * sizeof(float));
-    m->norm_partials = (float *)gpt2_alloc_zeroed((size_t)z->nproc * sizeof(float));
-    gpt2_point_params(&m->params, m->params_memory, m->tensors);
-    gpt2_point_floats(&m->grads, m->grads_memory, m->tensors);
+    m->params_memory = (floatX *)trainer_alloc_zeroed(z->padded * sizeof(floatX));
+    m->grads_memory = (float *)trainer_alloc_zeroed(z->padded * sizeof(float));
+    m->master = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
+    m->m = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
+    m->v = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
+    m->norm_partials = (float *)trainer_alloc_zeroed((size_t)z->nproc * sizeof(float));
+    Model *model = &m->model;
+    model->spec = &m->spec;
+    model->ops = model_ops_of(&m->spec);
+    require(model->ops != NULL, "trainer_build: this build has no GPU code for the model's family");
+    model->params = m->params_memory;
+    model->grads = m->grads_memory;
+    model->mm = &m->mm;
     if (z->nproc > 1 && overlap) {
-        const int nb = zero_num_buckets(config);
+        const int nb = zero_num_buckets(&m->spec);
         m->overlap = 1;
-        m->pieces = (ZeroPiece *)malloc_check((size_t)nb * zero_bucket_pieces_max(z) * sizeof(ZeroPiece));
+        m->pieces = (ZeroPiece *)malloc_check((size_t)nb * zero_bucket_pieces_max(z, &m->spec) * sizeof(ZeroPiece));
         m->bucket_first = (int *)malloc_check((size_t)(nb + 1) * sizeof(int));
         int k = 0;
         for (int b = 0; b < nb; b++) {
             m->bucket_first[b] = k;
-            k += zero_bucket_pieces(z, config, m->tensors, b, m->pieces + k);
+            k += zero_bucket_pieces(z, &m->spec, b, m->pieces + k);
         }
         m->bucket_first[nb] = k;
         // the highest priority: a bucket's reduction takes SMs as soon as the backward's kernels
@@ -181,34 +167,27 @@ static void gpt2_build(GPT2 *m, const GPT2Config *config, MultiGpu *mg = NULL, i
 
 // A loaded checkpoint on the device: parameters, this rank's share of master weights and AdamW
 // moments (checkpoint_load_checked read it for the same layout).
-static void gpt2_upload_checkpoint(GPT2 *m, const Checkpoint *ck) {
+static void trainer_upload_checkpoint(Trainer *m, const Checkpoint *ck) {
     const size_t share = m->zero.opt_count;
     require(ck->zero.opt_lo == m->zero.opt_lo && ck->zero.opt_count == share,
-            "gpt2_upload_checkpoint: the checkpoint was loaded for another ZeRO layout (a bug)");
-    gpt2_upload(m, ck->params, ck->master);
+            "trainer_upload_checkpoint: the checkpoint was loaded for another ZeRO layout (a bug)");
+    trainer_upload(m, ck->params, ck->master);
     cudaCheck(cudaMemcpy(m->m, ck->state.m, share * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(m->v, ck->state.v, share * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-static floatX *alloc_act(GPT2 *m, size_t elems) {
-    floatX *p;
-    cudaCheck(cudaMalloc(&p, elems * sizeof(floatX)));
-    m->act_bytes += elems * sizeof(floatX);
+static void *trainer_alloc_act(Trainer *m, size_t bytes) {
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes));
+    m->act_bytes += bytes;
     return p;
 }
 
-static float *alloc_actf(GPT2 *m, size_t elems) {
-    float *p;
-    cudaCheck(cudaMalloc(&p, elems * sizeof(float)));
-    m->act_bytes += elems * sizeof(float);
-    return p;
-}
-
-// One rank's flce configuration for the LM head, tied to wte (rows V..Vp are padding), and its
+// One rank's flce configuration for the LM head (its rows V..Vp are padding), and its
 // workspace within budget. tp_nproc 1: data parallel, this rank's B*T positions over all Vp
 // rows. tp_nproc P > 1 (-tp 1): vocabulary parallel, every rank's P*B*T positions over this
-// rank's rows of wte (train_tp_shard), d_hidden this rank's fp32 partial sum (gpt2_tp_head sums it).
-static int gpt2_flce_config_rank(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits,
+// rank's rows of the head (train_tp_shard), d_hidden this rank's fp32 partial sum (trainer_tp_head sums it).
+static int trainer_flce_config_rank(const ModelSpec *c, int B, int T, int grad_accum_steps, int bf16_logits,
                                  size_t budget, int tp_nproc, int tp_rank, int64_t max_chunk, flce_config *fc,
                                  size_t *ws_bytes, char *err, size_t err_len) {
     const int P = tp_nproc > 1 ? tp_nproc : 1;
@@ -220,7 +199,7 @@ static int gpt2_flce_config_rank(const GPT2Config *c, int B, int T, int grad_acc
     fc->dtype = FLCE_BF16;
     fc->d_hidden_dtype = FLCE_BF16;
     fc->d_weight_dtype = FLCE_FP32;
-    fc->accumulate_d_weight = 1;  // onto the encoder's part of d(wte), over micro-steps too
+    fc->accumulate_d_weight = 1;  // over micro-steps, and onto the embedding's part when tied
     fc->grad_scale = 1.0f / (float)(grad_accum_steps > 0 ? grad_accum_steps : 1);
     fc->bf16_logits = bf16_logits;
     fc->max_chunk_tokens = max_chunk;
@@ -259,23 +238,23 @@ static int gpt2_flce_config_rank(const GPT2Config *c, int B, int T, int grad_acc
     return 0;
 }
 
-// flce's configuration for the LM head and its workspace within budget (gpt2_flce_config_rank).
-// Host only, so that main() checks it before the GPU (and gpt2_alloc_activations makes it again
+// flce's configuration for the LM head and its workspace within budget (trainer_flce_config_rank).
+// Host only, so that main() checks it before the GPU (and trainer_alloc makes it again
 // on the GPU, where the planner knows the GEMM path). -tp 1: every rank must cut the P*B*T
 // tokens into the same chunks (each chunk's collectives count its rows), and the ranks' row
 // counts can differ by 128 (Vp / 128 blocks over P): the chunk is the smallest any rank's plan
 // takes, imposed on all (max_chunk_tokens) and checked to be what every rank's plan then takes.
-static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_steps, int bf16_logits, size_t budget,
+static int trainer_flce_config(const ModelSpec *c, int B, int T, int grad_accum_steps, int bf16_logits, size_t budget,
                             flce_config *fc, size_t *ws_bytes, char *err, size_t err_len, int tp_nproc = 1,
                             int tp_rank = 0) {
     if (tp_nproc <= 1)
-        return gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, 1, 0, 0, fc, ws_bytes, err,
+        return trainer_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, 1, 0, 0, fc, ws_bytes, err,
                                      err_len);
     int64_t chunk = 0;
     for (int q = 0; q < tp_nproc; q++) {
         flce_config qc;
         size_t qb = 0;
-        if (gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, 0, &qc, &qb, err,
+        if (trainer_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, 0, &qc, &qb, err,
                                   err_len) != 0)
             return -1;
         const int64_t k = flce_chunk_tokens(&qc, qb);
@@ -284,7 +263,7 @@ static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_st
     for (int q = 0; q < tp_nproc; q++) {
         flce_config qc;
         size_t qb = 0;
-        if (gpt2_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, chunk, &qc, &qb, err,
+        if (trainer_flce_config_rank(c, B, T, grad_accum_steps, bf16_logits, budget, tp_nproc, q, chunk, &qc, &qb, err,
                                   err_len) != 0)
             return -1;
         const int64_t k = flce_chunk_tokens(&qc, qb);
@@ -302,61 +281,29 @@ static int gpt2_flce_config(const GPT2Config *c, int B, int T, int grad_accum_st
     return 0;
 }
 
-// Activations for batches of up to B x T tokens, and flce's workspace within flce_budget.
-// recompute (-r): 1 keeps one GELU output buffer and recomputes it per layer in the backward;
-// 0 keeps every layer's (L x B x T x 4C bf16 more, counted in act_bytes), so the backward
-// reads it instead of recomputing it.
+// Activations for batches of up to B x T tokens (the model's, then the trainer's), and flce's
+// workspace within flce_budget. recompute (-r): the model's (GPT-2: 1 keeps one GELU output
+// buffer and recomputes it per layer in the backward; 0 keeps every layer's).
 // tp: -tp 1's processes (several; NULL or one process: the data-parallel head): the LM head
-// runs vocabulary-parallel through tp's communicator (gpt2_tp_head).
-static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, int grad_accum_steps,
-                                   int bf16_logits, int recompute = 1, MultiGpu *tp = NULL) {
-    const GPT2Config *c = &m->config;
-    const size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers;
-    const int NH = c->num_heads;
+// runs vocabulary-parallel through tp's communicator (trainer_tp_head).
+static void trainer_alloc(Trainer *m, int B, int T, size_t flce_budget, int grad_accum_steps, int bf16_logits,
+                          int recompute = 1, MultiGpu *tp = NULL) {
+    const ModelSpec *c = &m->spec;
+    const size_t BT = (size_t)B * T, C = (size_t)c->channels;
     m->B = B;
     m->T = T;
-    Activations *a = &m->acts;
-    a->encoded = alloc_act(m, BT * C);
-    a->ln1 = alloc_act(m, L * BT * C);
-    a->qkv = alloc_act(m, L * BT * 3 * C);
-    a->atty = alloc_act(m, L * BT * C);
-    a->residual2 = alloc_act(m, L * BT * C);
-    a->ln2 = alloc_act(m, L * BT * C);
-    a->fch_pre = alloc_act(m, L * BT * 4 * C);
-    a->residual3 = alloc_act(m, L * BT * C);
-    a->ln1_mean = alloc_actf(m, L * BT);
-    a->ln1_rstd = alloc_actf(m, L * BT);
-    a->ln2_mean = alloc_actf(m, L * BT);
-    a->ln2_rstd = alloc_actf(m, L * BT);
-    a->att_saved_bytes = attention_saved_bytes(B, T, (int)C, NH);
-    cudaCheck(cudaMalloc(&a->att_saved, L * a->att_saved_bytes));
-    m->act_bytes += L * a->att_saved_bytes;
     m->tp = tp != NULL && tp->nproc > 1 ? tp : NULL;
     const int P = m->tp ? m->tp->nproc : 1, rank = m->tp ? m->tp->rank : 0;
-    // -tp 1: lnf and the targets are this rank's blocks of every rank's (gathered in place)
-    m->tp_lnf = alloc_act(m, (size_t)P * BT * C);
-    a->lnf = m->tp_lnf + (size_t)rank * BT * C;
-    a->lnf_mean = alloc_actf(m, BT);
-    a->lnf_rstd = alloc_actf(m, BT);
-    a->recompute = recompute != 0;
-    a->fch_gelu = alloc_act(m, (a->recompute ? 1 : L) * BT * 4 * C);
-    a->dresidual = alloc_act(m, BT * C);
-    a->dln = alloc_act(m, BT * C);
-    a->datty = alloc_act(m, BT * C);
-    a->dqkv = alloc_act(m, BT * 3 * C);
-    a->dfch = alloc_act(m, BT * 4 * C);
-    a->ln_scratch = alloc_actf(m, layernorm_backward_scratch_floats((int)BT, (int)C));
-    const size_t att_scratch = attention_scratch_bytes(B, T, (int)C, NH);
-    cudaCheck(cudaMalloc(&a->att_scratch, att_scratch > 0 ? att_scratch : 16));
-    m->act_bytes += att_scratch;
-    cudaCheck(cudaMalloc(&a->inputs, BT * sizeof(int)));
+    // -tp 1: the hidden states and the targets are this rank's blocks of every rank's (gathered in place)
+    m->tp_hidden = (floatX *)trainer_alloc_act(m, (size_t)P * BT * C * sizeof(floatX));
+    m->model.hidden = m->tp_hidden + (size_t)rank * BT * C;
     cudaCheck(cudaMalloc(&m->tp_targets, (size_t)P * BT * sizeof(int)));
-    a->targets = m->tp_targets + (size_t)rank * BT;
-    if (m->tp) m->tp_dh = alloc_actf(m, (size_t)P * BT * C);
-    cudaCheck(cudaMalloc(&a->losses, (size_t)(grad_accum_steps > 0 ? grad_accum_steps : 1) * sizeof(float)));
-    cudaCheck(cudaMalloc(&a->norm_sq, sizeof(float)));
-    cudaCheck(cudaMalloc(&a->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
-    cudaCheck(cudaMalloc(&a->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
+    m->targets = m->tp_targets + (size_t)rank * BT;
+    if (m->tp) m->tp_dh = (float *)trainer_alloc_act(m, (size_t)P * BT * C * sizeof(float));
+    cudaCheck(cudaMalloc(&m->losses, (size_t)(grad_accum_steps > 0 ? grad_accum_steps : 1) * sizeof(float)));
+    cudaCheck(cudaMalloc(&m->norm_sq, sizeof(float)));
+    cudaCheck(cudaMalloc(&m->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
+    cudaCheck(cudaMalloc(&m->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
     matmul_init(&m->mm);
     // MATMUL_AUTOTUNE=1 (a dev/ aid, like TRAIN_PROFILE): the layers' GEMMs time cuBLASLt's
     // candidates on their first call and report each shape's times on stderr. Off by default:
@@ -366,9 +313,10 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
         m->mm.gemm.autotune = 1;
         m->mm.gemm.report = stderr;
     }
-    encoder_buckets_init(&m->buckets, B, T, c->channels);
+    m->model.ops->alloc(&m->model, B, T, recompute);
+    m->act_bytes += m->model.act_bytes;
 
-    // the LM head: flce over the B*T positions, tied to wte (rows V..Vp are padding)
+    // the LM head: flce over the B*T positions and the head's rows (V..Vp are padding)
     if (flce_create(&m->flce) != FLCE_OK) {
         fprintf(stderr, "Error: flce_create failed\n");
         exit(EXIT_FAILURE);
@@ -376,8 +324,8 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     // the heuristic's GEMM algorithms unless -fa 1: the same bits in every run and on resume
     flce_set_autotune(m->flce, 0);
     char err[1024];
-    if (gpt2_flce_config(c, B, T, grad_accum_steps, bf16_logits, flce_budget, &m->flce_cfg, &m->flce_ws_bytes, err,
-                         sizeof(err), P, rank) != 0) {
+    if (trainer_flce_config(c, B, T, grad_accum_steps, bf16_logits, flce_budget, &m->flce_cfg, &m->flce_ws_bytes, err,
+                            sizeof(err), P, rank) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
@@ -389,7 +337,7 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     }
 }
 
-static void flce_check_at(flce_status st, GPT2 *m, int line) {
+static void flce_check_at(flce_status st, Trainer *m, int line) {
     if (st != FLCE_OK) {
         fprintf(stderr, "[flce ERROR] %s (train_gpt.cu:%d)\n", flce_last_error(m->flce), line);
         exit(EXIT_FAILURE);
@@ -397,61 +345,32 @@ static void flce_check_at(flce_status st, GPT2 *m, int line) {
 }
 #define flceCheck(st, m) flce_check_at((st), (m), __LINE__)
 
-// The transformer up to the final layernorm, for the B x T tokens already in acts.inputs.
-static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
-    const GPT2Config *c = &m->config;
-    const int C = c->channels, NH = c->num_heads, L = c->num_layers;
-    const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;  // per-layer slices
-    const ParameterTensors *p = &m->params;
-    Activations *a = &m->acts;
-    encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C, s);
-    for (int l = 0; l < L; l++) {
-        const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride;
-        floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
-        floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
-        floatX *fch_pre = a->fch_pre + l * 4 * stride, *res3 = a->residual3 + l * stride;
-        floatX *fch_gelu = a->fch_gelu + (a->recompute ? 0 : l * 4 * stride);
-        const size_t ml = (size_t)l * m->B * m->T;
-        const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
-        layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
-        matmul_forward(&m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
-        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, B, T, C, NH, s);
-        // the projections add the residual stream in their GEMM (res2 = residual + ..., res3 = res2 + ...)
-        matmul_forward_residual(&m->mm, res2, residual, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
-        layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
-        matmul_forward(&m->mm, fch_gelu, fch_pre, ln2, p->fcw + 4 * lcc, p->fcb + 4 * lc, (int)BT, C, 4 * C, s);
-        matmul_forward_residual(&m->mm, res3, res2, fch_gelu, p->fcprojw + 4 * lcc, p->fcprojb + lc, (int)BT, 4 * C,
-                                C, s);
-    }
-    const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, (int)BT, C, s);
-}
-
 // fp32 -> bf16 (round to nearest even), n elements
 __global__ void floats_to_bf16_kernel(floatX *out, const float *in, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = (floatX)in[i];
 }
 
-// -tp 1's LM head (train: grads 1; eval: 0, reduction sum into loss_dev). wte stays replicated:
-// it is also the input embedding, whose gradient every rank has for its own tokens, and the one
-// all-reduce of the gradients (ncclAvg) stays as in data parallel; only the head's work is split.
-// Every rank's lnf and targets are gathered in place (P*B*T tokens, the same on every rank), flce
-// runs them against this rank's rows of wte (vocab_parallel, its row statistics combined through
-// multi_gpu_flce_allreduce) and writes the loss over all tokens (the same on every rank), the
-// d(wte) of this rank's rows and its fp32 partial d(lnf) of every token; a reduce-scatter sums
-// those and leaves this rank's B*T rows, rounded to bf16 into dln as the backward expects.
+// -tp 1's LM head (train: grads 1; eval: 0, reduction sum into loss_dev). The head's weight
+// stays replicated: when tied it is also the input embedding, whose gradient every rank has for
+// its own tokens, and the one all-reduce of the gradients (ncclAvg) stays as in data parallel;
+// only the head's work is split. Every rank's hidden states and targets are gathered in place
+// (P*B*T tokens, the same on every rank), flce runs them against this rank's rows of the head
+// (vocab_parallel, its row statistics combined through multi_gpu_flce_allreduce) and writes the
+// loss over all tokens (the same on every rank), the gradient of this rank's rows and its fp32
+// partial d(hidden) of every token; a reduce-scatter sums those and leaves this rank's B*T
+// rows, rounded to bf16 into the model's d_hidden as its backward expects.
 // The collectives are enqueued on s, not waited for (the caller's multi_gpu_wait does).
-static void gpt2_tp_head(GPT2 *m, int grads, float *loss_dev, cudaStream_t s) {
-    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->config.channels;
+static void trainer_tp_head(Trainer *m, int grads, float *loss_dev, cudaStream_t s) {
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->spec.channels;
     MultiGpu *mg = m->tp;
-    multi_gpu_all_gather(mg, m->tp_lnf, BT * C * sizeof(floatX), s);
+    multi_gpu_all_gather(mg, m->tp_hidden, BT * C * sizeof(floatX), s);
     multi_gpu_all_gather(mg, m->tp_targets, BT * sizeof(int), s);
     flce_config cfg = m->flce_cfg;
     flce_tensors t;
     memset(&t, 0, sizeof(t));
-    t.hidden = m->tp_lnf;
-    t.weight = m->params.wte + (size_t)m->tp_v0 * C;
+    t.hidden = m->tp_hidden;
+    t.weight = trainer_head_weight(m) + (size_t)m->tp_v0 * C;
     t.targets = m->tp_targets;
     t.loss = loss_dev;
     if (!grads) {
@@ -460,64 +379,62 @@ static void gpt2_tp_head(GPT2 *m, int grads, float *loss_dev, cudaStream_t s) {
         return;
     }
     t.d_hidden = m->tp_dh;
-    t.d_weight = m->grads.wte + (size_t)m->tp_v0 * C;
+    t.d_weight = trainer_head_grad(m) + (size_t)m->tp_v0 * C;
     flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
     float *own = m->tp_dh + (size_t)mg->rank * BT * C;
     multi_gpu_reduce_scatter_sum(mg, m->tp_dh, BT * C, s);
-    floats_to_bf16_kernel<<<(unsigned)((BT * C + 255) / 256), 256, 0, s>>>(m->acts.dln, own, BT * C);
+    floats_to_bf16_kernel<<<(unsigned)((BT * C + 255) / 256), 256, 0, s>>>(m->model.d_hidden, own, BT * C);
     cudaCheck(cudaGetLastError());
 }
 
-// Copies a batch to the device (and the encoder's token buckets for the backward).
-static void gpt2_set_batch(GPT2 *m, const int *inputs, const int *targets, int B, int T, int with_buckets,
-                           cudaStream_t s) {
+// Copies a batch to the device: the inputs to the model (with_buckets: for a backward), the
+// targets to the head.
+static void trainer_set_batch(Trainer *m, const int *inputs, const int *targets, int B, int T, int with_buckets,
+                              cudaStream_t s) {
     const size_t BT = (size_t)B * T;
-    cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets != NULL)
-        cudaCheck(cudaMemcpyAsync(m->acts.targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, s));
-    // copies from pageable memory return once the data is staged, and the buckets are built
-    // into their own pinned buffer: the loader may refill its arrays as soon as we return
-    if (with_buckets) encoder_buckets_build(&m->buckets, inputs, B, T, s);
+    m->model.ops->set_inputs(&m->model, inputs, B, T, with_buckets, s);
+    if (targets != NULL) cudaCheck(cudaMemcpyAsync(m->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, s));
 }
 
-// Training micro-step, forward half: the transformer, then flce's loss, d(lnf) (into dln) and
-// d(wte) (accumulated) in one call. Writes the micro-step's mean loss to acts.losses[micro].
-static void gpt2_forward_train(GPT2 *m, int B, int T, int micro, cudaStream_t s) {
-    gpt2_forward_body(m, B, T, s);
+// Training micro-step, forward half: the model, then flce's loss, d(hidden) (into the model's
+// d_hidden) and the head's gradient (accumulated) in one call. Writes the micro-step's mean loss
+// to losses[micro].
+static void trainer_forward(Trainer *m, int B, int T, int micro, cudaStream_t s) {
+    m->model.ops->forward(&m->model, B, T, s);
     step_profile_mark("transformer forward", s);
     if (m->tp) {  // -tp 1: every rank's full micro-batch (the gathers count B*T tokens per rank)
         if (B != m->B || T != m->T) {
             fprintf(stderr, "Error: -tp 1 trains on full micro-batches only (%d x %d, not %d x %d)\n", m->B, m->T, B, T);
             exit(EXIT_FAILURE);
         }
-        gpt2_tp_head(m, 1, m->acts.losses + micro, s);
-        step_profile_mark("flce head, vocab parallel: gathers, loss, d(lnf), d(wte), reduce-scatter", s);
+        trainer_tp_head(m, 1, m->losses + micro, s);
+        step_profile_mark("flce head, vocab parallel: gathers, loss, d(hidden), d(head), reduce-scatter", s);
         return;
     }
     flce_config cfg = m->flce_cfg;
     cfg.n_tokens = (int64_t)B * T;
     flce_tensors t;
     memset(&t, 0, sizeof(t));
-    t.hidden = m->acts.lnf;
-    t.weight = m->params.wte;
-    t.targets = m->acts.targets;
-    t.loss = m->acts.losses + micro;
-    t.d_hidden = m->acts.dln;
-    t.d_weight = m->grads.wte;
+    t.hidden = m->model.hidden;
+    t.weight = trainer_head_weight(m);
+    t.targets = m->targets;
+    t.loss = m->losses + micro;
+    t.d_hidden = m->model.d_hidden;
+    t.d_weight = trainer_head_grad(m);
     flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
-    step_profile_mark("flce head: loss, d(lnf), d(wte)", s);
+    step_profile_mark("flce head: loss, d(hidden), d(head)", s);
 }
 
 // Evaluation: mean loss over the non-ignored targets into *loss_dev (and the count via flce).
 // -tp 1: the sum over every rank's batch (the same on every rank), no token_loss.
-static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *token_loss, cudaStream_t s) {
-    gpt2_forward_body(m, B, T, s);
+static void trainer_forward_eval(Trainer *m, int B, int T, float *loss_dev, float *token_loss, cudaStream_t s) {
+    m->model.ops->forward(&m->model, B, T, s);
     if (m->tp) {
         if (B != m->B || T != m->T) {
             fprintf(stderr, "Error: -tp 1 evaluates full batches only (%d x %d, not %d x %d)\n", m->B, m->T, B, T);
             exit(EXIT_FAILURE);
         }
-        gpt2_tp_head(m, 0, loss_dev, s);
+        trainer_tp_head(m, 0, loss_dev, s);
         return;
     }
     flce_config cfg = m->flce_cfg;
@@ -525,95 +442,52 @@ static void gpt2_forward_eval(GPT2 *m, int B, int T, float *loss_dev, float *tok
     cfg.reduction = FLCE_REDUCTION_SUM;
     flce_tensors t;
     memset(&t, 0, sizeof(t));
-    t.hidden = m->acts.lnf;
-    t.weight = m->params.wte;
-    t.targets = m->acts.targets;
+    t.hidden = m->model.hidden;
+    t.weight = trainer_head_weight(m);
+    t.targets = m->targets;
     t.loss = loss_dev;
     t.token_loss = token_loss;
     flceCheck(flce_forward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
 }
 
-// Bucket b of the gradients (llmc/zero.h: layer b, or the global tensors for b = L), final in
-// s's work so far, averaged over the ranks on the comm stream while s goes on.
-static void gpt2_reduce_bucket(GPT2 *m, int b, cudaStream_t s) {
+// Bucket b of the gradients (llmc/zero.h: layer b, or the tensors outside the layers for b =
+// L), final in s's work so far, averaged over the ranks on the comm stream while s goes on:
+// the model's backward calls it (GradReadyHook) on the step's last micro-step.
+static void trainer_reduce_bucket(void *ctx, int b, cudaStream_t s) {
+    Trainer *m = (Trainer *)ctx;
     cudaCheck(cudaEventRecord(m->grads_ready, s));
     cudaCheck(cudaStreamWaitEvent(m->comm, m->grads_ready, 0));
     const int first = m->bucket_first[b];
     multi_gpu_reduce_bucket(m->mg, m->grads_memory, m->pieces + first, m->bucket_first[b + 1] - first, m->comm);
 }
 
-// Training micro-step, backward half: from d(lnf) (in dln) down to the embeddings. Every
-// parameter gradient is accumulated (+=). The biases of the two projections that write the
-// residual stream (attprojb, fcprojb) get their gradient, the column sums of dresidual, from
-// the layernorm backward that leaves dresidual at its final value (the lnf one for the last
-// layer's fcprojb, ln1 of layer l + 1 for layer l's, ln2 of layer l for attprojb), so their
-// matmul_backward skips it. last_micro: the step's last micro-step, whose gradients are final
+// Training micro-step, backward half: the model's backward from d(hidden), every parameter
+// gradient accumulated (+=). last_micro: the step's last micro-step, whose gradients are final
 // layer by layer: with several processes and overlap each layer's bucket is reduced as soon as
-// its backward is done, and the global tensors' (wte: the flce head and the encoder) last.
-static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s, int last_micro = 0) {
+// its backward is done, and the tensors outside the layers (the head's and the embedding's) last.
+static void trainer_backward(Trainer *m, int B, int T, cudaStream_t s, int last_micro = 0) {
+    const GradReadyHook hook = {trainer_reduce_bucket, m};
     const int bucketed = last_micro && m->overlap;
-    const GPT2Config *c = &m->config;
-    const int C = c->channels, NH = c->num_heads, L = c->num_layers;
-    const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;
-    const ParameterTensors *p = &m->params;
-    const GPT2FloatTensors *g = &m->grads;
-    Activations *a = &m->acts;
-    cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
-    const floatX *last = a->residual3 + (size_t)(L - 1) * stride;
-    layernorm_backward_colsum(a->dresidual, g->lnfw, g->lnfb, g->fcprojb + (size_t)(L - 1) * C, a->ln_scratch, a->dln,
-                              last, p->lnfw, a->lnf_mean, a->lnf_rstd, (int)BT, C, s);
-    for (int l = L - 1; l >= 0; l--) {
-        const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride;
-        floatX *ln1 = a->ln1 + l * stride, *qkv = a->qkv + l * 3 * stride, *atty = a->atty + l * stride;
-        floatX *res2 = a->residual2 + l * stride, *ln2 = a->ln2 + l * stride;
-        floatX *fch_pre = a->fch_pre + l * 4 * stride;
-        floatX *fch_gelu = a->fch_gelu + (a->recompute ? 0 : l * 4 * stride);
-        const size_t ml = (size_t)l * m->B * m->T;
-        const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;
-        // MLP: -r 1 recomputes gelu(fch_pre) into the one buffer; -r 0 kept it per layer
-        if (a->recompute) gelu_forward(fch_gelu, fch_pre, BT * 4 * C, s);
-        // dfch = d(fch_pre): the GELU backward is in the epilogue of fcproj's dinp GEMM
-        matmul_backward_dgelu(&m->mm, a->dfch, g->fcprojw + 4 * lcc, NULL, a->dresidual, fch_gelu, p->fcprojw + 4 * lcc,
-                              fch_pre, (int)BT, 4 * C, C, s);
-        matmul_backward(&m->mm, a->dln, g->fcw + 4 * lcc, g->fcb + 4 * lc, a->dfch, ln2, p->fcw + 4 * lcc, NULL,
-                        (int)BT, C, 4 * C, s);
-        layernorm_backward_colsum(a->dresidual, g->ln2w + lc, g->ln2b + lc, g->attprojb + lc, a->ln_scratch, a->dln,
-                                  res2, p->ln2w + lc, a->ln2_mean + ml, a->ln2_rstd + ml, (int)BT, C, s);
-        // attention
-        matmul_backward(&m->mm, a->datty, g->attprojw + lcc, NULL, a->dresidual, atty, p->attprojw + lcc, NULL,
-                        (int)BT, C, C, s);
-        attention_backward(a->dqkv, a->att_scratch, a->datty, qkv, atty, a->att_saved + (size_t)l * a->att_saved_bytes,
-                           B, T, C, NH, s);
-        matmul_backward(&m->mm, a->dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL,
-                        (int)BT, C, 3 * C, s);
-        layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,
-                                  a->ln_scratch, a->dln, residual, p->ln1w + lc, a->ln1_mean + ml, a->ln1_rstd + ml,
-                                  (int)BT, C, s);
-        if (bucketed) gpt2_reduce_bucket(m, l, s);  // layer l's gradients are final
-    }
-    encoder_backward(g->wte, g->wpe, a->dresidual, &m->buckets, B, T, C, s);
-    if (bucketed) {
-        gpt2_reduce_bucket(m, L, s);  // wte, wpe, lnfw, lnfb
-        m->buckets_pending = 1;
-    }
+    m->model.ops->backward(&m->model, B, T, bucketed ? &hook : NULL, s);
+    if (bucketed) m->buckets_pending = 1;
 }
 
-static void gpt2_zero_grad(GPT2 *m, cudaStream_t s) {
+static void trainer_zero_grad(Trainer *m, cudaStream_t s) {
     cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->zero.padded * sizeof(float), s));
 }
 
 // Returns once s's work so far is done: with several processes by polling (so that a process
 // that failed in a collective cannot hang this one), with one by a plain synchronize.
-static void gpt2_sync(GPT2 *m, cudaStream_t s, const char *what) {
+static void trainer_sync(Trainer *m, cudaStream_t s, const char *what) {
     if (m->zero.nproc > 1) multi_gpu_wait(m->mg, s, what);
     cudaCheck(cudaStreamSynchronize(s));
 }
 
 // The gradients averaged over the ranks, on s (a no-op for one process): every gradient on every
 // rank under ZeRO-0, each rank's slice on it under ZeRO-1. When the backward reduced them in
-// buckets (gpt2_backward's last micro-step with overlap), s waits for the last bucket;
+// buckets (trainer_backward's last micro-step with overlap), s waits for the last bucket;
 // otherwise one collective over all of them now.
-static void gpt2_reduce_grads(GPT2 *m, cudaStream_t s) {
+static void trainer_reduce_grads(Trainer *m, cudaStream_t s) {
     const ZeroLayout *z = &m->zero;
     if (z->nproc <= 1) return;
     if (m->buckets_pending) {
@@ -623,7 +497,7 @@ static void gpt2_reduce_grads(GPT2 *m, cudaStream_t s) {
         return;
     }
     if (z->stage == 1) multi_gpu_reduce_scatter_avg(m->mg, m->grads_memory, z->slice, s);
-    else multi_gpu_all_reduce_avg(m->mg, m->grads_memory, m->num_parameters, s);
+    else multi_gpu_all_reduce_avg(m->mg, m->grads_memory, m->spec.num_parameters, s);
 }
 
 // Global gradient norm of the reduced gradients (waits for the stream: the host needs it for
@@ -632,20 +506,20 @@ static void gpt2_reduce_grads(GPT2 *m, cudaStream_t s) {
 // and the sums are all-gathered, under ZeRO-0 each rank sums every slice, so that both give the
 // same bits; one process has one slice, whose sum is that of the whole vector (its padding
 // adds zeros).
-static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
+static float trainer_grad_norm(Trainer *m, cudaStream_t s) {
     const ZeroLayout *z = &m->zero;
     for (int r = 0; r < z->nproc; r++) {
         if (z->stage == 1 && r != z->rank) continue;
         global_norm_squared(m->norm_partials + r, m->grads_memory + (size_t)r * z->slice, z->slice,
-                            m->acts.norm_scratch, 0, s);
+                            m->norm_scratch, 0, s);
     }
     if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->norm_partials, sizeof(float), s);
-    sum_in_order(m->acts.norm_sq, m->norm_partials, z->nproc, s);
+    sum_in_order(m->norm_sq, m->norm_partials, z->nproc, s);
     // the wait first: a copy into pageable memory would block the host until the stream got
     // there, which a collective with a failed process never does
-    gpt2_sync(m, s, "the gradients' reduction and norm");
+    trainer_sync(m, s, "the gradients' reduction and norm");
     float norm_sq = 0.0f;
-    cudaCheck(cudaMemcpy(&norm_sq, m->acts.norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&norm_sq, m->norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
     return sqrtf(norm_sq);
 }
 
@@ -655,19 +529,19 @@ static float gpt2_grad_norm(GPT2 *m, cudaStream_t s) {
 // rank's share (llmc/zero.h): every tensor under ZeRO-0, the parts of the tensors within the
 // rank's slice under ZeRO-1, each element getting bitwise its ZeRO-0 update; then the ranks
 // all-gather their slices of the bf16 parameters.
-static void gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, float weight_decay,
+static void trainer_update(Trainer *m, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int t, cudaStream_t s) {
     const ZeroLayout *z = &m->zero;
-    ZeroRange ranges[NUM_PARAMETER_TENSORS];
-    const int nr = zero_optimizer_ranges(z, m->tensors, NUM_PARAMETER_TENSORS, ranges);
-    AdamWTensor tensors[NUM_PARAMETER_TENSORS];
+    ZeroRange ranges[MODEL_MAX_TENSORS];
+    const int nr = zero_optimizer_ranges(z, m->spec.tensors, m->spec.num_tensors, ranges);
+    AdamWTensor tensors[MODEL_MAX_TENSORS];
     for (int k = 0; k < nr; k++) {
         const int i = ranges[k].tensor;
         tensors[k].offset = ranges[k].offset;
         tensors[k].numel = ranges[k].numel;
         tensors[k].state_offset = ranges[k].state_offset;
         tensors[k].index0 = ranges[k].index0;
-        tensors[k].weight_decay = m->tensors[i].weight_decay ? weight_decay : 0.0f;
+        tensors[k].weight_decay = m->spec.tensors[i].weight_decay ? weight_decay : 0.0f;
         tensors[k].seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
     }
     adamw_update_multi(m->params_memory, m->master, m->grads_memory, m->m, m->v, tensors, nr, lr, beta1, beta2, t,
@@ -675,8 +549,7 @@ static void gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, 
     if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->params_memory, z->slice * sizeof(floatX), s);
 }
 
-static void gpt2_free(GPT2 *m) {
-    Activations *a = &m->acts;
+static void trainer_free(Trainer *m) {
     cudaCheck(cudaFree(m->norm_partials));
     if (m->overlap) {
         cudaCheck(cudaStreamDestroy(m->comm));
@@ -685,38 +558,33 @@ static void gpt2_free(GPT2 *m) {
     }
     free(m->pieces);
     free(m->bucket_first);
-    void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, a->encoded, a->ln1, a->qkv, a->atty,
-                    a->residual2, a->ln2, a->fch_pre, a->residual3, a->ln1_mean, a->ln1_rstd, a->ln2_mean,
-                    a->ln2_rstd, a->att_saved, m->tp_lnf, a->lnf_mean, a->lnf_rstd, a->fch_gelu, a->dresidual,
-                    a->dln, a->datty, a->dqkv, a->dfch, a->ln_scratch, a->att_scratch, a->inputs,
-                    m->tp_targets, a->losses, a->norm_sq, a->norm_scratch, a->logits_row, m->flce_ws, m->tp_dh};
+    if (m->B > 0) m->model.ops->free(&m->model);
+    void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, m->tp_hidden, m->tp_targets, m->losses,
+                    m->norm_sq, m->norm_scratch, m->logits_row, m->flce_ws, m->tp_dh};
     for (size_t k = 0; k < sizeof(ptrs) / sizeof(ptrs[0]); k++) cudaCheck(cudaFree(ptrs[k]));
     if (m->flce) flce_destroy(m->flce);
-    if (m->B > 0) {
-        matmul_free(&m->mm);
-        encoder_buckets_free(&m->buckets);
-    }
+    if (m->B > 0) matmul_free(&m->mm);
 }
 
 // ----------------------------------------------------------------------------------------
-// sampling: the logits of one position through a GEMM with wte (the only place logits exist)
+// sampling: the logits of one position through a GEMM with the head (the only place logits exist)
 
 // Generates gen_tokens tokens after start_token and prints them decoded (rank 0 only).
-static void gpt2_sample(GPT2 *m, const Tokenizer *tok, int gen_tokens, int start_token, int *gen_buf, uint64_t *rng,
+static void trainer_sample(Trainer *m, const Tokenizer *tok, int gen_tokens, int start_token, int *gen_buf, uint64_t *rng,
                         cudaStream_t s) {
-    const GPT2Config *c = &m->config;
+    const ModelSpec *c = &m->spec;
     const int T = m->T, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     for (int i = 0; i < T; i++) gen_buf[i] = start_token;
     float *logits = (float *)malloc_check((size_t)Vp * sizeof(float));
     uint16_t *logits_bf = (uint16_t *)malloc_check((size_t)Vp * sizeof(uint16_t));
     printf("generating:\n---\n");
     for (int pos = 1; pos < gen_tokens && pos < T; pos++) {
-        gpt2_set_batch(m, gen_buf, NULL, 1, T, 0, s);
-        gpt2_forward_body(m, 1, T, s);
-        // logits of position pos-1: lnf row (1 x C) @ wte^T
-        matmul_forward(&m->mm, m->acts.logits_row, NULL, m->acts.lnf + (size_t)(pos - 1) * C, m->params.wte, NULL, 1,
-                       C, Vp, s);
-        cudaCheck(cudaMemcpyAsync(logits_bf, m->acts.logits_row, (size_t)Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
+        trainer_set_batch(m, gen_buf, NULL, 1, T, 0, s);
+        m->model.ops->forward(&m->model, 1, T, s);
+        // logits of position pos-1: its hidden row (1 x C) @ head^T
+        matmul_forward(&m->mm, m->logits_row, NULL, m->model.hidden + (size_t)(pos - 1) * C, trainer_head_weight(m),
+                       NULL, 1, C, Vp, s);
+        cudaCheck(cudaMemcpyAsync(logits_bf, m->logits_row, (size_t)Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         bf16_to_floats(logits_bf, logits, (size_t)Vp);
         const int next = sample_softmax(logits, V, random_f32(rng));  // the padded rows are never sampled
@@ -739,9 +607,9 @@ static void download_floats(float *dst, const float *src, size_t n) {
 
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1).
-static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
     char err[1024];
-    const size_t n = m->num_parameters, share = m->zero.opt_count;
+    const size_t n = m->spec.num_parameters, share = m->zero.opt_count;
     uint16_t *params = NULL;
     if (mg->rank == 0) {
         params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
@@ -768,7 +636,7 @@ static void write_checkpoint(GPT2 *m, const DataLoader *loader, const char *dir,
     CheckpointWrite w;
     memset(&w, 0, sizeof(w));
     w.dir = dir;
-    w.config = &m->config;
+    w.model = &m->spec;
     w.params = params;
     w.state = &st;
     w.sync = 1;
@@ -829,37 +697,37 @@ int main(int argc, char **argv) {
                multi_gpu_join(&mg, &plan, err, sizeof(err)) == 0, err);
     const int main_rank = mg.rank == 0;
     const int B = cfg.B, T = cfg.T, grad_accum = cfg.grad_accum;
-    GPT2Config config;
-    require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, NULL, err, sizeof(err)) == 0 &&
-               train_config_check_model(&cfg, &config, err, sizeof(err)) == 0, err);
-    flce_config flce_cfg;  // checked now; gpt2_alloc_activations makes the same one on the GPU
+    ModelSpec spec;
+    require_ok(model_load_checked(cfg.model, cfg.vocab, &spec, NULL, err, sizeof(err)) == 0 &&
+               train_config_check_model(&cfg, &spec, err, sizeof(err)) == 0, err);
+    flce_config flce_cfg;  // checked now; trainer_alloc makes the same one on the GPU
     size_t flce_ws_bytes = 0;
     // -tp 1: every rank's shard of the vocabulary and the chunks they share, checked now
     const int tp_nproc = cfg.tp ? mg.nproc : 1;
-    require_ok(gpt2_flce_config(&config, B, T, grad_accum, !cfg.flce_fp32_logits, (size_t)cfg.flce_mib << 20, &flce_cfg,
-                                &flce_ws_bytes, err, sizeof(err), tp_nproc, mg.rank) == 0, err);
+    require_ok(trainer_flce_config(&spec, B, T, grad_accum, !cfg.flce_fp32_logits, (size_t)cfg.flce_mib << 20,
+                                   &flce_cfg, &flce_ws_bytes, err, sizeof(err), tp_nproc, mg.rank) == 0, err);
     DataLoader train_loader, val_loader;
     require_ok(dataloader_init_checked(&train_loader, cfg.train_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 1, 0,
                                        err, sizeof(err)) == 0 &&
-               dataloader_set_vocab_checked(&train_loader, config.vocab_size, err, sizeof(err)) == 0, err);
+               dataloader_set_vocab_checked(&train_loader, spec.vocab_size, err, sizeof(err)) == 0, err);
     require_ok(dataloader_init_checked(&val_loader, cfg.val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 0, 1, err,
                                        sizeof(err)) == 0 &&
-               dataloader_set_vocab_checked(&val_loader, config.vocab_size, err, sizeof(err)) == 0, err);
+               dataloader_set_vocab_checked(&val_loader, spec.vocab_size, err, sizeof(err)) == 0, err);
     Tokenizer tok;
     tokenizer_init(&tok, "data/gpt2_tokenizer.bin");  // missing: a warning and ids; malformed: an error
     const int eot = tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
-    const int start_token = sampler_start_token(eot, config.vocab_size);
+    const int start_token = sampler_start_token(eot, spec.vocab_size);
     const int sample_every = start_token >= 0 ? cfg.sample_every : 0;
     if (main_rank && cfg.sample_every > 0 && start_token < 0)
         printf("note: no samples: the tokenizer's end-of-text id %d is outside the model's vocabulary of %d tokens\n",
-               eot, config.vocab_size);
+               eot, spec.vocab_size);
     const char *out_dir = cfg.out_dir;
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;
     memset(&ck, 0, sizeof(ck));
     int resumed = 0;
     if (cfg.resume) {
-        resumed = checkpoint_load_checked(out_dir, &config, mg.rank, mg.nproc, cfg.zero_stage, &train_loader, &ck, err,
+        resumed = checkpoint_load_checked(out_dir, &spec, mg.rank, mg.nproc, cfg.zero_stage, &train_loader, &ck, err,
                                           sizeof(err));
         require_ok(resumed >= 0, err);
         if (main_rank && resumed && err[0]) printf("note: %s\n", err);  // a newer checkpoint was incomplete
@@ -874,7 +742,7 @@ int main(int argc, char **argv) {
     if (out_dir != NULL && mg.nproc == 1) clear_stale_markers(out_dir, resumed ? start_step : -1);  // (one process: now)
     // the parameters to start from, unless a checkpoint has them (a descriptor's: initialised now)
     float *init_params = NULL;
-    if (!resumed) require_ok(gpt2_load_checked(cfg.model, cfg.vocab, &config, &init_params, err, sizeof(err)) == 0, err);
+    if (!resumed) require_ok(model_load_checked(cfg.model, cfg.vocab, &spec, &init_params, err, sizeof(err)) == 0, err);
 
     // 2. the GPU
     int devices = 0, gpu = 0;
@@ -898,19 +766,19 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     step_profile_init();
-    GPT2 model;
-    gpt2_build(&model, &config, &mg, cfg.zero_stage, cfg.overlap);
-    if (resumed) gpt2_upload_checkpoint(&model, &ck);
-    else gpt2_upload_params(&model, init_params);
+    Trainer model;
+    trainer_build(&model, &spec, &mg, cfg.zero_stage, cfg.overlap);
+    if (resumed) trainer_upload_checkpoint(&model, &ck);
+    else trainer_upload_params(&model, init_params);
     free(init_params);
     checkpoint_free(&ck);
-    gpt2_alloc_activations(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute,
-                           cfg.tp ? &mg : NULL);
+    trainer_alloc(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute,
+                  cfg.tp ? &mg : NULL);
     flce_set_autotune(model.flce, cfg.flce_autotune);
 
-    const GPT2Config *c = &model.config;
+    const ModelSpec *c = &model.spec;
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const size_t np = model.num_parameters;
+    const size_t np = c->num_parameters;
     if (main_rank) {
         char peak_text[64];
         snprintf(peak_text, sizeof(peak_text), peak ? "%s %.0f TFLOP/s dense" : "unknown GPU: no MFU",
@@ -933,12 +801,11 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50f |\n", "weight decay", cfg.weight_decay);
         printf("| %-21s | %-50d |\n", "max steps", max_steps);
         printf("| %-21s | %-50d |\n", "val every / batches", cfg.val_every);
-        printf("| %-21s | %-50d |\n", "max_seq_len", c->max_seq_len);
-        printf("| %-21s | %-50d |\n", "vocab size", c->vocab_size);
-        printf("| %-21s | %-50d |\n", "padded vocab", c->padded_vocab_size);
-        printf("| %-21s | %-50d |\n", "layers", c->num_layers);
-        printf("| %-21s | %-50d |\n", "heads", c->num_heads);
-        printf("| %-21s | %-50d |\n", "channels", c->channels);
+        printf("| %-21s | %-50s |\n", "model family", c->family->name);
+        char row_name[32], row_value[64];
+        for (int line = 0; c->family->describe(c, line, row_name, sizeof(row_name), row_value, sizeof(row_value)) == 0;
+             line++)
+            printf("| %-21s | %-50s |\n", row_name, row_value);
         printf("| %-21s | %-50zu |\n", "parameters", np);
         printf("| %-21s | %-50s |\n", "device", prop.name);
         printf("| %-21s | %-50d |\n", "processes (GPUs)", mg.nproc);
@@ -976,7 +843,7 @@ int main(int argc, char **argv) {
         log = fopen_check(path, start_step > 0 ? "a" : "w");
     }
 
-    const double flops_per_token = mfu_flops_per_token(np, c->num_layers, T, c->channels);
+    const double flops_per_token = c->family->flops_per_token(c, T);
     int *gen_buf = (int *)malloc_check((size_t)T * sizeof(int));
     float *val_token_loss = NULL, *val_sum = NULL;
     cudaCheck(cudaMalloc(&val_token_loss, (size_t)B * T * sizeof(float)));
@@ -993,8 +860,8 @@ int main(int argc, char **argv) {
             size_t n_targets = 0;
             for (int i = 0; i < val_batches; i++) {
                 dataloader_next_batch(&val_loader);
-                gpt2_set_batch(&model, val_loader.inputs, val_loader.targets, B, T, 0, s);
-                gpt2_forward_eval(&model, B, T, val_sum, val_token_loss, s);
+                trainer_set_batch(&model, val_loader.inputs, val_loader.targets, B, T, 0, s);
+                trainer_forward_eval(&model, B, T, val_sum, val_token_loss, s);
                 if (model.tp) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives (eval)");
                 float batch_sum = 0.0f;
                 cudaCheck(cudaMemcpyAsync(&batch_sum, val_sum, sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -1010,7 +877,7 @@ int main(int argc, char **argv) {
             if (log) { fprintf(log, "s:%d tel:%.4f\n", step, val_loss); fflush(log); }
         }
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
-            gpt2_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
+            trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
             write_checkpoint(&model, &train_loader, out_dir, step, &mg);
         if (last) break;
@@ -1021,33 +888,33 @@ int main(int argc, char **argv) {
         cudaCheck(cudaEventCreate(&e1));
         cudaCheck(cudaEventRecord(e0, s));
         step_profile_mark("start", s);
-        gpt2_zero_grad(&model, s);
+        trainer_zero_grad(&model, s);
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train_loader);
-            gpt2_set_batch(&model, train_loader.inputs, train_loader.targets, B, T, 1, s);
+            trainer_set_batch(&model, train_loader.inputs, train_loader.targets, B, T, 1, s);
             step_profile_mark("batch: load, upload (host)", s);
-            gpt2_forward_train(&model, B, T, micro, s);
-            gpt2_backward(&model, B, T, s, micro == grad_accum - 1);
+            trainer_forward(&model, B, T, micro, s);
+            trainer_backward(&model, B, T, s, micro == grad_accum - 1);
             step_profile_mark("transformer backward", s);
             // -tp 1: the head's collectives done (polled) before the next micro-step's uploads,
             // which may block; the last one's are waited for with the gradients' reduction
-            // (gpt2_grad_norm's wait)
+            // (trainer_grad_norm's wait)
             if (model.tp && micro + 1 < grad_accum) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives");
         }
-        gpt2_reduce_grads(&model, s);
+        trainer_reduce_grads(&model, s);
         step_profile_mark("gradient reduction (what the backward left)", s);
-        const float norm = gpt2_grad_norm(&model, s);
+        const float norm = trainer_grad_norm(&model, s);
         step_profile_mark("gradient norm (host waits)", s);
         const float clip = 1.0f;
         const float grad_scale = norm > clip ? clip / norm : 1.0f;
         const float step_lr = learning_rate(cfg.schedule, step, max_steps, cfg.warmup, cfg.lr, cfg.final_frac);
-        gpt2_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
+        trainer_update(&model, step_lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, grad_scale, step + 1, s);
         cudaCheck(cudaEventRecord(e1, s));
         step_profile_mark("AdamW (ZeRO-1: and the parameters' all-gather)", s);
         // the wait (polling) before the copy into pageable memory, which would block behind the
-        // all-gather: see gpt2_grad_norm
-        gpt2_sync(&model, s, "the step (AdamW, the parameters' all-gather)");
-        cudaCheck(cudaMemcpy(losses, model.acts.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost));
+        // all-gather: see trainer_grad_norm
+        trainer_sync(&model, s, "the step (AdamW, the parameters' all-gather)");
+        cudaCheck(cudaMemcpy(losses, model.losses, (size_t)grad_accum * sizeof(float), cudaMemcpyDeviceToHost));
         step_profile_end_step(step == start_step);
         float ms = 0.0f;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
@@ -1094,7 +961,7 @@ int main(int argc, char **argv) {
     tokenizer_free(&tok);
     dataloader_free(&train_loader);
     dataloader_free(&val_loader);
-    gpt2_free(&model);
+    trainer_free(&model);
     cudaCheck(cudaStreamDestroy(s));
     multi_gpu_finish(&mg);
     return 0;

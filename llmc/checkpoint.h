@@ -1,7 +1,7 @@
 /*
 checkpoint.h - llm.c's checkpoints: the per-rank resume state files, the DONE_ markers, and
 the protocol around them (writing a checkpoint, finding the latest complete one, loading it,
-clearing an older run's markers). The model file is the model's (llmc/gpt2.h). Host side only;
+clearing an older run's markers). The model file is the model family's (llmc/model.h). Host side only;
 every file goes through the atomic writer of llmc/utils.h, every reader checks every header
 field and the exact file size and names the file in its error.
 
@@ -48,7 +48,7 @@ start (checkpoint_clear_stale): they belong to an older run in the same director
 
 #include "bf16.h"
 #include "dataloader.h"
-#include "gpt2.h"
+#include "model.h"
 #include "rand.h"
 #include "zero.h"
 
@@ -535,7 +535,7 @@ static inline int checkpoint_clear_stale(const char *dir, int after_step, char *
 // One rank's part of writing a checkpoint (checkpoint_write_checked).
 typedef struct {
     const char *dir;
-    const GPT2Config *config;     // rank 0: the model file's configuration
+    const ModelSpec *model;       // rank 0: the model, whose family writes its file
     const uint16_t *params;       // rank 0: the bf16 parameters
     const TrainingState *state;   // this rank's state file: its step, rank and process count
     int sync;                     // fsync files and directory: durable against a power cut
@@ -569,8 +569,7 @@ static inline int checkpoint_write_checked(const CheckpointWrite *w, char *err, 
     if (w->barrier) w->barrier(w->barrier_ctx);  // no rank replaces a file under the old marker
     if (rank == 0) {
         checkpoint_model_path(path, sizeof(path), w->dir, st->step);
-        if (model_write_checked(path, w->config, MODEL_VERSION_BF16, w->params, w->sync, err, err_len) != 0)
-            return -1;
+        if (w->model->family->write_file(path, w->model, w->params, w->sync, err, err_len) != 0) return -1;
     }
     if (w->stop_after == CHECKPOINT_MODEL_WRITTEN) return 1;
     checkpoint_state_path(path, sizeof(path), w->dir, st->step, rank);
@@ -629,11 +628,11 @@ static inline int checkpoint_check_shape(const char *dir, int num_processes, int
 }
 
 // Loads the latest complete checkpoint in dir for rank of num_processes at ZeRO stage
-// zero_stage (the share of the optimizer state: llmc/zero.h), for a model of *config, and
+// zero_stage (the share of the optimizer state: llmc/zero.h), for the model *spec, and
 // moves loader (if not NULL) to its data position. 1 when loaded, 0 when dir has none (err
 // says why), -1 when it has one that does not fit this run (another model, process count or
 // ZeRO stage) or a bad file.
-static inline int checkpoint_load_checked(const char *dir, const GPT2Config *config, int rank, int num_processes,
+static inline int checkpoint_load_checked(const char *dir, const ModelSpec *spec, int rank, int num_processes,
                                           int zero_stage, DataLoader *loader, Checkpoint *ck, char *err,
                                           size_t err_len) {
     memset(ck, 0, sizeof(*ck));
@@ -641,18 +640,12 @@ static inline int checkpoint_load_checked(const char *dir, const GPT2Config *con
     if (checkpoint_check_shape(dir, num_processes, zero_stage, err, err_len) != 0) return -1;
     const int step = checkpoint_find_latest(dir, num_processes, err, err_len);
     if (step < 0) return 0;
-    ModelFileInfo info;
+    ModelSpec file;
     checkpoint_model_path(path, sizeof(path), dir, step);
-    if (model_read_checked(path, &info, (void **)&ck->params, 0, err, err_len) != 0) return -1;
+    if (spec->family->read_file(path, &file, &ck->params, err, err_len) != 0) return -1;
     ck->step = step;
-    ck->num_parameters = info.num_parameters;
-    if (info.version != MODEL_VERSION_BF16) {
-        llmc_set_error(err, err_len, "checkpoint '%s' holds version %d parameters, not bf16 (%d)", path,
-                       info.version, MODEL_VERSION_BF16);
-        checkpoint_free(ck);
-        return -1;
-    }
-    if (gpt2_config_compare(&info.config, config, why, sizeof(why)) != 0) {
+    ck->num_parameters = file.num_parameters;
+    if (model_spec_compare(&file, spec, why, sizeof(why)) != 0) {
         llmc_set_error(err, err_len, "checkpoint '%s' is another model than this run's: %s (checkpoint vs run)",
                        path, why);
         checkpoint_free(ck);

@@ -1,8 +1,8 @@
 /*
 gpt2.h - the GPT-2 model on the host: its configuration, the one table of its parameter
 tensors (and named pointers built from it), llm.c's depth descriptors, PyTorch's
-initialisation, and llm.c's model file. The CUDA forward and backward are train_gpt.cu's. A
-second model family (RMSNorm, RoPE, SwiGLU, GQA) gets a header of its own with the same parts.
+initialisation, llm.c's model file, and the family's ModelSpec (llmc/model.h) through which
+the trainer sees it. The CUDA forward and backward are llmc/gpt2.cuh's.
 
 Model file (llm.c gpt2_write_to_checkpoint / write_model in train_gpt2.py):
     int32 header[256]: [0] = 20240326, [1] = 3 (fp32) or 5 (bf16, layernorms included),
@@ -21,6 +21,8 @@ Model file (llm.c gpt2_write_to_checkpoint / write_model in train_gpt2.py):
 #include <math.h>
 
 #include "bf16.h"
+#include "mfu.h"
+#include "model.h"
 #include "rand.h"
 
 #define MODEL_MAGIC 20240326
@@ -50,79 +52,59 @@ typedef struct {
 // the parameter tensors: one table
 
 // Every parameter tensor in llm.c's order: the order of the model file, of the flat parameter
-// buffer and of AdamW's per-tensor seeds. X(P, name, d0, d1, d2, decay): the shape (0 = no
-// such dimension) in Vp, maxT, L and C, which the expansion site defines; decay: AdamW's
-// weight decay applies (llm.c decays the matrices, not the biases and layernorms). P is passed
-// through to X unchanged (an element type, for the named pointers).
+// buffer and of AdamW's per-tensor seeds. X(P, name, d0, d1, d2, decay, layered): the shape (0 =
+// no such dimension) in Vp, maxT, L and C, which the expansion site defines; decay: AdamW's
+// weight decay applies (llm.c decays the matrices, not the biases and layernorms); layered:
+// stacked over the layers (d0 = L). P is passed through to X unchanged (an element type, for
+// the named pointers).
 #define GPT2_PARAMETER_TABLE(X, P) \
-    X(P, wte, Vp, C, 0, 1) \
-    X(P, wpe, maxT, C, 0, 1) \
-    X(P, ln1w, L, C, 0, 0) \
-    X(P, ln1b, L, C, 0, 0) \
-    X(P, qkvw, L, 3 * C, C, 1) \
-    X(P, qkvb, L, 3 * C, 0, 0) \
-    X(P, attprojw, L, C, C, 1) \
-    X(P, attprojb, L, C, 0, 0) \
-    X(P, ln2w, L, C, 0, 0) \
-    X(P, ln2b, L, C, 0, 0) \
-    X(P, fcw, L, 4 * C, C, 1) \
-    X(P, fcb, L, 4 * C, 0, 0) \
-    X(P, fcprojw, L, C, 4 * C, 1) \
-    X(P, fcprojb, L, C, 0, 0) \
-    X(P, lnfw, C, 0, 0, 0) \
-    X(P, lnfb, C, 0, 0, 0)
+    X(P, wte, Vp, C, 0, 1, 0) \
+    X(P, wpe, maxT, C, 0, 1, 0) \
+    X(P, ln1w, L, C, 0, 0, 1) \
+    X(P, ln1b, L, C, 0, 0, 1) \
+    X(P, qkvw, L, 3 * C, C, 1, 1) \
+    X(P, qkvb, L, 3 * C, 0, 0, 1) \
+    X(P, attprojw, L, C, C, 1, 1) \
+    X(P, attprojb, L, C, 0, 0, 1) \
+    X(P, ln2w, L, C, 0, 0, 1) \
+    X(P, ln2b, L, C, 0, 0, 1) \
+    X(P, fcw, L, 4 * C, C, 1, 1) \
+    X(P, fcb, L, 4 * C, 0, 0, 1) \
+    X(P, fcprojw, L, C, 4 * C, 1, 1) \
+    X(P, fcprojb, L, C, 0, 0, 1) \
+    X(P, lnfw, C, 0, 0, 0, 0) \
+    X(P, lnfb, C, 0, 0, 0, 0)
 
-#define GPT2_COUNT_(P, name, d0, d1, d2, decay) +1
-enum { NUM_PARAMETER_TENSORS = 0 GPT2_PARAMETER_TABLE(GPT2_COUNT_, _) };
-
-typedef struct {
-    const char *name;
-    int ndim;
-    size_t shape[3];
-    size_t numel;
-    size_t offset;        // elements before this tensor in the flat parameter buffer
-    int weight_decay;
-} ParameterTensor;
-
-static inline void gpt2_tensor_spec_(ParameterTensor *t, const char *name, size_t d0, size_t d1, size_t d2,
-                                     int decay, size_t *offset) {
-    t->name = name;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->shape[2] = d2;
-    t->ndim = d2 ? 3 : d1 ? 2 : 1;
-    t->numel = d0 * (d1 ? d1 : 1) * (d2 ? d2 : 1);
-    t->offset = *offset;
-    t->weight_decay = decay;
-    *offset += t->numel;
-}
+#define GPT2_COUNT_(P, name, d0, d1, d2, decay, layered) +1
+enum { GPT2_NUM_TENSORS = 0 GPT2_PARAMETER_TABLE(GPT2_COUNT_, _) };
 
 // Fills the tensors from the table (the config must pass gpt2_config_check).
-static inline void gpt2_parameter_tensors(const GPT2Config *c, ParameterTensor t[NUM_PARAMETER_TENSORS]) {
+static inline void gpt2_parameter_tensors(const GPT2Config *c, ParameterTensor t[GPT2_NUM_TENSORS]) {
     const size_t Vp = (size_t)c->padded_vocab_size, maxT = (size_t)c->max_seq_len;
     const size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
     size_t offset = 0;
     int i = 0;
-#define GPT2_TENSOR_SPEC_(P, name, d0, d1, d2, decay) gpt2_tensor_spec_(&t[i++], #name, d0, d1, d2, decay, &offset);
+#define GPT2_TENSOR_SPEC_(P, name, d0, d1, d2, decay, layered) \
+    model_tensor_spec(&t[i++], #name, d0, d1, d2, decay, layered, &offset);
     GPT2_PARAMETER_TABLE(GPT2_TENSOR_SPEC_, _)
 #undef GPT2_TENSOR_SPEC_
 }
 
 static inline size_t gpt2_num_parameters(const GPT2Config *c) {
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(c, t);
-    return t[NUM_PARAMETER_TENSORS - 1].offset + t[NUM_PARAMETER_TENSORS - 1].numel;
+    return t[GPT2_NUM_TENSORS - 1].offset + t[GPT2_NUM_TENSORS - 1].numel;
 }
 
 // Named pointers into a flat buffer of elements of type T, one per tensor of the table (layer
 // l of a per-layer tensor starts at name + l * numel / L, e.g. qkvw + l * 3 * C * C).
 // GPT2_DEFINE_TENSORS(Struct, point, T) defines the struct and point(&s, base, tensors), which
 // aims every field at its tensor's offset in base.
-#define GPT2_TENSOR_FIELD_(T, name, d0, d1, d2, decay) T *name;
-#define GPT2_TENSOR_POINT_(T, name, d0, d1, d2, decay) out->name = base + t[k++].offset;
+#define GPT2_TENSOR_FIELD_(T, name, d0, d1, d2, decay, layered) T *name;
+#define GPT2_TENSOR_POINT_(T, name, d0, d1, d2, decay, layered) out->name = base + t[k++].offset;
 #define GPT2_DEFINE_TENSORS(Struct, point, T)                                                        \
     typedef struct { GPT2_PARAMETER_TABLE(GPT2_TENSOR_FIELD_, T) } Struct;                         \
-    static inline void point(Struct *out, T *base, const ParameterTensor t[NUM_PARAMETER_TENSORS]) { \
+    static inline void point(Struct *out, T *base, const ParameterTensor t[GPT2_NUM_TENSORS]) {     \
         int k = 0;                                                                                 \
         GPT2_PARAMETER_TABLE(GPT2_TENSOR_POINT_, T)                                                \
     }
@@ -234,7 +216,7 @@ static inline int gpt2_config_from_descriptor(const char *desc, int vocab, GPT2C
 // padding rows 0.
 static inline void gpt2_init_random(const GPT2Config *c, float *host) {
     const size_t C = (size_t)c->channels, L = (size_t)c->num_layers;
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(c, t);
     GPT2FloatTensors p;
     gpt2_point_floats(&p, host, t);
@@ -437,6 +419,91 @@ static inline int gpt2_load_checked(const char *arg, int vocab, GPT2Config *c, f
     }
     gpt2_init_random(c, *params);
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the family as the trainer sees it (llmc/model.h)
+
+typedef char gpt2_config_fits_a_model_spec[sizeof(GPT2Config) <= MODEL_CONFIG_BYTES ? 1 : -1];
+
+static inline const GPT2Config *gpt2_config_of(const ModelSpec *s) { return (const GPT2Config *)s->config.bytes; }
+
+static inline const ModelFamily *gpt2_family(void);
+
+// The spec of a checked configuration: the table, the sizes, wte as the (tied) LM head.
+static inline void gpt2_spec(const GPT2Config *c, ModelSpec *s) {
+    memset(s, 0, sizeof(*s));
+    s->family = gpt2_family();
+    memcpy(s->config.bytes, c, sizeof(*c));
+    s->vocab_size = c->vocab_size;
+    s->padded_vocab_size = c->padded_vocab_size;
+    s->channels = c->channels;
+    s->num_layers = c->num_layers;
+    s->max_seq_len = c->max_seq_len;
+    ParameterTensor t[GPT2_NUM_TENSORS];
+    gpt2_parameter_tensors(c, t);
+    model_spec_set_tensors(s, t, GPT2_NUM_TENSORS);
+    s->head = 0;  // wte
+}
+
+static inline int gpt2_family_write(const char *path, const ModelSpec *s, const uint16_t *params, int sync, char *err,
+                                    size_t err_len) {
+    return model_write_checked(path, gpt2_config_of(s), MODEL_VERSION_BF16, params, sync, err, err_len);
+}
+
+// A checkpoint's model file: bf16 (version 5) only, as the trainer writes it.
+static inline int gpt2_family_read(const char *path, ModelSpec *s, uint16_t **params, char *err, size_t err_len) {
+    ModelFileInfo info;
+    if (model_read_checked(path, &info, (void **)params, 0, err, err_len) != 0) return -1;
+    if (info.version != MODEL_VERSION_BF16) {
+        llmc_set_error(err, err_len, "checkpoint '%s' holds version %d parameters, not bf16 (%d)", path, info.version,
+                       MODEL_VERSION_BF16);
+        free(*params);
+        *params = NULL;
+        return -1;
+    }
+    gpt2_spec(&info.config, s);
+    return 0;
+}
+
+static inline int gpt2_family_compare(const ModelSpec *a, const ModelSpec *b, char *err, size_t err_len) {
+    return gpt2_config_compare(gpt2_config_of(a), gpt2_config_of(b), err, err_len);
+}
+
+// The trainer's kernels: channels a multiple of 8, a head size of 16, 32, 64 or 128.
+static inline int gpt2_family_check_run(const ModelSpec *s, int T, char *err, size_t err_len) {
+    (void)T;
+    const GPT2Config *m = gpt2_config_of(s);
+    const int hs = m->channels / m->num_heads;
+    if (m->channels % 8 != 0 || (hs != 16 && hs != 32 && hs != 64 && hs != 128)) {
+        llmc_set_error(err, err_len, "channels %d with %d heads; the trainer's kernels need channels a multiple of 8 "
+                       "and a head size of 16, 32, 64 or 128", m->channels, m->num_heads);
+        return -1;
+    }
+    return 0;
+}
+
+static inline double gpt2_family_flops(const ModelSpec *s, int T) {
+    return mfu_flops_per_token(s->num_parameters, s->num_layers, T, s->channels);
+}
+
+static inline int gpt2_family_describe(const ModelSpec *s, int line, char *name, size_t name_len, char *value,
+                                       size_t value_len) {
+    const GPT2Config *c = gpt2_config_of(s);
+    const struct { const char *name; int value; } rows[] = {
+        {"max_seq_len", c->max_seq_len}, {"vocab size", c->vocab_size}, {"padded vocab", c->padded_vocab_size},
+        {"layers", c->num_layers},       {"heads", c->num_heads},       {"channels", c->channels},
+    };
+    if (line < 0 || line >= (int)(sizeof(rows) / sizeof(rows[0]))) return -1;
+    snprintf(name, name_len, "%s", rows[line].name);
+    snprintf(value, value_len, "%d", rows[line].value);
+    return 0;
+}
+
+static inline const ModelFamily *gpt2_family(void) {
+    static const ModelFamily family = {"gpt2", gpt2_family_write, gpt2_family_read, gpt2_family_compare,
+                                       gpt2_family_check_run, gpt2_family_flops, gpt2_family_describe};
+    return &family;
 }
 
 #endif // LLMC_GPT2_H

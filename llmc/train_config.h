@@ -22,7 +22,7 @@ environment, by llmc/multi_gpu.h's multi_gpu_plan.
 #include <math.h>
 #include <stddef.h>
 
-#include "gpt2.h"
+#include "models.h"
 #include "schedulers.h"
 
 // tokens of one rank's micro-batch: the encoder's backward indexes 3 int arrays of this size
@@ -265,7 +265,7 @@ static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_
                        "%d (mpirun -np N, or -pn N with -pi fs|tcp)", nproc);
         return -1;
     }
-    if (c->vocab != 0 && !gpt2_is_descriptor(c->model)) {
+    if (c->vocab != 0 && !model_is_descriptor(c->model)) {
         llmc_set_error(err, err_len, "-V %d sets the vocabulary of a fresh model (-e d6..d48); the model file "
                        "'%s' has its own", c->vocab, c->model);
         return -1;
@@ -273,17 +273,17 @@ static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_
     return 0;
 }
 
-// The flags against the model: T within its max_seq_len, sizes the trainer's kernels take
-// (channels a multiple of 8, a head size of 16, 32, 64 or 128). 0, or -1 with a message.
-static inline int train_config_check_model(const TrainConfig *c, const GPT2Config *m, char *err, size_t err_len) {
+// The flags against the model: T within its max_seq_len, sizes the trainer's kernels take (the
+// family's check_run: for GPT-2 channels a multiple of 8, a head size of 16, 32, 64 or 128).
+// 0, or -1 with a message.
+static inline int train_config_check_model(const TrainConfig *c, const ModelSpec *m, char *err, size_t err_len) {
     if (c->T > m->max_seq_len) {
         llmc_set_error(err, err_len, "-t %d exceeds the model's max_seq_len %d", c->T, m->max_seq_len);
         return -1;
     }
-    const int hs = m->channels / m->num_heads;
-    if (m->channels % 8 != 0 || (hs != 16 && hs != 32 && hs != 64 && hs != 128)) {
-        llmc_set_error(err, err_len, "model '%s': channels %d with %d heads; the trainer's kernels need channels "
-                       "a multiple of 8 and a head size of 16, 32, 64 or 128", c->model, m->channels, m->num_heads);
+    char why[512];
+    if (m->family->check_run(m, c->T, why, sizeof(why)) != 0) {
+        llmc_set_error(err, err_len, "model '%s': %s", c->model, why);
         return -1;
     }
     return 0;

@@ -4,7 +4,7 @@ into one slice per rank, which part of each tensor a rank's AdamW updates, and t
 buckets that are reduced while the backward pass runs. C11, no CUDA, no NCCL: the trainer
 (train_gpt.cu) and llmc/multi_gpu.h act on what it computes, test_train_host checks it.
 
-Slices: the flat vector of n parameters (llmc/gpt2.h's table order) is cut into nproc slices of
+Slices: the flat vector of n parameters (the model's table order, llmc/model.h) is cut into nproc slices of
 S elements each, S = ceil(n / nproc) rounded up to ZERO_ALIGN, so that every slice is the same
 size (what ncclReduceScatter and ncclAllGather take) and starts aligned; rank r owns
 [r S, (r + 1) S), of which [r S, min(n, (r + 1) S)) are real parameters and the rest padding.
@@ -16,10 +16,11 @@ its slice (zero_optimizer_ranges), and each element keeps the stochastic-roundin
 index within its whole tensor, so that its random bits are those of ZeRO-0.
 
 Buckets (gradient reduction overlapped with the backward, -ov 1): bucket l < L is layer l's
-slice of each per-layer tensor, final once layer l's backward is done (its fcprojb gradient is
-written earlier: by the lnf backward for the last layer, by layer l + 1's ln1 backward
-otherwise); bucket L holds wte, wpe, lnfw and lnfb: wte's gradient is complete only after the
-encoder's backward (the flce head writes it too). A bucket is a list of pieces of the flat
+slice of each tensor stacked over the layers, which the model's backward reports final once
+layer l is done (GPT-2: its fcprojb gradient is written earlier, by the lnf backward for the
+last layer, by layer l + 1's ln1 backward otherwise); bucket L holds the tensors outside the
+layers (GPT-2: wte, wpe, lnfw and lnfb: wte's gradient is complete only after the encoder's
+backward, the flce head writes it too). A bucket is a list of pieces of the flat
 vector: its tensors' ranges, adjacent ones merged; with ZeRO-1 also cut at the slice boundaries,
 each piece reduced to the rank that owns it. The boundaries depend on the model and nproc
 alone, so the reduction is the same from step to step.
@@ -32,7 +33,7 @@ alone, so the reduction is the same from step to step.
 #include <stdint.h>
 #include <string.h>
 
-#include "gpt2.h"
+#include "model.h"
 
 // elements: each slice starts at a multiple of 4 KiB in the fp32 buffers, 2 KiB in the bf16 one
 #define ZERO_ALIGN 1024
@@ -128,29 +129,23 @@ typedef struct {
     int owner;
 } ZeroPiece;
 
-static inline int zero_num_buckets(const GPT2Config *c) { return c->num_layers + 1; }
-
-// 1 for the tensors that live outside the layers (wte, wpe, lnfw, lnfb): the last bucket
-static inline int zero_tensor_is_global(const ParameterTensor *t) {
-    return strcmp(t->name, "wte") == 0 || strcmp(t->name, "wpe") == 0 || strcmp(t->name, "lnfw") == 0 ||
-           strcmp(t->name, "lnfb") == 0;
-}
+static inline int zero_num_buckets(const ModelSpec *s) { return s->num_layers + 1; }
 
 // Pieces a bucket can have at most: one per tensor, plus one per slice boundary.
-static inline int zero_bucket_pieces_max(const ZeroLayout *z) { return NUM_PARAMETER_TENSORS + z->nproc; }
+static inline int zero_bucket_pieces_max(const ZeroLayout *z, const ModelSpec *s) { return s->num_tensors + z->nproc; }
 
-// Bucket b's pieces (b < L: layer b; b = L: the global tensors) in increasing offset, adjacent
-// ranges merged, with ZeRO-1 cut at the slice boundaries and owned; out holds
-// zero_bucket_pieces_max(z). Their count (0 for a bad b).
-static inline int zero_bucket_pieces(const ZeroLayout *z, const GPT2Config *c, const ParameterTensor *t, int b,
-                                     ZeroPiece *out) {
-    const int L = c->num_layers;
+// Bucket b's pieces (b < L: layer b; b = L: the tensors outside the layers) in increasing
+// offset, adjacent ranges merged, with ZeRO-1 cut at the slice boundaries and owned; out holds
+// zero_bucket_pieces_max(z, s). Their count (0 for a bad b).
+static inline int zero_bucket_pieces(const ZeroLayout *z, const ModelSpec *s, int b, ZeroPiece *out) {
+    const int L = s->num_layers;
+    const ParameterTensor *t = s->tensors;
     if (b < 0 || b > L) return 0;
     // the bucket's ranges, merged where adjacent (the table is in offset order)
-    size_t start[NUM_PARAMETER_TENSORS], len[NUM_PARAMETER_TENSORS];
+    size_t start[MODEL_MAX_TENSORS], len[MODEL_MAX_TENSORS];
     int nr = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const int global = zero_tensor_is_global(&t[i]);
+    for (int i = 0; i < s->num_tensors; i++) {
+        const int global = !t[i].layered;
         if ((b == L) != global) continue;
         const size_t per = global ? t[i].numel : t[i].numel / (size_t)L;
         const size_t a = t[i].offset + (global ? 0 : (size_t)b * per);

@@ -1014,16 +1014,16 @@ static void test_checkpoint(void) {
     char err[1024] = "";
     {
         GPT2Config c = small_config();
-        ParameterTensor t[NUM_PARAMETER_TENSORS];
+        ParameterTensor t[GPT2_NUM_TENSORS];
         gpt2_parameter_tensors(&c, t);
-        const char *names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
+        const char *names[GPT2_NUM_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
             "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
         size_t C = 4, L = 2, Vp = 16, maxT = 8;
-        size_t numel[NUM_PARAMETER_TENSORS] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+        size_t numel[GPT2_NUM_TENSORS] = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
             L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C, C, C};
         int ok = 1, decay = 0;
         size_t offset = 0;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        for (int i = 0; i < GPT2_NUM_TENSORS; i++) {
             ok = ok && strcmp(t[i].name, names[i]) == 0 && t[i].numel == numel[i] && t[i].offset == offset;
             offset += numel[i];
             decay += t[i].weight_decay;
@@ -1068,7 +1068,7 @@ static void test_checkpoint(void) {
             int ok = model_read_checked(debug, &info, (void **)&w, 1, err, sizeof(err)) == 0;
             GPT2Config want = {64, 397, 448, 2, 4, 64};
             ok = ok && info.version == 3 && memcmp(&info.config, &want, sizeof(want)) == 0;
-            ParameterTensor t[NUM_PARAMETER_TENSORS];
+            ParameterTensor t[GPT2_NUM_TENSORS];
             if (ok) gpt2_parameter_tensors(&info.config, t);
             for (size_t i = 397 * 64; ok && i < 448 * 64; i++) ok = w[t[0].offset + i] == 0.0f;  // wte padding rows
             for (size_t i = 0; ok && i < t[2].numel; i++) ok = w[t[2].offset + i] == 1.0f;  // ln1w

@@ -39,44 +39,44 @@ static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
 
 // The model of -e arg (a file or a descriptor) on the device, as main() builds it (mg: the ranks,
 // NULL for one; zero: -z; overlap: -ov).
-static void build_model(GPT2 *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1) {
+static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1) {
     char err[1024];
-    GPT2Config config;
+    ModelSpec spec;
     float *host = NULL;
-    if (gpt2_load_checked(arg, 0, &config, &host, err, sizeof(err)) != 0) {
+    if (model_load_checked(arg, 0, &spec, &host, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
-    gpt2_build(m, &config, mg, zero, overlap);
-    gpt2_upload_params(m, host);
+    trainer_build(m, &spec, mg, zero, overlap);
+    trainer_upload_params(m, host);
     free(host);
 }
 
 // Loads the latest complete checkpoint of dir into m and loader, as main() resumes; its step or -1.
-static int resume_checkpoint(GPT2 *m, DataLoader *loader, const char *dir, const MultiGpu *mg) {
+static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, const MultiGpu *mg) {
     char err[1024];
     Checkpoint ck;
-    const int rc = checkpoint_load_checked(dir, &m->config, mg->rank, mg->nproc, m->zero.stage, loader, &ck, err,
+    const int rc = checkpoint_load_checked(dir, &m->spec, mg->rank, mg->nproc, m->zero.stage, loader, &ck, err,
                                            sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
     if (rc == 0) return -1;
-    gpt2_upload_checkpoint(m, &ck);
+    trainer_upload_checkpoint(m, &ck);
     const int step = ck.step;
     checkpoint_free(&ck);
     return step;
 }
 
 // One forward+backward on the fixture batch; returns the loss (grads left in m->grads).
-static float train_micro_step(GPT2 *m, const GPT2RefState *st, cudaStream_t s) {
-    gpt2_zero_grad(m, s);
-    gpt2_set_batch(m, st->x, st->y, st->B, st->T, 1, s);
-    gpt2_forward_train(m, st->B, st->T, 0, s);
-    gpt2_backward(m, st->B, st->T, s);
+static float train_micro_step(Trainer *m, const GPT2RefState *st, cudaStream_t s) {
+    trainer_zero_grad(m, s);
+    trainer_set_batch(m, st->x, st->y, st->B, st->T, 1, s);
+    trainer_forward(m, st->B, st->T, 0, s);
+    trainer_backward(m, st->B, st->T, s);
     float loss = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&loss, m->acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(&loss, m->losses, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     return loss;
 }
@@ -91,10 +91,10 @@ static void test_model_vs_pytorch(void) {
     }
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    GPT2 m;
+    Trainer m;
     build_model(&m, MODEL_PATH);
-    gpt2_alloc_activations(&m, st.B, st.T, (size_t)64 << 20, 1, 1);  // bf16 logits: the trainer's default
-    const size_t n = m.num_parameters;
+    trainer_alloc(&m, st.B, st.T, (size_t)64 << 20, 1, 1);  // bf16 logits: the trainer's default
+    const size_t n = m.spec.num_parameters;
     test_check(n == st.num_parameters, "parameter count %zu vs the fixture's %zu", n, st.num_parameters);
 
     // 1. loss and every gradient tensor of one batch
@@ -103,8 +103,8 @@ static void test_model_vs_pytorch(void) {
                st.loss, fabs(loss - st.loss), LOSS_TOL);
     float *grads = (float *)malloc(n * sizeof(float)), *grads2 = (float *)malloc(n * sizeof(float));
     cudaCheck(cudaMemcpy(grads, m.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const ParameterTensor *pt = &m.tensors[i];
+    for (int i = 0; i < m.spec.num_tensors; i++) {
+        const ParameterTensor *pt = &m.spec.tensors[i];
         const double e = rel_l2_f32(grads + pt->offset, st.grads + pt->offset, pt->numel);
         test_check(e < GRAD_TOL, "gradient of %-8s rel L2 %.2e (bound %.0e)", pt->name, e, GRAD_TOL);
     }
@@ -115,15 +115,15 @@ static void test_model_vs_pytorch(void) {
 
     // 2. the fixture's AdamW runs, each from the fixture's parameters
     for (int run = 0; run < st.n_runs; run++) {
-        gpt2_upload_params(&m, ref.params);  // the fixture's fp32 parameters, llm.c's order
+        trainer_upload_params(&m, ref.params);  // the fixture's fp32 parameters, llm.c's order
         cudaCheck(cudaMemset(m.m, 0, n * sizeof(float)));
         cudaCheck(cudaMemset(m.v, 0, n * sizeof(float)));
         double worst = 0.0;
         for (int k = 0; k < st.n_steps; k++) {
             const float l = train_micro_step(&m, &st, s);
-            const float norm = gpt2_grad_norm(&m, s);
+            const float norm = trainer_grad_norm(&m, s);
             const float scale = st.grad_clip > 0.0f && norm > st.grad_clip ? st.grad_clip / norm : 1.0f;
-            gpt2_update(&m, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay[run], scale, k + 1, s);
+            trainer_update(&m, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay[run], scale, k + 1, s);
             const double e = fabs((double)l - st.losses[run * st.n_steps + k]);
             if (!(e <= worst)) worst = e;  // NaN propagates
             printf("      run %d step %2d: loss %.6f vs PyTorch %.6f, norm %.4f vs %.4f\n", run, k + 1, l,
@@ -134,23 +134,23 @@ static void test_model_vs_pytorch(void) {
     }
     free(grads);
     free(grads2);
-    gpt2_free(&m);
+    trainer_free(&m);
     gpt2ref_state_free(&st);
     gpt2ref_free(&ref);
     cudaCheck(cudaStreamDestroy(s));
 }
 
 // One training step of the real loop's shape (zero, micro-steps, clip, AdamW); its loss.
-static float train_step(GPT2 *m, DataLoader *loader, int B, int T, int step, cudaStream_t s) {
-    gpt2_zero_grad(m, s);
+static float train_step(Trainer *m, DataLoader *loader, int B, int T, int step, cudaStream_t s) {
+    trainer_zero_grad(m, s);
     dataloader_next_batch(loader);
-    gpt2_set_batch(m, loader->inputs, loader->targets, B, T, 1, s);
-    gpt2_forward_train(m, B, T, 0, s);
-    gpt2_backward(m, B, T, s);
-    const float norm = gpt2_grad_norm(m, s);
-    gpt2_update(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0f ? 1.0f / norm : 1.0f, step + 1, s);
+    trainer_set_batch(m, loader->inputs, loader->targets, B, T, 1, s);
+    trainer_forward(m, B, T, 0, s);
+    trainer_backward(m, B, T, s);
+    const float norm = trainer_grad_norm(m, s);
+    trainer_update(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1.0f ? 1.0f / norm : 1.0f, step + 1, s);
     float loss = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&loss, m->acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(&loss, m->losses, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     return loss;
 }
@@ -168,9 +168,9 @@ static void test_resume_bitwise(int zero, float *out = NULL) {
     memset(&single, 0, sizeof(single));
     single.nproc = 1;
     {
-        GPT2 m;
+        Trainer m;
         build_model(&m, "d6", &single, zero);
-        gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
+        trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
         for (int k = 0; k < steps; k++) {
@@ -178,19 +178,19 @@ static void test_resume_bitwise(int zero, float *out = NULL) {
             straight[k] = train_step(&m, &loader, B, T, k, s);
         }
         dataloader_free(&loader);
-        gpt2_free(&m);
+        trainer_free(&m);
     }
     {
-        GPT2 m;
+        Trainer m;
         build_model(&m, "d6", &single, zero);
-        gpt2_alloc_activations(&m, B, T, (size_t)256 << 20, 1, 1);
+        trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
         const int step = resume_checkpoint(&m, &loader, dir, &single);
         test_check(step == at, "resume finds the checkpoint of step %d (got %d)", at, step);
         for (int k = at; k < steps; k++) resumed[k] = train_step(&m, &loader, B, T, k, s);
         dataloader_free(&loader);
-        gpt2_free(&m);
+        trainer_free(&m);
     }
     int same = 1;
     for (int k = at; k < steps; k++) {
@@ -222,35 +222,35 @@ static void test_recompute_modes(void) {
     const int B = 4, T = 64;
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    GPT2 m[2];  // m[r]: -r r
+    Trainer m[2];  // m[r]: -r r
     for (int r = 0; r < 2; r++) {
         build_model(&m[r], "d6");
-        gpt2_alloc_activations(&m[r], B, T, (size_t)256 << 20, 1, 1, r);
+        trainer_alloc(&m[r], B, T, (size_t)256 << 20, 1, 1, r);
     }
-    const size_t gelu_bytes = (size_t)B * T * 4 * m[0].config.channels * sizeof(floatX);
-    test_check(m[0].act_bytes - m[1].act_bytes == (size_t)(m[0].config.num_layers - 1) * gelu_bytes,
+    const size_t gelu_bytes = (size_t)B * T * 4 * m[0].spec.channels * sizeof(floatX);
+    test_check(m[0].act_bytes - m[1].act_bytes == (size_t)(m[0].spec.num_layers - 1) * gelu_bytes,
                "-r 0 allocates L - 1 more GELU buffers of B*T*4C bf16 (%zu bytes more)", m[0].act_bytes - m[1].act_bytes);
     DataLoader loader;
     dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
     dataloader_next_batch(&loader);
-    const size_t n = m[0].num_parameters;
+    const size_t n = m[0].spec.num_parameters;
     float *grads[2] = {(float *)malloc(n * sizeof(float)), (float *)malloc(n * sizeof(float))};
     for (int fused = 1; fused >= 0; fused--) {
         float loss[2];
         for (int r = 0; r < 2; r++) {
             m[r].mm.fuse_epilogues = fused;
-            gpt2_zero_grad(&m[r], s);
-            gpt2_set_batch(&m[r], loader.inputs, loader.targets, B, T, 1, s);
-            gpt2_forward_train(&m[r], B, T, 0, s);
-            gpt2_backward(&m[r], B, T, s);
-            cudaCheck(cudaMemcpyAsync(&loss[r], m[r].acts.losses, sizeof(float), cudaMemcpyDeviceToHost, s));
+            trainer_zero_grad(&m[r], s);
+            trainer_set_batch(&m[r], loader.inputs, loader.targets, B, T, 1, s);
+            trainer_forward(&m[r], B, T, 0, s);
+            trainer_backward(&m[r], B, T, s);
+            cudaCheck(cudaMemcpyAsync(&loss[r], m[r].losses, sizeof(float), cudaMemcpyDeviceToHost, s));
             cudaCheck(cudaStreamSynchronize(s));
             cudaCheck(cudaMemcpy(grads[r], m[r].grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
         }
         int others_same = 1, fcprojw_same = 0;
         double e_fcprojw = 0.0;
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            const ParameterTensor *pt = &m[0].tensors[i];
+        for (int i = 0; i < m[0].spec.num_tensors; i++) {
+            const ParameterTensor *pt = &m[0].spec.tensors[i];
             const int same = memcmp(grads[0] + pt->offset, grads[1] + pt->offset, pt->numel * sizeof(float)) == 0;
             if (strcmp(pt->name, "fcprojw") == 0) {
                 fcprojw_same = same;
@@ -272,8 +272,8 @@ static void test_recompute_modes(void) {
     free(grads[0]);
     free(grads[1]);
     dataloader_free(&loader);
-    gpt2_free(&m[0]);
-    gpt2_free(&m[1]);
+    trainer_free(&m[0]);
+    trainer_free(&m[1]);
     cudaCheck(cudaStreamDestroy(s));
 }
 
@@ -294,24 +294,24 @@ static void test_zero(void) {
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     MultiGpu ranks[nproc];
-    GPT2 A, Z, R[nproc];
+    Trainer A, Z, R[nproc];
     build_model(&A, "d6");
-    gpt2_alloc_activations(&A, B, T, (size_t)256 << 20, 1, 1);
+    trainer_alloc(&A, B, T, (size_t)256 << 20, 1, 1);
     for (int r = 0; r < nproc; r++) {
         memset(&ranks[r], 0, sizeof(ranks[r]));
         ranks[r].nproc = nproc;
         ranks[r].rank = r;
         build_model(&R[r], "d6", &ranks[r], 1, 0);
-        gpt2_alloc_activations(&R[r], 1, 64, (size_t)64 << 20, 1, 1);  // its norm's scratch
+        trainer_alloc(&R[r], 1, 64, (size_t)64 << 20, 1, 1);  // its norm's scratch
     }
     build_model(&Z, "d6", &ranks[0], 0, 1);
-    gpt2_alloc_activations(&Z, B, T, (size_t)256 << 20, 1, 1);
-    const size_t n = A.num_parameters;
+    trainer_alloc(&Z, B, T, (size_t)256 << 20, 1, 1);
+    const size_t n = A.spec.num_parameters;
     const ZeroLayout *z0 = &R[0].zero;
     int cuts = 0;  // slice boundaries inside a tensor
     for (int r = 1; r < nproc; r++)
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-            cuts += A.tensors[i].offset < r * z0->slice && r * z0->slice < A.tensors[i].offset + A.tensors[i].numel;
+        for (int i = 0; i < A.spec.num_tensors; i++)
+            cuts += A.spec.tensors[i].offset < r * z0->slice && r * z0->slice < A.spec.tensors[i].offset + A.spec.tensors[i].numel;
     test_check(z0->slice % ZERO_ALIGN == 0 && z0->padded >= n && z0->padded - n < (size_t)nproc * ZERO_ALIGN &&
                R[0].zero.opt_count == z0->slice && Z.zero.opt_count == n && cuts == nproc - 1,
                "d6 over %d ranks: slices of %zu (aligned), %d boundaries inside tensors; ZeRO-1 keeps %zu of %zu in "
@@ -324,34 +324,34 @@ static void test_zero(void) {
     for (int k = 0; k < steps; k++) {
         dataloader_next_batch(&loader);
         for (int which = 0; which < 2; which++) {  // A, then Z with its buckets
-            GPT2 *m = which == 0 ? &A : &Z;
-            gpt2_zero_grad(m, s);
-            gpt2_set_batch(m, loader.inputs, loader.targets, B, T, 1, s);
-            gpt2_forward_train(m, B, T, 0, s);
-            gpt2_backward(m, B, T, s, 1);
-            gpt2_reduce_grads(m, s);
+            Trainer *m = which == 0 ? &A : &Z;
+            trainer_zero_grad(m, s);
+            trainer_set_batch(m, loader.inputs, loader.targets, B, T, 1, s);
+            trainer_forward(m, B, T, 0, s);
+            trainer_backward(m, B, T, s, 1);
+            trainer_reduce_grads(m, s);
         }
         test_check(Z.buckets_pending == 0, "the buckets' wait was taken (step %d)", k + 1);
         cudaCheck(cudaStreamSynchronize(s));
         cudaCheck(cudaMemcpy(h, A.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(h2, Z.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
         grads_same &= memcmp(h, h2, n * sizeof(float)) == 0;
-        const float norm = gpt2_grad_norm(&A, s);
+        const float norm = trainer_grad_norm(&A, s);
         const float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
         // the ranks' reduced gradients: A's (a reduce-scatter of equal copies)
         for (int r = 0; r < nproc; r++) {
             cudaCheck(cudaMemcpy(R[r].grads_memory, A.grads_memory, n * sizeof(float), cudaMemcpyDeviceToDevice));
-            gpt2_grad_norm(&R[r], s);  // its own slice's partial sum (the others' would come by NCCL)
+            trainer_grad_norm(&R[r], s);  // its own slice's partial sum (the others' would come by NCCL)
         }
-        gpt2_grad_norm(&Z, s);  // ZeRO-0 sums every slice itself
+        trainer_grad_norm(&Z, s);  // ZeRO-0 sums every slice itself
         float pz[nproc], prr;
         cudaCheck(cudaMemcpy(pz, Z.norm_partials, sizeof(pz), cudaMemcpyDeviceToHost));
         for (int r = 0; r < nproc; r++) {
             cudaCheck(cudaMemcpy(&prr, R[r].norm_partials + r, sizeof(float), cudaMemcpyDeviceToHost));
             norms_same &= memcmp(&prr, &pz[r], sizeof(float)) == 0;
         }
-        gpt2_update(&A, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
-        for (int r = 0; r < nproc; r++) gpt2_update(&R[r], 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
+        trainer_update(&A, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
+        for (int r = 0; r < nproc; r++) trainer_update(&R[r], 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, k + 1, s);
         cudaCheck(cudaStreamSynchronize(s));
         // the all-gather: each rank's slice of the bf16 parameters to every other rank
         for (int r = 0; r < nproc; r++)
@@ -385,9 +385,9 @@ static void test_zero(void) {
     free(pa);
     free(pr);
     dataloader_free(&loader);
-    gpt2_free(&A);
-    gpt2_free(&Z);
-    for (int r = 0; r < nproc; r++) gpt2_free(&R[r]);
+    trainer_free(&A);
+    trainer_free(&Z);
+    for (int r = 0; r < nproc; r++) trainer_free(&R[r]);
     cudaCheck(cudaStreamDestroy(s));
 }
 

@@ -40,6 +40,15 @@ static void tmp_path(char *buf, size_t len, const char *name) { snprintf(buf, le
 
 static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
+// The trainer's view of a GPT-2 configuration (a few live at once: one call's arguments).
+static const ModelSpec *spec_of(const GPT2Config *c) {
+    static ModelSpec specs[4];
+    static int next = 0;
+    ModelSpec *s = &specs[next++ % 4];
+    gpt2_spec(c, s);
+    return s;
+}
+
 static int file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
@@ -363,9 +372,9 @@ static void test_train_config(void) {
     GPT2Config d12, odd = {64, 397, 448, 2, 4, 72};
     gpt2_config_from_descriptor("d12", 0, &d12, err, sizeof(err));
     parse_and_check("-t 1024", 1, &c, err, sizeof(err));
-    test_check(train_config_check_model(&c, &d12, err, sizeof(err)) == 0, "d12 at T = 1024 passes");
+    test_check(train_config_check_model(&c, spec_of(&d12), err, sizeof(err)) == 0, "d12 at T = 1024 passes");
     parse_and_check("-t 64", 1, &c, err, sizeof(err));
-    test_check(train_config_check_model(&c, &odd, err, sizeof(err)) != 0 && contains(err, "head size of 16, 32, 64 or 128"),
+    test_check(train_config_check_model(&c, spec_of(&odd), err, sizeof(err)) != 0 && contains(err, "head size of 16, 32, 64 or 128"),
                "a model whose head size (72 / 4 = 18) the kernels lack: %s", err);
 
     // steps: -x -1 is one epoch; a checkpoint at or past -x is an error, not a silent exit 0
@@ -411,14 +420,14 @@ static void test_gpt2(void) {
     printf("-- gpt2.h\n");
     char err[1024] = "";
     GPT2Config c = small_config();
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(&c, t);
     const size_t n = gpt2_num_parameters(&c);
     float *buf = (float *)malloc(n * sizeof(float));
     GPT2FloatTensors p;
     gpt2_point_floats(&p, buf, t);
     const size_t C = 4, L = 2;
-    test_check(NUM_PARAMETER_TENSORS == 16 && p.wte == buf && p.wpe == buf + 16 * C && p.ln1w == p.wpe + 8 * C &&
+    test_check(GPT2_NUM_TENSORS == 16 && p.wte == buf && p.wpe == buf + 16 * C && p.ln1w == p.wpe + 8 * C &&
                p.qkvw == p.ln1b + L * C && p.qkvb == p.qkvw + L * 3 * C * C && p.fcprojw == p.fcb + L * 4 * C &&
                p.lnfb == buf + n - C && p.lnfw == p.lnfb - C,
                "named pointers: each tensor where the table puts it (wte at 0, qkvw after ln1b, lnfb last)");
@@ -538,7 +547,7 @@ static int ckpt_write(const TestCkpt *k, const char *dir, int stop) {
     CheckpointWrite w;
     memset(&w, 0, sizeof(w));
     w.dir = dir;
-    w.config = &k->config;
+    w.model = spec_of(&k->config);
     w.params = k->params;
     w.state = &k->st;
     w.stop_after = stop;
@@ -556,7 +565,7 @@ static void ckpt_free(TestCkpt *k) {
 // belongs to (-1 when its model and state files come from different writes).
 static int ckpt_load(const char *dir, const GPT2Config *config, int *gen, char *err, size_t err_len) {
     Checkpoint ck;
-    const int rc = checkpoint_load_checked(dir, config, 0, 1, 0, NULL, &ck, err, err_len);
+    const int rc = checkpoint_load_checked(dir, spec_of(config), 0, 1, 0, NULL, &ck, err, err_len);
     if (rc <= 0) return rc == 0 ? -1 : -2;
     const float p = float_from_bf16(ck.params[0]), m = ck.state.m[0];
     *gen = p == m ? (int)p / 16 : -1;
@@ -671,21 +680,21 @@ static void test_checkpoint_protocol(void) {
     w0.params[5] = bf16_from_float(-1.5f);
     ckpt_write(&w0, dir, 0);
     Checkpoint ck;
-    int rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    int rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
     int same = rc == 1 && ck.master != NULL;
     for (size_t i = 0; same && i < ck.num_parameters; i++) same = ck.master[i] == float_from_bf16(w0.params[i]);
     test_check(same && ck.master[5] == -1.5f, "a state without master weights: the fp32 master copy is the loaded "
                "parameters widened, so AdamW continues from them%s", rc < 0 ? err : "");
     if (rc == 1) checkpoint_free(&ck);
     ckpt_write(&a10, dir, 0);
-    rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc == 1 && ck.step == 40 && ck.master[0] == mark(3, 40), "(the latest step is still 40)");
     if (rc == 1) checkpoint_free(&ck);
     ckpt_write(&a20, dir, 0);
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "master");
     ckpt_write(&a20, dir, 0);
-    rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc == 1 && ck.master[0] == mark(1, 20) + 0.25f, "with master weights: the state file's");
     if (rc == 1) checkpoint_free(&ck);
     clear_dir(dir);
@@ -696,15 +705,15 @@ static void test_checkpoint_protocol(void) {
     ckpt_write(&a20, dir, 0);
     GPT2Config other = c;
     other.vocab_size = 12;
-    rc = checkpoint_load_checked(dir, &other, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&other), 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "another model") && contains(err, "vocab_size 10 vs 12") &&
                gpt2_num_parameters(&other) == gpt2_num_parameters(&c),
                "a checkpoint of V 10 for a run of V 12 (same parameter count): %s", err);
     other = c;
     other.max_seq_len = 16;
-    rc = checkpoint_load_checked(dir, &other, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&other), 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "max_seq_len 8 vs 16"), "maxT differs: %s", err);
-    rc = checkpoint_load_checked(dir, &c, 0, 2, 0, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 2, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "written by 1 process, this run has 2"),
                "a checkpoint of 1 process for a run of 2: an error naming both, not a fresh start: %s", err);
     clear_dir(dir);
@@ -721,7 +730,7 @@ static void test_checkpoint_protocol(void) {
     CheckpointWrite w;
     memset(&w, 0, sizeof(w));
     w.dir = longdir;
-    w.config = &c;
+    w.model = spec_of(&c);
     w.params = a10.params;
     w.state = &big.st;
     test_check(checkpoint_write_checked(&w, err, sizeof(err)) < 0 && contains(err, "would not fit"),
@@ -744,7 +753,7 @@ static void test_checkpoint_protocol(void) {
 // The bucket of flat element i by the rule, written out here (layer l's slices: bucket l; wte,
 // wpe, lnfw, lnfb: L).
 static int expected_bucket(const ParameterTensor *t, int L, size_t i) {
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+    for (int k = 0; k < GPT2_NUM_TENSORS; k++) {
         if (i < t[k].offset || i >= t[k].offset + t[k].numel) continue;
         const char *n = t[k].name;
         if (!strcmp(n, "wte") || !strcmp(n, "wpe") || !strcmp(n, "lnfw") || !strcmp(n, "lnfb")) return L;
@@ -755,7 +764,7 @@ static int expected_bucket(const ParameterTensor *t, int L, size_t i) {
 
 // Every check of one model at nproc processes and ZeRO stage; with `full`, element by element.
 static int zero_layout_ok(const GPT2Config *c, int nproc, int stage, int full, char *why, size_t why_len) {
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(c, t);
     const size_t n = gpt2_num_parameters(c);
     const int L = c->num_layers;
@@ -775,8 +784,8 @@ static int zero_layout_ok(const GPT2Config *c, int nproc, int stage, int full, c
         if (stage == 1 ? z.opt_lo != z.lo || z.opt_count != z.count : z.opt_lo != 0 || z.opt_count != n)
             ZFAIL_("rank %d: the optimizer's share [%zu, +%zu)", r, z.opt_lo, z.opt_count);
         // the optimizer's share of each tensor: contiguous over [opt_lo, opt_lo + opt_count)
-        ZeroRange rg[NUM_PARAMETER_TENSORS];
-        const int nr = zero_optimizer_ranges(&z, t, NUM_PARAMETER_TENSORS, rg);
+        ZeroRange rg[GPT2_NUM_TENSORS];
+        const int nr = zero_optimizer_ranges(&z, t, GPT2_NUM_TENSORS, rg);
         size_t at = z.opt_lo;
         for (int k = 0; k < nr; k++) {
             const ParameterTensor *pt = &t[rg[k].tensor];
@@ -790,10 +799,10 @@ static int zero_layout_ok(const GPT2Config *c, int nproc, int stage, int full, c
         if (at != z.opt_lo + z.opt_count) ZFAIL_("rank %d: the ranges end at %zu", r, at);
         // buckets, seen from this rank (the same on every rank: checked on rank 0's)
         if (r > 0) continue;
-        ZeroPiece *pc = (ZeroPiece *)malloc((size_t)zero_bucket_pieces_max(&z) * sizeof(ZeroPiece));
+        ZeroPiece *pc = (ZeroPiece *)malloc((size_t)zero_bucket_pieces_max(&z, spec_of(c)) * sizeof(ZeroPiece));
         size_t in_buckets = 0;
         for (int b = 0; b <= L && ok; b++) {
-            const int np = zero_bucket_pieces(&z, c, t, b, pc);
+            const int np = zero_bucket_pieces(&z, spec_of(c), b, pc);
             for (int k = 0; k < np && ok; k++) {
                 const ZeroPiece *q = &pc[k];
                 in_buckets += q->count;
@@ -858,18 +867,18 @@ static void test_zero_layout(void) {
                "pieces within their owner's slice");
     // d12's buckets at 2 processes: 12 pieces a layer, 13 in the one whose attprojw holds the
     // slice boundary; the last bucket 2 (wte+wpe and lnfw+lnfb, merged)
-    ParameterTensor t[NUM_PARAMETER_TENSORS];
+    ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(&d12, t);
     zero_layout(&z, n12, 2, 0, 1, err, sizeof(err));
-    ZeroPiece pc[NUM_PARAMETER_TENSORS + 2];
+    ZeroPiece pc[GPT2_NUM_TENSORS + 2];
     int total = 0, twelve = 0, thirteen = 0;
     for (int b = 0; b < 12; b++) {
-        const int k = zero_bucket_pieces(&z, &d12, t, b, pc);
+        const int k = zero_bucket_pieces(&z, spec_of(&d12), b, pc);
         total += k;
         twelve += k == 12;
         thirteen += k == 13;
     }
-    const int last = zero_bucket_pieces(&z, &d12, t, 12, pc);
+    const int last = zero_bucket_pieces(&z, spec_of(&d12), 12, pc);
     total += last;
     test_check(twelve == 11 && thirteen == 1 && last == 2 && pc[0].offset == 0 && pc[0].count == t[0].numel + t[1].numel &&
                pc[0].owner == 0 && pc[1].offset == t[14].offset && pc[1].count == 2 * 768 && pc[1].owner == 1,
@@ -913,7 +922,7 @@ static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int n
         CheckpointWrite w;
         memset(&w, 0, sizeof(w));
         w.dir = dir;
-        w.config = c;
+        w.model = spec_of(c);
         w.params = params;
         w.state = &st;
         rc = checkpoint_write_checked(&w, err, sizeof(err));
@@ -956,7 +965,7 @@ static void test_zero_checkpoints(void) {
     int ok = 1;
     for (int r = 0; r < 2; r++) {
         const ZeroLayout *z = r == 0 ? &z0 : &z1;
-        const int rc = checkpoint_load_checked(dir, &c, r, 2, 1, NULL, &ck, err, sizeof(err));
+        const int rc = checkpoint_load_checked(dir, spec_of(&c), r, 2, 1, NULL, &ck, err, sizeof(err));
         ok = ok && rc == 1 && ck.zero.opt_lo == z->lo && ck.zero.opt_count == z->count && ck.num_parameters == n &&
              ck.state.num_parameters == z->count && ck.state.m[0] == (float)z->lo &&
              ck.state.v[z->count - 1] == -(float)(z->lo + z->count - 1) && ck.master[1] == (float)(z->lo + 1) + 0.5f &&
@@ -976,7 +985,7 @@ static void test_zero_checkpoints(void) {
                   "with -z 1 (ZeRO stage 1), this run has -z 0"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        const int rc = checkpoint_load_checked(dir, &c, bad[i].rank, bad[i].nproc, bad[i].zero, NULL, &ck, err,
+        const int rc = checkpoint_load_checked(dir, spec_of(&c), bad[i].rank, bad[i].nproc, bad[i].zero, NULL, &ck, err,
                                                sizeof(err));
         test_check(rc < 0 && contains(err, bad[i].message) && contains(err, "cannot resume checkpoint 20"),
                    "rank %d of %d at -z %d: %s", bad[i].rank, bad[i].nproc, bad[i].zero, err);
@@ -987,7 +996,7 @@ static void test_zero_checkpoints(void) {
     make_dir(dir, sizeof(dir), "zero");
     zero_ckpt_write(dir, &c, 10, 1, 0, 1, -1);
     zero_ckpt_write(dir, &c, 20, 2, 1, 1, -1);
-    int rc = checkpoint_load_checked(dir, &c, 0, 1, 0, NULL, &ck, err, sizeof(err));
+    int rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "checkpoint 20") && contains(err, "written by 2 processes, this run has 1"),
                "a -z 0 checkpoint of step 10 and a newer -z 1 one of 2 processes: a 1-process run refuses: %s", err);
     if (rc == 1) checkpoint_free(&ck);
@@ -998,7 +1007,7 @@ static void test_zero_checkpoints(void) {
     zero_ckpt_write(dir, &c, 20, 2, 1, 1, -1);
     checkpoint_state_path(path, sizeof(path), dir, 20, 1);
     remove(path);
-    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 1, 2, 1, NULL, &ck, err, sizeof(err));
     test_check(rc == 1 && ck.step == 10 && ck.state.m[0] == (float)z1.lo,
                "step 20 without rank 1's state: rank 1 resumes step 10 (the same shape)%s", rc < 0 ? err : "");
     if (rc == 1) checkpoint_free(&ck);
@@ -1006,7 +1015,7 @@ static void test_zero_checkpoints(void) {
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "zero");
     zero_ckpt_write(dir, &c, 30, 2, 1, 0, -1);
-    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 1, 2, 1, NULL, &ck, err, sizeof(err));
     ok = rc == 1;
     for (size_t i = 0; ok && i < z1.count; i++) ok = ck.master[i] == (float)((z1.lo + i) % 64);
     test_check(ok, "-z 1 without master weights: rank 1's master is its slice of the parameters widened%s",
@@ -1016,7 +1025,7 @@ static void test_zero_checkpoints(void) {
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "zero");
     zero_ckpt_write(dir, &c, 40, 2, 1, 1, 1);
-    rc = checkpoint_load_checked(dir, &c, 1, 2, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 1, 2, 1, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "trailing bytes"), "rank 1's state one float longer than its slice: %s", err);
     if (rc == 1) checkpoint_free(&ck);
     // a bad ZeRO stage in the header
@@ -1028,7 +1037,7 @@ static void test_zero_checkpoints(void) {
         fwrite(&two, 4, 1, f);
         fclose(f);
     }
-    rc = checkpoint_load_checked(dir, &c, 0, 2, 1, NULL, &ck, err, sizeof(err));
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 2, 1, NULL, &ck, err, sizeof(err));
     test_check(rc < 0 && contains(err, "bad ZeRO stage 2 (0 or 1)"), "a state whose header says ZeRO stage 2: %s", err);
     if (rc == 1) checkpoint_free(&ck);
     clear_dir(dir);

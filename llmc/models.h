@@ -1,0 +1,30 @@
+/*
+models.h - the model families the trainer knows, and the one place that picks a family for
+-e: a descriptor of a family's published or test shapes (a fresh model, initialised as that
+family's reference implementation does) or a model file. Each family is a header of its own
+(llmc/gpt2.h) that fills a ModelSpec (llmc/model.h); the training loop sees only that.
+*/
+#ifndef LLMC_MODELS_H
+#define LLMC_MODELS_H
+
+#include "utils.h"  // first: it sets the POSIX feature macros
+
+#include "gpt2.h"
+#include "model.h"
+
+// 1 if arg names a fresh model (a descriptor) rather than a file.
+static inline int model_is_descriptor(const char *arg) { return gpt2_is_descriptor(arg); }
+
+// The model of -e: fills *spec; with params != NULL also *params, the spec's num_parameters
+// fp32 values (malloc'd; free it), from the file or the family's initialisation. vocab: the
+// vocabulary of a fresh model (0: the family's own). Without params it is cheap (a
+// descriptor's table or a file's header). 0, or -1 with a message.
+static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec, float **params, char *err,
+                                     size_t err_len) {
+    GPT2Config c;
+    if (gpt2_load_checked(arg, vocab, &c, params, err, err_len) != 0) return -1;
+    gpt2_spec(&c, spec);
+    return 0;
+}
+
+#endif // LLMC_MODELS_H
