@@ -1,5 +1,6 @@
 /*
-encoder.cuh - the GPT-2 input embedding: token embedding (wte) plus position embedding (wpe).
+encoder.cuh - the input embedding: token embedding (wte) plus, for GPT-2, a position
+embedding (wpe; NULL for a model without one, such as Llama's, whose positions are rotary).
 
   forward   out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]                        (out =)
   backward  dwte[v,:] += sum of dout[b,t,:] over the positions with inp[b,t] == v
@@ -25,7 +26,8 @@ token ids in [0, rows of wte) (not checked on the device: the caller validates i
 
 // --- forward --------------------------------------------------------------------------------
 
-// one thread per 8 output channels (one 16-byte vector) of one (b, t)
+// one thread per 8 output channels (one 16-byte vector) of one (b, t); POS: add wpe's row t
+template <bool POS>
 static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte,
                                               const floatX *wpe, int T, int C, size_t n_vec) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -36,6 +38,10 @@ static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const
     const int t = (int)(bt % (size_t)T);
     const int tok = inp[bt];
     const Packed128<floatX> te = load128(wte + (size_t)tok * C + c);
+    if (!POS) {
+        store128(out + bt * (size_t)C + c, te);
+        return;
+    }
     const Packed128<floatX> pe = load128(wpe + (size_t)t * C + c);
     Packed128<floatX> o;
 #pragma unroll
@@ -43,7 +49,7 @@ static __global__ void encoder_forward_kernel(floatX *out, const int *inp, const
     store128(out + bt * (size_t)C + c, o);
 }
 
-// out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) device token ids
+// out (B,T,C) = wte[inp] + wpe[t] (wpe NULL: wte[inp]); inp (B,T) device token ids
 static inline void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
                                    int B, int T, int C, cudaStream_t s) {
     require(B > 0 && T > 0 && C > 0 && C % 8 == 0, "encoder_forward: need B, T > 0 and C % 8 == 0");
@@ -51,7 +57,9 @@ static inline void encoder_forward(floatX *out, const int *inp, const floatX *wt
             "encoder_forward: out, wte, wpe must be 16-byte aligned");
     const size_t n_vec = (size_t)B * T * (C / 8);
     const int block = 256;
-    encoder_forward_kernel<<<(unsigned)llmc_ceil_div(n_vec, block), block, 0, s>>>(out, inp, wte, wpe, T, C, n_vec);
+    const unsigned grid = (unsigned)llmc_ceil_div(n_vec, block);
+    if (wpe != NULL) encoder_forward_kernel<true><<<grid, block, 0, s>>>(out, inp, wte, wpe, T, C, n_vec);
+    else encoder_forward_kernel<false><<<grid, block, 0, s>>>(out, inp, wte, wpe, T, C, n_vec);
     cudaLaunchCheck("encoder_forward_kernel");
 }
 
@@ -305,7 +313,8 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *do
     encoder_add8(dwpe + (size_t)t * C + c, acc);
 }
 
-// dwte (rows of wte, C) += token-grouped sums of dout (B,T,C); dwpe (>= T rows, C) += sums over b.
+// dwte (rows of wte, C) += token-grouped sums of dout (B,T,C); dwpe (>= T rows, C) += sums over b
+// (NULL: no position embedding).
 // eb must hold the buckets of this batch's inputs (encoder_buckets_build on the same stream, or
 // one ordered before s) and be made for this C. Deterministic: fixed segments and summation
 // orders, no atomics.
@@ -330,6 +339,7 @@ static inline void encoder_backward(float *dwte, float *dwpe, const floatX *dout
             dwte, eb->partial, d + eb->off_multi_token, d + eb->off_multi_slot, C, n_multi);
         cudaLaunchCheck("encoder_backward_merge_kernel");
     }
+    if (dwpe == NULL) return;
     const size_t n_wpe = (size_t)T * (C / 8);
     encoder_backward_wpe_kernel<<<(unsigned)llmc_ceil_div(n_wpe, block), block, 0, s>>>(dwpe, dout, B, T, C, n_wpe);
     cudaLaunchCheck("encoder_backward_wpe_kernel");

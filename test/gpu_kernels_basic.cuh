@@ -232,6 +232,25 @@ static void gkb_test_encoder(int B, int T, int C, uint64_t *st, int edges = 0) {
                    "rows t >= T untouched: %s", call, B, T, C, e_wpe, beyond_T_same ? "yes" : "NO");
     }
 
+    // no position embedding (Llama's): the forward copies wte's rows bit for bit, the
+    // backward's dwte is bitwise the one with wpe (the same kernels), and no dwpe is touched
+    gkb_poison(d_out, nout * 2);
+    encoder_forward(d_out, d_inp, d_wte, NULL, B, T, C, gkb_stream);
+    gkb_get_bf16_bits(out_bits, d_out, nout);
+    bad = 0;
+    for (int bt = 0; bt < BT; bt++)
+        for (int c = 0; c < C; c++) bad += out_bits[(size_t)bt * C + c] != f32_to_bf16_bits(wte[(size_t)inp[bt] * C + c]);
+    gkb_put_f32(d_dwte, dwte0, (size_t)V * C);
+    gkb_put_f32(d_dwpe, dwpe0, (size_t)maxT * C);
+    encoder_buckets_build(&eb, inp, B, T, gkb_stream);
+    encoder_backward(d_dwte, NULL, d_dout, &eb, B, T, C, gkb_stream);
+    gkb_get_f32(dwte3, d_dwte, (size_t)V * C);
+    gkb_get_f32(dwpe3, d_dwpe, (size_t)maxT * C);
+    test_check(bad == 0 && gkb_same_bytes(dwte1, dwte3, (size_t)V * C * 4) &&
+               gkb_same_bytes(dwpe0, dwpe3, (size_t)maxT * C * 4),
+               "encoder without wpe B=%d T=%d C=%d: the forward wte's rows bit-exact (%zu differ), dwte bitwise the "
+               "one with wpe, dwpe untouched", B, T, C, bad);
+
     // determinism: the same state and a rebuilt bucket set give the same bits
     gkb_put_f32(d_dwte, dwte0, (size_t)V * C);
     gkb_put_f32(d_dwpe, dwpe0, (size_t)maxT * C);
