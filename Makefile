@@ -29,10 +29,11 @@ COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh 
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
-                llmc/zero.h llmc/model.h llmc/models.h flce/flce.h
+                llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h flce/flce.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
                      llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/matmul_sm90.cuh \
-                     llmc/step_profile.h llmc/model.cuh llmc/models.cuh llmc/gpt2.cuh \
+                     llmc/rmsnorm.cuh llmc/rope.cuh llmc/swiglu.cuh llmc/step_profile.h \
+                     llmc/model.cuh llmc/models.cuh llmc/gpt2.cuh \
                      $(COMMON_HEADERS)
 TEST_HEADERS := test/test_util.h test/fixture.h test/vp_comm.h flce/flce_ref.h
 

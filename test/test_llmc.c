@@ -3,8 +3,9 @@ test_llmc.c - CPU tests of the host-side llmc/ modules: utils.h (checked calls, 
 writer), rand.h (bit-exact against PyTorch), tokenizer.h, shard.h + dataloader.h (llm.c's
 data order, shuffling, 64-bit offsets, short eval shards, uint32 shards, resume state) and
 gpt2.h (parameter table, model files), checkpoint.h (state files, DONE markers, latest
-complete checkpoint). Every reader is also fed malformed files and must reject them with the
-right message. The checkpoint protocol and the trainer's flags: test_train_host.c.
+complete checkpoint), rope.h (inverse frequencies and cos/sin tables against values computed
+independently in Python, the Llama 3.1 frequency bands, refused parameters). Every reader is
+also fed malformed files and must reject them with the right message. The checkpoint protocol and the trainer's flags: test_train_host.c.
 
 Build and run from the repository root (it reads data/ and test/fixtures/):
     gcc -O2 -std=c11 -Wall -Wextra -Werror -Illmc -Itest -Idata test/test_llmc.c -lm -o build/test_llmc
@@ -17,6 +18,7 @@ Temporary files go to a fresh /tmp/test_llmc_XXXXXX directory, removed at the en
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/rand.h"
+#include "../llmc/rope.h"
 #include "../llmc/shard.h"
 #include "../llmc/tokenizer.h"
 #include "../llmc/utils.h"
@@ -1374,6 +1376,207 @@ static void test_checkpoint(void) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// rope.h
+
+// Expected values, computed in Python (no torch) two ways: an fp32 mirror of transformers'
+// ops (each op in double, rounded to float32 with struct.pack('f'), in transformers' order and
+// precision: exponent (float)(2j) / (float)hd, (float)theta ** it, 1 / that, then the llama3
+// steps as in rope.h's header), which any implementation of that order must match bit for bit
+// (pow and the divisions are correctly rounded here, and no double result of the script is
+// within 0.003 fp32 ulp of a rounding midpoint); and the plain float64 formula
+// 1 / theta^(2j/hd), scaled as in _compute_llama3_parameters, which the fp32 values must
+// approach to fp32 precision (rel 1e-6: the fp32 steps leave up to 4e-7).
+typedef struct {
+    int j;
+    float fp32;  // the fp32 mirror's value
+    double f64;  // the float64 formula's
+} RopeExpect;
+
+static void check_inv_freq(const char *label, const RopeConfig *c, const RopeExpect *e, int ne) {
+    char err[256];
+    float inv[256];
+    const int ok = rope_inv_freq_checked(inv, c, err, sizeof(err)) == 0;
+    int exact = 1, close = 1;
+    for (int k = 0; k < ne && ok; k++) {
+        exact &= inv[e[k].j] == e[k].fp32;
+        close &= fabs((double)inv[e[k].j] - e[k].f64) <= 1e-6 * e[k].f64;
+        if (inv[e[k].j] != e[k].fp32)
+            printf("    %s inv_freq[%d] = %.9g (%a), want %.9g (%a)\n", label, e[k].j, (double)inv[e[k].j],
+                   (double)inv[e[k].j], (double)e[k].fp32, (double)e[k].fp32);
+    }
+    test_check(ok && exact && close, "rope %s: inv_freq at %d indices bit-equal to the fp32 mirror of transformers, "
+               "within rel 1e-6 of the float64 formula%s", label, ne, why(ok, err));
+}
+
+static int expect_rope_refused(const RopeConfig *c, int max_seq_len, const char *field, const char *what) {
+    char err[256] = "";
+    float inv[256], cs[256], sn[256];  // room for every config below, were it accepted
+    for (int k = 0; k < 256; k++) inv[k] = cs[k] = sn[k] = -7.0f;
+    const int rc1 = rope_inv_freq_checked(inv, c, err, sizeof(err));
+    const int named1 = contains(err, field);
+    err[0] = '\0';
+    const int rc2 = rope_tables_checked(cs, sn, max_seq_len, c, err, sizeof(err));
+    int untouched = 1;  // inv_freq is a valid call when only max_seq_len is wrong
+    for (int k = 0; k < 256; k++) untouched &= (max_seq_len < 1 || inv[k] == -7.0f) && cs[k] == -7.0f && sn[k] == -7.0f;
+    const int ok = (max_seq_len < 1 || (rc1 != 0 && named1)) && rc2 != 0 && contains(err, field) && untouched;
+    return test_check(ok, "rope: %s refused, the message names %s, nothing written (\"%s\")", what, field, err);
+}
+
+static void test_rope(void) {
+    const RopeConfig llama32 = {ROPE_LLAMA3, 64, 500000.0, 32.0, 1.0, 4.0, 8192};    // Llama-3.2-1B
+    const RopeConfig llama31 = {ROPE_LLAMA3, 128, 500000.0, 8.0, 1.0, 4.0, 8192};    // Llama-3.1-8B
+    const RopeConfig qwen = {ROPE_DEFAULT, 64, 1000000.0, 0.0, 0.0, 0.0, 0};          // Qwen2.5-0.5B
+    // j = 0..14 keep their frequency (wavelength < 8192/4), 15..17 are interpolated, 18..31
+    // divided by the factor (wavelength > 8192/1)
+    const RopeExpect e32[] = {
+        {0, 0x1p+0f, 1.0},
+        {1, 0x1.53c38cp-1f, 0.6636012376960885},
+        {14, 0x1.a4ee4p-9f, 0.0032114459947525913},
+        {15, 0x1.524f36p-10f, 0.001290547928209264},
+        {16, 0x1.c26c4p-12f, 0.00042955679655936815},
+        {17, 0x1.9731eep-14f, 9.70828780262767e-05},
+        {18, 0x1.46831ap-16f, 1.9461638184831125e-05},
+        {31, 0x1.94836p-24f, 9.418306725434909e-08},
+    };
+    // hd 128, factor 8: j = 29..34 interpolated, 35.. divided
+    const RopeExpect e31[] = {
+        {20, 0x1.0f5386p-6f, 0.016560440080994446},
+        {31, 0x1.c12f3cp-11f, 0.0008567514129196321},
+        {32, 0x1.132ba4p-11f, 0.0005248461609929547},
+        {33, 0x1.47e21p-12f, 0.00031269375038406517},
+        {35, 0x1.90d10cp-14f, 9.556212353964683e-05},
+        {63, 0x1.4985fep-22f, 3.068925988914511e-07},
+    };
+    const RopeExpect eq[] = {
+        {1, 0x1.4c7bcp-1f, 0.6493816315762113},
+        {17, 0x1.547688p-11f, 0.0006493816315762112},
+        {31, 0x1.9d5ef2p-20f, 1.539926526059492e-06},
+    };
+    // a synthetic llama3 config whose factor and band width are not powers of two and hd not
+    // one either: here the order of transformers' fp32 ops shows in the bits (computing the
+    // wavelength as one division, or dividing inv by the factor before the product with
+    // 1 - s, changes j = 31..35); j = 29..35 interpolated
+    const RopeConfig odd = {ROPE_LLAMA3, 96, 10000.0, 3.0, 1.5, 5.0, 8192};
+    const RopeExpect eo[] = {
+        {28, 0x1.3030f4p-8f, 0.004641588833612777},
+        {29, 0x1.f5b10cp-9f, 0.003827604541369783},
+        {30, 0x1.593ea6p-9f, 0.0026340080672628873},
+        {31, 0x1.dc1d2ap-10f, 0.0018162298787109243},
+        {32, 0x1.491166p-10f, 0.0012552951681419982},
+        {33, 0x1.c8226ep-11f, 0.00087000741106844},
+        {34, 0x1.3d28b4p-11f, 0.0006049325591346478},
+        {35, 0x1.bab7b2p-12f, 0.0004222085005023525},
+        {36, 0x1.5d867ep-12f, 0.0003333333333333333},
+        {47, 0x1.52c484p-15f, 4.038425528761962e-05},
+    };
+    check_inv_freq("Llama-3.2 (theta 500000, hd 64, llama3 factor 32)", &llama32, e32, 8);
+    check_inv_freq("synthetic (theta 10000, hd 96, llama3 factor 3, low 1.5, high 5)", &odd, eo, 10);
+    check_inv_freq("Llama-3.1 (theta 500000, hd 128, llama3 factor 8)", &llama31, e31, 6);
+    check_inv_freq("Qwen2.5 (theta 1000000, hd 64, default)", &qwen, eq, 3);
+
+    // the bands: against the unscaled frequencies, kept bitwise, divided by the factor bitwise
+    // (an fp32 division), or strictly between the two
+    {
+        RopeConfig plain = llama32;
+        plain.type = ROPE_DEFAULT;
+        float inv[32], base[32];
+        rope_inv_freq_checked(inv, &llama32, NULL, 0);
+        rope_inv_freq_checked(base, &plain, NULL, 0);
+        int kept = 0, divided = 0, between = 0, wrong = 0, order = 1;
+        for (int j = 0; j < 32; j++) {
+            const int is_kept = inv[j] == base[j], is_divided = inv[j] == base[j] / 32.0f;
+            const int is_between = inv[j] < base[j] && inv[j] > base[j] / 32.0f;
+            kept += is_kept;
+            divided += is_divided;
+            between += is_between;
+            wrong += j <= 14 ? !is_kept : j <= 17 ? !is_between : !is_divided;
+            if (j > 0) order &= inv[j] < inv[j - 1];
+        }
+        test_check(wrong == 0 && order,
+                   "rope llama3 factor 32: j 0..14 kept (%d kept), 15..17 interpolated (%d), 18..31 divided by 32 "
+                   "(%d), %d in the wrong band, frequencies decreasing", kept, between, divided, wrong);
+    }
+
+    // the tables: cos/sin of the fp32 product (float)t * inv_freq[j], against the Python value
+    // of the same fp32 product (1 fp32 ulp). At t = 100000 the fp32 product is 66360.125 and
+    // cos differs from that of the exact product (-0.9658356) by 3e-4: the fp32 argument is
+    // transformers' (its freqs are an fp32 matmul).
+    {
+        const int T = 131072, half = 32;
+        float *cs = (float *)malloc((size_t)T * half * sizeof(float));
+        float *sn = (float *)malloc((size_t)T * half * sizeof(float));
+        char err[256];
+        const int ok = cs != NULL && sn != NULL && rope_tables_checked(cs, sn, T, &llama32, err, sizeof(err)) == 0;
+        const struct { int t, j; float c, s; } e[] = {
+            {1, 1, 0.7877790927886963f, 0.6159578561782837f},
+            {77, 15, 0.9950666427612305f, 0.09920872747898102f},
+            {8191, 16, -0.929807722568512f, -0.3680456280708313f},
+            {100000, 1, -0.9655159711837769f, -0.2603437602519989f},
+            {131071, 31, 0.999923825263977f, 0.012344354763627052f},
+        };
+        int good = ok, row0 = ok;
+        for (int k = 0; k < 5 && ok; k++) {
+            const float c = cs[(size_t)e[k].t * half + e[k].j], s = sn[(size_t)e[k].t * half + e[k].j];
+            const int g = fabsf(c - e[k].c) <= 1.2e-7f && fabsf(s - e[k].s) <= 1.2e-7f;
+            if (!g) printf("    t=%d j=%d: cos %.9g sin %.9g, want %.9g %.9g\n", e[k].t, e[k].j, (double)c, (double)s,
+                           (double)e[k].c, (double)e[k].s);
+            good &= g;
+        }
+        for (int j = 0; j < half && ok; j++) row0 &= cs[j] == 1.0f && sn[j] == 0.0f;
+        test_check(good && row0, "rope tables Llama-3.2, 131072 positions: cos/sin at 5 (t, j) within 1 fp32 ulp of "
+                   "the Python values (t up to 131071), row 0 exactly (1, 0)%s", ok ? "" : why(0, err));
+        free(cs);
+        free(sn);
+    }
+
+    // the type names
+    RopeType ty = ROPE_DEFAULT;
+    test_check(rope_type_parse("llama3", &ty) == 0 && ty == ROPE_LLAMA3 && rope_type_parse("default", &ty) == 0 &&
+                   ty == ROPE_DEFAULT && rope_type_parse("yarn", &ty) == -1 && ty == ROPE_DEFAULT,
+               "rope_type_parse: llama3, default; yarn refused");
+
+    // refused parameters: the message names the field, nothing is written
+    RopeConfig c = qwen;
+    c.theta = 0.0;
+    expect_rope_refused(&c, 4, "rope_theta", "rope_theta 0");
+    c.theta = -10000.0;
+    expect_rope_refused(&c, 4, "rope_theta", "rope_theta -10000");
+    c.theta = NAN;
+    expect_rope_refused(&c, 4, "rope_theta", "rope_theta NaN");
+    c = qwen;
+    c.head_dim = 63;
+    expect_rope_refused(&c, 4, "head_dim", "an odd head_dim (63)");
+    c.head_dim = 0;
+    expect_rope_refused(&c, 4, "head_dim", "head_dim 0");
+    c = qwen;
+    c.type = (RopeType)7;
+    expect_rope_refused(&c, 4, "type", "an unknown type");
+    c = llama32;
+    c.factor = 0.0;
+    expect_rope_refused(&c, 4, "rope_scaling.factor", "llama3 factor 0");
+    c.factor = 0.5;
+    expect_rope_refused(&c, 4, "rope_scaling.factor", "llama3 factor 0.5 (< 1)");
+    c = llama32;
+    c.low_freq_factor = 0.0;
+    expect_rope_refused(&c, 4, "rope_scaling.low_freq_factor", "llama3 low_freq_factor 0");
+    c = llama32;
+    c.high_freq_factor = c.low_freq_factor;
+    expect_rope_refused(&c, 4, "rope_scaling.high_freq_factor", "llama3 high_freq_factor == low_freq_factor");
+    c.high_freq_factor = 0.5;
+    expect_rope_refused(&c, 4, "rope_scaling.high_freq_factor", "llama3 high_freq_factor < low_freq_factor");
+    c = llama32;
+    c.original_max_position_embeddings = 0;
+    expect_rope_refused(&c, 4, "rope_scaling.original_max_position_embeddings",
+                        "llama3 original_max_position_embeddings 0");
+    expect_rope_refused(&llama32, 0, "max_seq_len", "a table of max_seq_len 0");
+    // the scaling fields of a default config are not read
+    float inv[32];
+    char err[256];
+    const int ok = rope_inv_freq_checked(inv, &qwen, err, sizeof(err)) == 0;
+    test_check(ok, "rope: a default config with zero scaling fields is accepted%s", why(ok, err));
+}
+
 int main(int argc, char **argv) {
     const char *fixture = argc > 1 ? argv[1] : RAND_FIXTURE;
     snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/test_llmc_XXXXXX");
@@ -1386,6 +1589,7 @@ int main(int argc, char **argv) {
     test_tokenizer();
     test_dataloader();
     test_checkpoint();
+    test_rope();
     if (rmdir(tmp_dir) != 0) printf("  (note: %s not empty, left in place)\n", tmp_dir);
     return test_summary();
 }

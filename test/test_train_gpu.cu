@@ -26,6 +26,7 @@ printed with the measured errors.
 
 #include "gpu_kernels_attention.cuh"
 #include "gpu_kernels_basic.cuh"
+#include "gpu_kernels_llama.cuh"
 #include "gpu_kernels_matmul.cuh"
 
 // bf16 activations against PyTorch's fp64: on an H200 (2026-11-30, fp32 logits) the loss was
@@ -398,6 +399,7 @@ int main(void) {
         return 2;
     }
     test_basic_kernels();
+    test_llama_kernels();
     test_matmul();
     test_attention();
     test_model_vs_pytorch();
