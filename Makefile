@@ -27,7 +27,7 @@ NVCC_LIBS := -lcublasLt -lcublas
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
-LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h \
+LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
                 llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h flce/flce.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
@@ -43,7 +43,8 @@ all: lib tests dev train_gpt
 
 lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/bpe_encode
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
+       $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -140,6 +141,10 @@ $(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/utils.h ll
 $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(BUILD)/flce_ref.o test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ test/test_gpt2_cpu.c test/gpt2_ref.c $(BUILD)/flce_ref.o -lm
 
+# the Llama / Qwen2.5 family: llmc/llama.h and its CPU reference (test/llama_ref.c)
+$(BUILD)/test_llama_cpu: test/test_llama_cpu.c test/llama_ref.c test/llama_ref.h $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ test/test_llama_cpu.c test/llama_ref.c -lm
+
 $(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
@@ -153,10 +158,10 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
                   END {if (n != $(1)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(2)
 
 # every CPU suite
-CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llmc; \
-              $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py
-N_CPU_SUITES := 6
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt \
+CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llama_cpu; \
+              $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py
+N_CPU_SUITES := 7
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt \
       $(BUILD)/libflce.so
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 

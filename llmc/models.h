@@ -2,7 +2,11 @@
 models.h - the model families the trainer knows, and the one place that picks a family for
 -e: a descriptor of a family's published or test shapes (a fresh model, initialised as that
 family's reference implementation does) or a model file. Each family is a header of its own
-(llmc/gpt2.h) that fills a ModelSpec (llmc/model.h); the training loop sees only that.
+(llmc/gpt2.h, llmc/llama.h) that fills a ModelSpec (llmc/model.h); the training loop sees only
+that.
+    GPT-2:           d6 d12 d24 d36 d48, or an llm.c model file (magic 20240326)
+    Llama / Qwen2.5: llama3.2-1b llama3.2-3b llama3.1-8b qwen2.5-0.5b qwen2.5-1.5b llama-test
+                     qwen-test, or a model file of llmc/llama.h (magic 20241202)
 */
 #ifndef LLMC_MODELS_H
 #define LLMC_MODELS_H
@@ -10,17 +14,25 @@ family's reference implementation does) or a model file. Each family is a header
 #include "utils.h"  // first: it sets the POSIX feature macros
 
 #include "gpt2.h"
+#include "llama.h"
 #include "model.h"
 
 // 1 if arg names a fresh model (a descriptor) rather than a file.
-static inline int model_is_descriptor(const char *arg) { return gpt2_is_descriptor(arg); }
+static inline int model_is_descriptor(const char *arg) { return gpt2_is_descriptor(arg) || llama_is_descriptor(arg); }
 
 // The model of -e: fills *spec; with params != NULL also *params, the spec's num_parameters
 // fp32 values (malloc'd; free it), from the file or the family's initialisation. vocab: the
 // vocabulary of a fresh model (0: the family's own). Without params it is cheap (a
-// descriptor's table or a file's header). 0, or -1 with a message.
+// descriptor's table or a file's header). A file is the Llama family's when it starts with its
+// magic, else GPT-2's (whose reader reports anything else). 0, or -1 with a message.
 static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec, float **params, char *err,
                                      size_t err_len) {
+    if (llama_is_descriptor(arg) || (!gpt2_is_descriptor(arg) && llama_is_model_file(arg))) {
+        LlamaConfig c;
+        if (llama_load_checked(arg, vocab, &c, params, err, err_len) != 0) return -1;
+        llama_spec(&c, spec);
+        return 0;
+    }
     GPT2Config c;
     if (gpt2_load_checked(arg, vocab, &c, params, err, err_len) != 0) return -1;
     gpt2_spec(&c, spec);

@@ -56,9 +56,12 @@ typedef struct {
 static const TrainFlag train_flags[] = {
     {"-i", 's', TRAIN_FIELD_(train_glob), 0, 0, "train data glob (default data/tiny_shakespeare_train.bin)"},
     {"-j", 's', TRAIN_FIELD_(val_glob), 0, 0, "val data glob (default data/tiny_shakespeare_val.bin)"},
-    {"-e", 's', TRAIN_FIELD_(model), 0, 0, "model file (llm.c v3/v5) or depth descriptor d6|d12|d24|d36|d48 (default d12)"},
-    {"-V", 'i', TRAIN_FIELD_(vocab), 0, GPT2_MAX_VOCAB, "vocabulary of a fresh model (default 0: GPT-2's 50257, padded to 50304;\n"
-     "              e.g. 151936, 176245: any size, padded to a multiple of 128)"},
+    {"-e", 's', TRAIN_FIELD_(model), 0, 0, "model file (llm.c's GPT-2 v3/v5, or llmc/llama.h's) or descriptor (default d12):\n"
+     "              GPT-2 d6|d12|d24|d36|d48; llama3.2-1b|llama3.2-3b|llama3.1-8b|qwen2.5-0.5b|\n"
+     "              qwen2.5-1.5b; test models llama-test|qwen-test"},
+    {"-V", 'i', TRAIN_FIELD_(vocab), 0, GPT2_MAX_VOCAB, "vocabulary of a fresh model (default 0: the descriptor's own, GPT-2's 50257\n"
+     "              padded to 50304, Llama 3's 128256, Qwen2.5's 151936; e.g. 176245: any size,\n"
+     "              padded to a multiple of 128)"},
     {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log and checkpoints (default none)"},
     {"-b", 'i', TRAIN_FIELD_(B), 1, 1 << 20, "micro-batch size B (default 4)"},
     {"-t", 'i', TRAIN_FIELD_(T), 1, 1 << 24, "sequence length T (default 1024)"},
@@ -266,7 +269,7 @@ static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_
         return -1;
     }
     if (c->vocab != 0 && !model_is_descriptor(c->model)) {
-        llmc_set_error(err, err_len, "-V %d sets the vocabulary of a fresh model (-e d6..d48); the model file "
+        llmc_set_error(err, err_len, "-V %d sets the vocabulary of a fresh model (-e a descriptor: d12, qwen2.5-0.5b, ...); the model file "
                        "'%s' has its own", c->vocab, c->model);
         return -1;
     }

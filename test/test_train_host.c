@@ -156,6 +156,10 @@ static const BadLine bad_lines[] = {
     {"-e d12/model_00005000.bin", "cannot open model file 'd12/model_00005000.bin'", 1},
     {"-e d7", "unknown depth descriptor 'd7'", 1},
     {"-e d12 -t 2048", "-t 2048 exceeds the model's max_seq_len 1024", 1},
+    // the Llama / Qwen2.5 descriptors (llmc/llama.h): checked against the flags and the data
+    {"-e qwen-test -t 65536", "-t 65536 exceeds the model's max_seq_len 32768", 1},
+    {"-e qwen-test -V 1000", "token 5 has id 50256, outside the model's vocabulary of 1000 tokens", 1},
+    {"-e qwen2.5-0.5B", "cannot open model file 'qwen2.5-0.5B'", 1},
     // token ids against the vocabulary (defect 5), a directory as data (defect 10)
     {"-e d6 -V 1000", "token 5 has id 50256, outside the model's vocabulary of 1000 tokens", 1},
     {"-e d6 -i data", "cannot open shard 'data': Is a directory", 1},
