@@ -328,7 +328,8 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     a->ln1_rstd = alloc_actf(m, L * BT);
     a->ln2_mean = alloc_actf(m, L * BT);
     a->ln2_rstd = alloc_actf(m, L * BT);
-    a->att_saved_bytes = attention_saved_bytes(B, T, (int)C, NH);
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, (int)C / NH);  // q, k, v: views of qkv
+    a->att_saved_bytes = attention_saved_bytes(&att);
     cudaCheck(cudaMalloc(&a->att_saved, L * a->att_saved_bytes));
     m->act_bytes += L * a->att_saved_bytes;
     m->tp = tp != NULL && tp->nproc > 1 ? tp : NULL;
@@ -346,7 +347,7 @@ static void gpt2_alloc_activations(GPT2 *m, int B, int T, size_t flce_budget, in
     a->dqkv = alloc_act(m, BT * 3 * C);
     a->dfch = alloc_act(m, BT * 4 * C);
     a->ln_scratch = alloc_actf(m, layernorm_backward_scratch_floats((int)BT, (int)C));
-    const size_t att_scratch = attention_scratch_bytes(B, T, (int)C, NH);
+    const size_t att_scratch = attention_scratch_bytes(&att);
     cudaCheck(cudaMalloc(&a->att_scratch, att_scratch > 0 ? att_scratch : 16));
     m->act_bytes += att_scratch;
     cudaCheck(cudaMalloc(&a->inputs, BT * sizeof(int)));
@@ -402,6 +403,7 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;  // per-layer slices
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, C / NH);  // q, k, v: views of qkv
     const ParameterTensors *p = &m->params;
     Activations *a = &m->acts;
     encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C, s);
@@ -415,7 +417,8 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
         const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
         layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
         matmul_forward(&m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
-        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, B, T, C, NH, s);
+        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, qkv + C, qkv + 2 * C,
+                          &att, s);
         // the projections add the residual stream in their GEMM (res2 = residual + ..., res3 = res2 + ...)
         matmul_forward_residual(&m->mm, res2, residual, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
         layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
@@ -555,6 +558,7 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s, int last_micro 
     const GPT2Config *c = &m->config;
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, C / NH);  // q, k, v: views of qkv
     const ParameterTensors *p = &m->params;
     const GPT2FloatTensors *g = &m->grads;
     Activations *a = &m->acts;
@@ -582,8 +586,8 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s, int last_micro 
         // attention
         matmul_backward(&m->mm, a->datty, g->attprojw + lcc, NULL, a->dresidual, atty, p->attprojw + lcc, NULL,
                         (int)BT, C, C, s);
-        attention_backward(a->dqkv, a->att_scratch, a->datty, qkv, atty, a->att_saved + (size_t)l * a->att_saved_bytes,
-                           B, T, C, NH, s);
+        attention_backward(a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->att_scratch, a->datty, qkv, qkv + C, qkv + 2 * C, atty,
+                           a->att_saved + (size_t)l * a->att_saved_bytes, &att, s);
         matmul_backward(&m->mm, a->dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL,
                         (int)BT, C, 3 * C, s);
         layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,
