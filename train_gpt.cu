@@ -417,8 +417,8 @@ static void gpt2_forward_body(GPT2 *m, int B, int T, cudaStream_t s) {
         const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
         layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
         matmul_forward(&m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
-        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, qkv + C, qkv + 2 * C,
-                          &att, s);
+        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, qkv + C,
+                          qkv + 2 * C, &att, s);
         // the projections add the residual stream in their GEMM (res2 = residual + ..., res3 = res2 + ...)
         matmul_forward_residual(&m->mm, res2, residual, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
         layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
@@ -586,8 +586,8 @@ static void gpt2_backward(GPT2 *m, int B, int T, cudaStream_t s, int last_micro 
         // attention
         matmul_backward(&m->mm, a->datty, g->attprojw + lcc, NULL, a->dresidual, atty, p->attprojw + lcc, NULL,
                         (int)BT, C, C, s);
-        attention_backward(a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->att_scratch, a->datty, qkv, qkv + C, qkv + 2 * C, atty,
-                           a->att_saved + (size_t)l * a->att_saved_bytes, &att, s);
+        attention_backward(a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->att_scratch, a->datty, qkv, qkv + C,
+                           qkv + 2 * C, atty, a->att_saved + (size_t)l * a->att_saved_bytes, &att, s);
         matmul_backward(&m->mm, a->dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL,
                         (int)BT, C, 3 * C, s);
         layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,

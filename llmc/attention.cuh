@@ -661,7 +661,8 @@ static inline const char *attention_shape_error(const AttentionShape *a) {
     if (a->NH % a->NKV != 0) return "attention: NKV (key/value heads) must divide NH (query heads)";
     if (a->hs != 16 && a->hs != 32 && a->hs != 64 && a->hs != 128)
         return "attention: head size hs must be 16, 32, 64 or 128";
-    if ((long long)a->NH * a->hs > a->ldq) return "attention: ldq must be at least NH * hs (a row of q holds its heads)";
+    if ((long long)a->NH * a->hs > a->ldq)
+        return "attention: ldq must be at least NH * hs (a row of q holds its heads)";
     if ((long long)a->NKV * a->hs > a->ldkv)
         return "attention: ldkv must be at least NKV * hs (a row of k or v holds its heads)";
     if (a->ldq % 8 != 0 || a->ldkv % 8 != 0)

@@ -331,8 +331,10 @@ static void gka_case(int B, int T, int NH, int NKV, int hs, uint64_t seed) {
     gka_gather(qkv_b, (size_t)wq + wkv, ld, v_b, rows, wkv);
 
     // the reference, query head by query head; dk, dv summed over each K/V head's group
-    double *ref_out = (double *)gka_xmalloc(n_q * sizeof(double)), *ref_dq = (double *)gka_xmalloc(n_q * sizeof(double));
-    double *ref_dk = (double *)gka_xmalloc(n_kv * sizeof(double)), *ref_dv = (double *)gka_xmalloc(n_kv * sizeof(double));
+    double *ref_out = (double *)gka_xmalloc(n_q * sizeof(double));
+    double *ref_dq = (double *)gka_xmalloc(n_q * sizeof(double));
+    double *ref_dk = (double *)gka_xmalloc(n_kv * sizeof(double));
+    double *ref_dv = (double *)gka_xmalloc(n_kv * sizeof(double));
     memset(ref_dk, 0, n_kv * sizeof(double));
     memset(ref_dv, 0, n_kv * sizeof(double));
     const size_t th = (size_t)T * hs;
