@@ -1,15 +1,17 @@
 /*
 attention_bench.cu - the trainer's causal attention (llmc/attention.cuh) timed, llm.c dev/cuda
 style: the forward on the Hopper kernel (llmc/attention_sm90.cuh, hs = 64) against the mma.sync
-one, and the backward, at GPT-2 124M's shape by default.
+one, and the backward, at GPT-2 124M's shape by default; -k sets the key/value heads (GQA:
+-c 2048 -n 32 -k 8 is Llama 3.2 1B's attention, -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
 
-./attention_bench [-b B] [-t T] [-c C] [-n NH] [-r repeats]
+./attention_bench [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats]
 
-Random bf16 qkv (uniform, scores of std ~1); each version's median time over the repeats (CUDA
-events, after a warm-up), its TFLOP/s counting the causal half of the products (forward
-2 products, backward 5, of 2 B NH T^2 hs / 2 flops each), and the Hopper forward's out and lse
-against the mma.sync forward's (rel L2 and max |difference|): the two differ by bf16 rounding of
-P, not more. Reports, never asserts (test/gpu_kernels_attention.cuh checks correctness).
+Random bf16 q, k, v packed per token in one (B, T, (NH + 2 NKV) hs) buffer, as the trainer's
+qkv (uniform, scores of std ~1); each version's median time over the repeats (CUDA events,
+after a warm-up), its TFLOP/s counting the causal half of the products (forward 2 products,
+backward 5, of 2 B NH T^2 hs / 2 flops each), and the Hopper forward's out and lse against the
+mma.sync forward's (rel L2 and max |difference|): the two differ by bf16 rounding of P, not
+more. Reports, never asserts (test/gpu_kernels_attention.cuh checks correctness).
 */
 #include <math.h>
 #include <stdio.h>
@@ -42,17 +44,20 @@ static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n, size_t
     return sqrt(num / den);
 }
 
-// median ms of `repeats` runs of the forward (which = 0) or the backward (1)
+// median ms of `repeats` runs of the forward (which = 0) or the backward (1) of q, k, v packed
+// in qkv (a's layout; the gradients in dqkv likewise)
 static float time_it(int which, int repeats, floatX *out, void *saved, void *scratch, floatX *dqkv, const floatX *qkv,
-                     const floatX *dout, int B, int T, int C, int NH, cudaStream_t s) {
+                     const floatX *dout, const AttentionShape *a, cudaStream_t s) {
+    const size_t k_off = (size_t)a->NH * a->hs, v_off = k_off + (size_t)a->NKV * a->hs;  // in a token's row
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     float *ms = (float *)malloc((size_t)repeats * sizeof(float));
     for (int r = -1; r < repeats; r++) {
         cudaCheck(cudaEventRecord(e0, s));
-        if (which == 0) attention_forward(out, saved, scratch, qkv, B, T, C, NH, s);
-        else attention_backward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, s);
+        if (which == 0) attention_forward(out, saved, scratch, qkv, qkv + k_off, qkv + v_off, a, s);
+        else attention_backward(dqkv, dqkv + k_off, dqkv + v_off, scratch, dout, qkv, qkv + k_off, qkv + v_off, out,
+                                saved, a, s);
         cudaCheck(cudaEventRecord(e1, s));
         cudaCheck(cudaEventSynchronize(e1));
         if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], e0, e1));
@@ -65,34 +70,38 @@ static float time_it(int which, int repeats, floatX *out, void *saved, void *scr
 }
 
 int main(int argc, char **argv) {
-    int B = 64, T = 1024, C = 768, NH = 12, repeats = 20;
+    int B = 64, T = 1024, C = 768, NH = 12, NKV = 0, repeats = 20;  // NKV 0: NH
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-b") == 0) B = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-t") == 0) T = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-c") == 0) C = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NH = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-k") == 0) NKV = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-r") == 0) repeats = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-n NH] [-r repeats]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats]\n", argv[0]);
             return 1;
         }
     }
-    if (B < 1 || T < 1 || NH < 1 || C < NH || C % NH != 0 || repeats < 1) {
-        fprintf(stderr, "attention_bench: need B, T, NH, repeats >= 1 and C a multiple of NH\n");
+    if (NKV == 0) NKV = NH;
+    if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV != 0 || C < NH || C % NH != 0 || repeats < 1) {
+        fprintf(stderr, "attention_bench: need B, T, NH, NKV, repeats >= 1, NKV dividing NH and C a multiple of NH\n");
         return 1;
     }
-    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    const int hs = C / NH, ckv = NKV * hs;  // ckv: the columns of k (and of v)
+    const AttentionShape att = attention_shape_packed(B, T, NH, NKV, hs);
+    const size_t n_qkv = (size_t)B * T * att.ldq, n_out = (size_t)B * T * C;
     uint16_t *h = (uint16_t *)malloc(n_qkv * 2);
     mt19937_state rng;
     manual_seed(&rng, 1337);
     for (size_t i = 0; i < n_qkv; i++) {
-        // uniform in [-a, a] with a = sqrt(3) hs^-1/4: q.k / sqrt(hs) of std ~1
-        const float a = sqrtf(3.0f) / sqrtf(sqrtf((float)(C / NH)));
-        h[i] = bf16_from_float((2.0f * randfloat32(&rng) - 1.0f) * a);
+        // uniform in [-amp, amp] with amp = sqrt(3) hs^-1/4: q.k / sqrt(hs) of std ~1
+        const float amp = sqrtf(3.0f) / sqrtf(sqrtf((float)hs));
+        h[i] = bf16_from_float((2.0f * randfloat32(&rng) - 1.0f) * amp);
     }
     floatX *qkv, *out, *out_ref, *dqkv, *dout;
     void *saved, *saved_ref, *scratch;
-    const size_t saved_bytes = attention_saved_bytes(B, T, C, NH);
+    const size_t saved_bytes = attention_saved_bytes(&att);
     cudaCheck(cudaMalloc(&qkv, n_qkv * 2));
     cudaCheck(cudaMalloc(&dqkv, n_qkv * 2));
     cudaCheck(cudaMalloc(&out, n_out * 2));
@@ -100,25 +109,24 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&dout, n_out * 2));
     cudaCheck(cudaMalloc(&saved, saved_bytes));
     cudaCheck(cudaMalloc(&saved_ref, saved_bytes));
-    cudaCheck(cudaMalloc(&scratch, attention_scratch_bytes(B, T, C, NH)));
+    cudaCheck(cudaMalloc(&scratch, attention_scratch_bytes(&att)));
     cudaCheck(cudaMemcpy(qkv, h, n_qkv * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dout, h, n_out * 2, cudaMemcpyHostToDevice));  // any values of the right scale
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
 
-    const int hs = C / NH;
     const double flop = 2.0 * B * NH * (double)T * T * hs / 2.0;  // one causal T x T x hs product
-    printf("attention B=%d T=%d C=%d NH=%d (hs %d), median of %d\n", B, T, C, NH, hs, repeats);
+    printf("attention B=%d T=%d C=%d NH=%d NKV=%d (hs %d), median of %d\n", B, T, C, NH, NKV, hs, repeats);
     printf("| version | ms | TFLOP/s |\n|---|---|---|\n");
     attention_set_sm90(0);
-    const float f_ref = time_it(0, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, B, T, C, NH, s);
+    const float f_ref = time_it(0, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);
     printf("| forward, mma.sync | %.3f | %.0f |\n", f_ref, 2 * flop / f_ref / 1e9);
-    const float bwd = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, B, T, C, NH, s);
+    const float bwd = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);
     printf("| backward (mma.sync, 3 kernels) | %.3f | %.0f |\n", bwd, 5 * flop / bwd / 1e9);
     attention_set_sm90(1);
-    if (attention_sm90_usable(qkv, C, NH)) {
+    if (attention_sm90_usable(hs)) {
         cudaCheck(cudaMemset(out, 0xFF, n_out * 2));
-        const float f90 = time_it(0, repeats, out, saved, scratch, dqkv, qkv, dout, B, T, C, NH, s);
+        const float f90 = time_it(0, repeats, out, saved, scratch, dqkv, qkv, dout, &att, s);
         printf("| forward, Hopper (wgmma) | %.3f | %.0f |\n", f90, 2 * flop / f90 / 1e9);
         uint16_t *a = (uint16_t *)malloc(n_out * 2), *b = (uint16_t *)malloc(n_out * 2);
         cudaCheck(cudaMemcpy(a, out, n_out * 2, cudaMemcpyDeviceToHost));
@@ -135,25 +143,27 @@ int main(int argc, char **argv) {
         floatX *dqkv_ref;
         cudaCheck(cudaMalloc(&dqkv_ref, n_qkv * 2));
         attention_set_sm90(0);
-        attention_backward(dqkv_ref, scratch, dout, qkv, out_ref, saved_ref, B, T, C, NH, s);
+        attention_backward(dqkv_ref, dqkv_ref + C, dqkv_ref + C + ckv, scratch, dout, qkv, qkv + C, qkv + C + ckv,
+                           out_ref, saved_ref, &att, s);
         attention_set_sm90(1);
         cudaCheck(cudaMemset(dqkv, 0xFF, n_qkv * 2));
-        const float b90 = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, B, T, C, NH, s);
+        const float b90 = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);
         printf("| backward, Hopper (wgmma, 3 kernels) | %.3f | %.0f |\n", b90, 5 * flop / b90 / 1e9);
         uint16_t *ga = (uint16_t *)malloc(n_qkv * 2), *gb = (uint16_t *)malloc(n_qkv * 2);
         cudaCheck(cudaMemcpy(ga, dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(gb, dqkv_ref, n_qkv * 2, cudaMemcpyDeviceToHost));
-        // dq, dk, dv: the three parts of each token's 3C, gathered part by part
+        // dq, dk, dv: the three parts of each token's row (C, ckv, ckv wide), gathered part by part
         const size_t n_part = (size_t)B * T * C;
         uint16_t *pa = (uint16_t *)malloc(n_part * 2), *pb = (uint16_t *)malloc(n_part * 2);
         double part_l2[3];
         size_t gbad = 0;
         for (int part = 0; part < 3; part++) {
+            const size_t w = part == 0 ? (size_t)C : (size_t)ckv, off = part == 0 ? 0 : (size_t)C + (part - 1) * ckv;
             for (size_t r = 0; r < (size_t)B * T; r++) {
-                memcpy(pa + r * C, ga + r * 3 * C + (size_t)part * C, (size_t)C * 2);
-                memcpy(pb + r * C, gb + r * 3 * C + (size_t)part * C, (size_t)C * 2);
+                memcpy(pa + r * w, ga + r * att.ldq + off, w * 2);
+                memcpy(pb + r * w, gb + r * att.ldq + off, w * 2);
             }
-            part_l2[part] = rel_l2_bf16(pa, pb, n_part, &gbad);
+            part_l2[part] = rel_l2_bf16(pa, pb, (size_t)B * T * w, &gbad);
         }
         free(pa);
         free(pb);

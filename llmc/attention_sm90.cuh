@@ -2,20 +2,25 @@
 attention_sm90.cuh - causal attention on Hopper (sm_90a), head size 64: the products on
 wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
 producer and two consumers, in the manner of FlashAttention-3. Same inputs, outputs and saved
-state as attention.cuh's kernels, which dispatch here where this applies.
+state as attention.cuh's kernels, which dispatch here where this applies (see its layouts):
 
-  forward   qkv (B, T, 3C) -> out (B, T, C); lse (B, NH, T): base-2 log-sum-exp of the
-            scaled scores (P = 2^(s log2(e) / sqrt(hs) - lse))
-  backward  dout, qkv, lse and Dvec = rowsum(dout * out) -> dqkv (B, T, 3C)
+  forward   q (rows ldq apart, NH heads), k, v (rows ldkv apart, NKV heads; NKV divides NH;
+            query head h reads K/V head h / (NH/NKV)) -> out (B, T, NH*64); lse (B, NH, T):
+            base-2 log-sum-exp of the scaled scores (P = 2^(s log2(e) / sqrt(hs) - lse))
+  backward  dout, q, k, v, lse and Dvec = rowsum(dout * out) -> dq, dk, dv (the layouts of
+            q, k, v)
 
-Every kernel runs persistent CTAs (one per SM) over work tiles of 128 rows of one (b, h),
-handed out at run time (att90_next_tile) in groups of a few heads, heaviest first within a
+Every kernel runs persistent CTAs (one per SM, at most one per work tile) over work tiles of
+128 rows: the forward's and the dQ kernel's of one (b, query head), the dK/dV kernel's of one
+(b, K/V head); handed out at run time (att90_next_tile) in groups of a few heads (query heads,
+or K/V heads for dK/dV: each kernel counts its own tiles and heads), heaviest first within a
 group (att90_tile), so that the tiles running at one time share their heads' K/V (or Q/dO) in
-L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps over (B, T,
-columns): a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens past T
-read as zeros), and in the backward warp 1 brings the rows' lse and D into shared memory;
-warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its stages, so each K/V (or
-Q/dO) tile crosses L2 once for 128 rows.
+L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps, one per
+tensor, over (B, T, the tensor's heads * 64 columns) with its row stride ldq, ldkv or NH*64:
+a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens past T read as
+zeros; GQA reads K/V head h / group in place), and in the backward warp 1 brings the rows' lse
+and D into shared memory; warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
+stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
 
 Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
@@ -23,19 +28,24 @@ Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memor
 Backward, as attention.cuh's (so that each gradient is written once, without atomics):
   dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16, K
     and V in registers for the whole work tile), P^T from lse, dS^T = P^T (dP^T - D);
-    dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers).
+    dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers). With GQA (NKV < NH) the stages walk
+    the query tiles of each of the group's query heads in turn, in increasing head order,
+    accumulating dK and dV in registers across them: one fixed order, no atomics. GQA is a
+    template parameter: GPT-2's NKV = NH calls run the instantiation without the head loop.
   dQ kernel, per 128 queries and 64-key stage: S = Q K^T, dP = dO V^T (Q, dO in registers),
     dS = P (dP - D); dQ += dS K (dS from registers).
 Within a consumer, the next stage's score products are issued before this stage's
 accumulating products, so that the softmax (or the P, dS transform) of one stage runs while
-the previous stage's products are on the tensor cores; the two consumers interleave as well.
-The diagonal tiles mask keys past the row (and with it the zero keys past T).
+the previous stage's products are on the tensor cores (across the heads of a GQA group too);
+the two consumers interleave as well. The diagonal tiles mask keys past the row (and with it
+the zero keys past T).
 
-Requirements (attention_sm90_usable): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device,
-hs = 64, 16-byte aligned tensors; T, B, NH any; one call at a time on a device (its kernels'
-tile counters are per device: two forwards, or two backwards, on concurrent streams of one
-device would share them). No float atomics (an integer counter hands out the tiles, whose
-arithmetic is the same whichever CTA runs them): bitwise repeatable.
+Requirements (attention_sm90_usable; attention.cuh checks the rest): an sm_90a build
+(SM90_GEMM_BUILD) on a 9.0 device, hs = 64, 16-byte aligned tensors and row strides; T, B,
+NH, NKV any; one call at a time on a device (its kernels' tile counters are per device: two
+forwards, or two backwards, on concurrent streams of one device would share them). No float
+atomics (an integer counter hands out the tiles, whose arithmetic is the same whichever CTA
+runs them): bitwise repeatable.
 */
 #ifndef LLMC_ATTENTION_SM90_CUH
 #define LLMC_ATTENTION_SM90_CUH
@@ -95,7 +105,8 @@ __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
 }
 
 // Work tile t -> (tile, bh): the query tile (rows_from_last: the heaviest is the last) or the
-// key tile (the heaviest is the first) of n, and bh = b NH + h. The tiles go G heads at a time,
+// key tile (the heaviest is the first) of n, and bh = b NH + h of BH = B NH heads (the forward,
+// dQ: query heads; dK/dV: K/V heads, bh = b NKV + g of B NKV). The tiles go G heads at a time,
 // all n of each head in that group before the next group, heaviest first within it: the CTAs
 // that run at one time share a few heads' K and V (or Q and dO), read from DRAM once and kept
 // in L2. (Heaviest first over all heads made every running tile a different head's: each
@@ -260,8 +271,9 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
 }
 
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
-att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict__ out, float *__restrict__ lse,
-                 int T, int C, int NH, int BH, int n_qt, int G, float scale_log2) {
+att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                 const __grid_constant__ CUtensorMap map_v, floatX *__restrict__ out, float *__restrict__ lse, int T,
+                 int NH, int group, int BH, int n_qt, int G, float scale_log2) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -280,17 +292,16 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
             if (t >= n_tiles) break;
             int qt, bh;
             att90_tile(t, BH, n_qt, G, true, &qt, &bh);
-            const int b = bh / NH, h = bh % NH;
+            const int b = bh / NH, h = bh % NH, hk = h / group;  // hk: the head's K/V head
             const int qb = qi & 1;
             sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
-            sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_qkv, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
+            sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_q, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
             for (int j = 0; j <= qt; j++, it++) {
                 const int s = it % ATT90_STAGES;
                 sm90_mbar_wait(&kv_empty[s], ((it / ATT90_STAGES) & 1) ^ 1);
                 sm90_mbar_expect_tx(&kv_full[s], 2 * ATT90_KV_BYTES);
-                sm90_tma_load_3d(sk + s * ATT90_KV_BYTES, &map_qkv, C + h * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
-                sm90_tma_load_3d(sv + s * ATT90_KV_BYTES, &map_qkv, 2 * C + h * ATT90_HS, j * ATT90_BN, b,
-                                 &kv_full[s]);
+                sm90_tma_load_3d(sk + s * ATT90_KV_BYTES, &map_k, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
+                sm90_tma_load_3d(sv + s * ATT90_KV_BYTES, &map_v, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
             }
         }
         return;
@@ -339,7 +350,7 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_qkv, floatX *__restrict
             const int row = row0 + 8 * r;
             if (row < T) {
                 const float inv = 1.0f / l[r];
-                floatX *orow = out + ((size_t)b * T + row) * (size_t)C + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *orow = out + ((size_t)b * T + row) * ((size_t)NH * ATT90_HS) + (size_t)h * ATT90_HS + 2 * tq;
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     *reinterpret_cast<uint32_t *>(orow + 8 * i) =
@@ -459,19 +470,21 @@ __device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, fl
     }
 }
 
-// Query tile i: S^T, dP^T (in st, dpt) into P^T, dS^T, then dV += P^T dO, dK += dS^T Q. With
-// NEXT, tile i+1's S^T and dP^T are issued first, and are in st, dpt (its lse and D in lq, dd)
-// when this returns.
+// Step i of the work tile (its stage c.it + i): query tile qi of its query head (qi = i but with
+// GQA, where the steps walk the group's heads one after another). S^T, dP^T (in st, dpt)
+// into P^T, dS^T, then dV += P^T dO, dK += dS^T Q. With NEXT, step i+1's S^T and dP^T (the next
+// tile, of this head or of the next one) are issued first, and are in st, dpt (its lse and D in
+// lq, dd) when this returns.
 template <bool NEXT>
-__device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, float (&st)[32], float (&dpt)[32],
-                                               float (&dk)[32], float (&dv)[32], float (&lq)[16], float (&dd)[16],
-                                               const uint32_t (&ka)[16], const uint32_t (&va)[16]) {
+__device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, int qi, float (&st)[32],
+                                               float (&dpt)[32], float (&dk)[32], float (&dv)[32], float (&lq)[16],
+                                               float (&dd)[16], const uint32_t (&ka)[16], const uint32_t (&va)[16]) {
     const int s = (c.it + i) % ATT90_BWD_STAGES, s1 = (c.it + i + 1) % ATT90_BWD_STAGES;
-    const int q0 = (2 * c.kt + i) * 64;
+    const int q0 = (2 * c.kt + qi) * 64;
     // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place.
     // Only the first two query tiles reach below the diagonal (queries before keys: P = 0); past
     // them the mask's compares would be a third of the loop's instructions
-    if (i < 2) {
+    if (qi < 2) {
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -593,15 +606,21 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
     }
 }
 
-// dK and dV of 128 keys of one (b, h) per work tile, the lightest (last keys) last; each
-// consumer warpgroup owns 64 of the keys and walks the 64-query tiles at and after them:
+// dK and dV of 128 keys of one (b, kv head hk) per work tile (BKV = B NKV heads of n_kt tiles),
+// the lightest (last keys) last; each consumer warpgroup owns 64 of the keys and walks the
+// 64-query tiles at and after them, of each query head of the group in turn (GQA: the `group`
+// heads hk group .. hk group + group - 1, in that order; without, group is 1 and the head is hk):
 //   S^T = K Q^T, dP^T = V dO^T (K, V as A from registers, read once a tile), P^T from the
 //   saved lse, dS^T = P^T (dP^T - D);  dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers)
+// so that dK and dV sum over the group's heads in registers, in a fixed order. GQA is a template
+// parameter so that the kernel for NKV = NH (GPT-2's) is the one without the head loop.
+template <bool GQA>
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
-att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
-                     const __grid_constant__ CUtensorMap map_do64, floatX *__restrict__ dqkv,
-                     const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
-                     int n_kt, int G, float scale_log2, float scale) {
+att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_constant__ CUtensorMap map_v128,
+                     const __grid_constant__ CUtensorMap map_q64, const __grid_constant__ CUtensorMap map_do64,
+                     floatX *__restrict__ dK, floatX *__restrict__ dV, const float *__restrict__ lse,
+                     const float *__restrict__ Dvec, int T, int NKV, int group, int ldkv, int BKV, int n_kt, int G,
+                     float scale_log2, float scale) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -610,7 +629,8 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
     float *rows = (float *)(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256);
     uint64_t *kv_full = bars.tile_full, *kv_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
-    const int n_tiles = n_kt * BH, n_q64 = (T + 63) / 64;
+    const int n_tiles = n_kt * BKV, n_q64 = (T + 63) / 64;
+    const int grp = GQA ? group : 1, NH = NKV * grp;  // query heads per K/V head, query heads
 
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
@@ -619,13 +639,22 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
             for (int ti = 0;; ti++) {
                 const int t = att90_read_tile(bars, bars.tile_sched, ti);
                 if (t >= n_tiles) break;
-                int kt, bh;
-                att90_tile(t, BH, n_kt, G, false, &kt, &bh);
-                for (int i = 2 * kt; i < n_q64; i++, it++) {
+                int kt, bk;
+                att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
+                // query tile i of (b, h) per stage, for the group's heads h in turn (the producer's
+                // order), in one loop (this warp has 24 registers)
+                const size_t bh0 = (size_t)(bk / NKV) * NH + (size_t)(bk % NKV) * grp;
+                const float *lh = lse + bh0 * T, *dh = Dvec + bh0 * T;
+                for (int j = grp * (n_q64 - 2 * kt), i = 2 * kt; j > 0; j--, it++) {
                     const int s = it % ATT90_BWD_STAGES;
                     sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
-                    att90_load_rows<true>(rows + s * 4 * ATT90_QUAD_STRIDE, lse + (size_t)bh * T,
-                                          Dvec + (size_t)bh * T, i * 64, 64, T, threadIdx.x % 32, &st_full[s]);
+                    att90_load_rows<true>(rows + s * 4 * ATT90_QUAD_STRIDE, lh, dh, i * 64, 64, T, threadIdx.x % 32,
+                                          &st_full[s]);
+                    if (++i == n_q64) {  // the next head's first tile
+                        i = 2 * kt;
+                        lh += T;
+                        dh += T;
+                    }
                 }
             }
             return;
@@ -635,21 +664,22 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
         for (int ti = 0;; ti++) {
             const int t = att90_publish_tile(bars, 1, ti, n_tiles);
             if (t >= n_tiles) break;
-            int kt, bh;
-            att90_tile(t, BH, n_kt, G, false, &kt, &bh);
-            const int b = bh / NH, h = bh % NH, kb = ti & 1;
+            int kt, bk;
+            att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
+            const int b = bk / NKV, hk = bk % NKV, kb = ti & 1;
             uint8_t *sk = skv + kb * 2 * ATT90_KV_BYTES;
             sm90_mbar_expect_tx(&kv_full[kb], 2 * ATT90_KV_BYTES);
-            sm90_tma_load_3d(sk, &map_qkv128, C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
-            sm90_tma_load_3d(sk + ATT90_KV_BYTES, &map_qkv128, 2 * C + h * ATT90_HS, kt * 128, b, &kv_full[kb]);
-            for (int i = 2 * kt; i < n_q64; i++, it++) {
-                const int s = it % ATT90_BWD_STAGES;
-                uint8_t *sq = sst + s * 2 * ATT90_T64_BYTES;
-                sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
-                sm90_tma_load_3d(sq, &map_qkv64, h * ATT90_HS, i * 64, b, &st_full[s]);
-                sm90_tma_load_3d(sq + ATT90_T64_BYTES, &map_do64, h * ATT90_HS, i * 64, b, &st_full[s]);
-            }
+            sm90_tma_load_3d(sk, &map_k128, hk * ATT90_HS, kt * 128, b, &kv_full[kb]);
+            sm90_tma_load_3d(sk + ATT90_KV_BYTES, &map_v128, hk * ATT90_HS, kt * 128, b, &kv_full[kb]);
+            for (int h = hk * grp; h < (hk + 1) * grp; h++)  // the group's query heads, in order
+                for (int i = 2 * kt; i < n_q64; i++, it++) {
+                    const int s = it % ATT90_BWD_STAGES;
+                    uint8_t *sq = sst + s * 2 * ATT90_T64_BYTES;
+                    sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
+                    sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
+                    sm90_tma_load_3d(sq, &map_q64, h * ATT90_HS, i * 64, b, &st_full[s]);
+                    sm90_tma_load_3d(sq + ATT90_T64_BYTES, &map_do64, h * ATT90_HS, i * 64, b, &st_full[s]);
+                }
         }
         return;
     }
@@ -660,9 +690,9 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
     for (int ti = 0;; ti++) {
         const int t = att90_read_tile(bars, kv_full, ti);
         if (t >= n_tiles) break;
-        int kt, bh;
-        att90_tile(t, BH, n_kt, G, false, &kt, &bh);
-        const int b = bh / NH, h = bh % NH, kb = ti & 1;
+        int kt, bk;
+        att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
+        const int b = bk / NKV, hk = bk % NKV, kb = ti & 1;
         const int key0 = kt * 128 + 64 * cw + 16 * w + g;  // this thread's keys: key0, key0 + 8
         const uint32_t k_addr = sm90_smem(skv + kb * 2 * ATT90_KV_BYTES) + cw * 8192;
         const uint32_t v_addr = k_addr + ATT90_KV_BYTES;
@@ -672,7 +702,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
         // the zeros are set before any product is in flight (else ptxas serializes them: C7515)
         sm90_fence_acc(dk);
         sm90_fence_acc(dv);
-        const int n = n_q64 - 2 * kt;
+        const int n = n_q64 - 2 * kt, n_steps = grp * n;  // query tiles per head; steps over the group
         att90_dkv_ctx c = {sst, st_full, st_empty, rows, it, kt, key0, tq, lt, scale_log2};
         float lq[16], dd[16];
         uint32_t ka[16], va[16];
@@ -691,18 +721,22 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
             sm90_fence_acc(st);
             sm90_fence_acc(dpt);
         }
-        // per query tile i: P^T and dS^T of tile i are formed while tile i-1's dV and dK
-        // products run; then tile i+1's S^T, dP^T and tile i's dV, dK are issued together
-        for (int i = 0; i + 1 < n; i++) att90_dkv_step<true>(c, i, st, dpt, dk, dv, lq, dd, ka, va);
-        att90_dkv_step<false>(c, n - 1, st, dpt, dk, dv, lq, dd, ka, va);
+        // per step i (query tile qi of its head): P^T and dS^T of step i are formed while step
+        // i-1's dV and dK products run; then step i+1's S^T, dP^T and step i's dV, dK are issued
+        // together (across the heads of a group as within one)
+        for (int i = 0, qi = 0; i + 1 < n_steps; i++) {
+            att90_dkv_step<true>(c, i, GQA ? qi : i, st, dpt, dk, dv, lq, dd, ka, va);
+            if (GQA && ++qi == n) qi = 0;
+        }
+        att90_dkv_step<false>(c, n_steps - 1, n - 1, st, dpt, dk, dv, lq, dd, ka, va);
         if (lt == 0) sm90_mbar_arrive(&kv_empty[kb]);  // K, V read for the last time
-        it += n;
+        it += n_steps;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int key = key0 + 8 * r;
             if (key < T) {
-                floatX *dkrow = dqkv + ((size_t)b * T + key) * 3 * (size_t)C + C + (size_t)h * ATT90_HS + 2 * tq;
-                floatX *dvrow = dkrow + C;
+                const size_t at = ((size_t)b * T + key) * (size_t)ldkv + (size_t)hk * ATT90_HS + 2 * tq;
+                floatX *dkrow = dK + at, *dvrow = dV + at;
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     *reinterpret_cast<uint32_t *>(dkrow + 8 * j) =
@@ -715,15 +749,16 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __gri
 #endif
 }
 
-// dQ of 128 queries of one (b, h) per work tile, heaviest first; each consumer warpgroup owns
-// 64 of them and walks the 64-key tiles up to the diagonal:
+// dQ of 128 queries of one (b, h) per work tile (BH = B NH heads of n_qt tiles), heaviest first;
+// each consumer warpgroup owns 64 of them and walks the 64-key tiles (of K/V head h / group) up
+// to the diagonal:
 //   S = Q K^T, dP = dO V^T (Q, dO as A from registers, read once a tile), P from the saved lse,
 //   dS = P (dP - D);  dQ += dS K (dS from registers)
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
-att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid_constant__ CUtensorMap map_qkv64,
-                    const __grid_constant__ CUtensorMap map_do128, floatX *__restrict__ dqkv,
-                    const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH, int BH,
-                    int n_qt, int G, float scale_log2, float scale) {
+att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_constant__ CUtensorMap map_do128,
+                    const __grid_constant__ CUtensorMap map_k64, const __grid_constant__ CUtensorMap map_v64,
+                    floatX *__restrict__ dQ, const float *__restrict__ lse, const float *__restrict__ Dvec, int T,
+                    int NH, int group, int ldq, int BH, int n_qt, int G, float scale_log2, float scale) {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -757,10 +792,10 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
             if (t >= n_tiles) break;
             int qt, bh;
             att90_tile(t, BH, n_qt, G, true, &qt, &bh);
-            const int b = bh / NH, h = bh % NH, qb = ti & 1;
+            const int b = bh / NH, h = bh % NH, hk = h / group, qb = ti & 1;  // hk: the head's K/V head
             uint8_t *sq = sqd + qb * 2 * ATT90_KV_BYTES;
             sm90_mbar_expect_tx(&q_full[qb], 2 * ATT90_KV_BYTES);
-            sm90_tma_load_3d(sq, &map_qkv128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
+            sm90_tma_load_3d(sq, &map_q128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
             sm90_tma_load_3d(sq + ATT90_KV_BYTES, &map_do128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
             const int n = min(2 * qt + 2, n_k64);
             for (int j = 0; j < n; j++, it++) {
@@ -768,8 +803,8 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
                 uint8_t *sk = sst + s * 2 * ATT90_T64_BYTES;
                 sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
                 sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
-                sm90_tma_load_3d(sk, &map_qkv64, C + h * ATT90_HS, j * 64, b, &st_full[s]);
-                sm90_tma_load_3d(sk + ATT90_T64_BYTES, &map_qkv64, 2 * C + h * ATT90_HS, j * 64, b, &st_full[s]);
+                sm90_tma_load_3d(sk, &map_k64, hk * ATT90_HS, j * 64, b, &st_full[s]);
+                sm90_tma_load_3d(sk + ATT90_T64_BYTES, &map_v64, hk * ATT90_HS, j * 64, b, &st_full[s]);
             }
         }
         return;
@@ -826,7 +861,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_qkv128, const __grid
         for (int r = 0; r < 2; r++) {
             const int row = row0 + 8 * r;
             if (row < T) {
-                floatX *dqrow = dqkv + ((size_t)b * T + row) * 3 * (size_t)C + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *dqrow = dQ + ((size_t)b * T + row) * (size_t)ldq + (size_t)h * ATT90_HS + 2 * tq;
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     *reinterpret_cast<uint32_t *>(dqrow + 8 * i) =
@@ -844,9 +879,10 @@ static int att90_enabled = 1;  // attention_set_sm90: 0 sends every call to atte
 
 static inline void attention_set_sm90(int on) { att90_enabled = on; }
 
-// Whether the Hopper forward runs this call (see the requirements above).
-static inline int attention_sm90_usable(const floatX *qkv, int C, int NH) {
-    if (!att90_enabled || NH <= 0 || C % NH != 0 || C / NH != ATT90_HS || !aligned16(qkv)) return 0;
+// Whether the Hopper kernels run a call of head size hs (see the requirements above; the
+// caller has checked the rest of the call).
+static inline int attention_sm90_usable(int hs) {
+    if (!att90_enabled || hs != ATT90_HS) return 0;
     static signed char avail[ATT90_MAX_DEVICES + 1];  // per device: 0 not asked yet, 1 yes, -1 no
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ATT90_MAX_DEVICES) dev = ATT90_MAX_DEVICES;
@@ -854,23 +890,22 @@ static inline int attention_sm90_usable(const floatX *qkv, int C, int NH) {
     return avail[dev] > 0;
 }
 
-// out (B,T,C) = causal attention of qkv (B,T,3C), lse (B,NH,T) (skipped when NULL), on the
-// Hopper kernel; the caller has checked attention_sm90_usable.
-// sizes within the kernels' int arithmetic (work tiles, token and column coordinates)
-static inline void att90_check(int B, int T, int C, int NH) {
+// sizes within the kernels' int arithmetic (work tiles, token coordinates)
+static inline void att90_check(int B, int T, int NH) {
     require((long long)B * NH * ((T + 63) / 64) <= 2147483647LL, "attention (Hopper): B * NH * T / 64 exceeds 2^31");
-    require(T <= 2147483647 - 256 && 3LL * C <= 2147483647LL, "attention (Hopper): T or C too large");
+    require(T <= 2147483647 - 256, "attention (Hopper): T too large");
 }
 
-// A tensor map of a (B, T, cols) bf16 tensor (qkv: cols = 3C; dout: C) in boxes of one head
-// (64 columns) by `rows` tokens of one sequence; tokens past T read as zeros.
-static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int T, int B, int rows) {
+// A tensor map of the heads of a (B, T, ld) bf16 tensor whose rows start at p, ld elements
+// apart: `cols` = heads * 64 columns (q: NH heads, k and v: NKV, dout: NH with ld = NH * 64), in
+// boxes of one head (64 columns) by `rows` tokens of one sequence; tokens past T read as zeros.
+static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int ld, int T, int B, int rows) {
     sm90_matrix m;
     m.ptr = p;
     m.rows = T;
     m.cols = cols;
-    m.ld = cols;
-    cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * cols));
+    m.ld = ld;
+    cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * ld));
 }
 
 // Persistent CTAs: one per SM (at most one per work tile). The first call on a device also
@@ -882,7 +917,9 @@ static inline unsigned att90_grid(long long tiles) {
     require(dev < ATT90_MAX_DEVICES, "attention (Hopper): device index past ATT90_MAX_DEVICES");
     if (sms[dev] == 0) {
         cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT90_SMEM));
-        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ATT90_BWD_SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        ATT90_BWD_SMEM));
         cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        ATT90_BWD_SMEM));
@@ -904,39 +941,58 @@ static inline int att90_group(unsigned grid, int n, int BH) {
     return G < 1 ? 1 : G > BH ? BH : G;
 }
 
-static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
-                                          cudaStream_t s) {
-    att90_check(B, T, C, NH);
-    CUtensorMap map;
-    att90_map(&map, qkv, 3 * C, T, B, ATT90_BM);
+// out (B, T, NH 64) = causal attention of q (rows ldq apart, NH heads) over k and v (rows ldkv
+// apart, NKV heads, NKV dividing NH), lse (B, NH, T) (skipped when NULL), on the Hopper kernel;
+// the caller (attention.cuh) has checked the call and attention_sm90_usable.
+static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
+                                          int B, int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
+    att90_check(B, T, NH);
+    CUtensorMap mq, mk, mv;
+    att90_map(&mq, q, NH * ATT90_HS, ldq, T, B, ATT90_BM);
+    att90_map(&mk, k, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
+    att90_map(&mv, v, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
     const int n_qt = (T + ATT90_BM - 1) / ATT90_BM, BH = B * NH;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)ATT90_HS);
     const unsigned grid = att90_grid((long long)n_qt * BH);
-    att90_fwd_kernel<<<grid, ATT90_THREADS, ATT90_SMEM, s>>>(map, out, lse, T, C, NH, BH, n_qt,
+    att90_fwd_kernel<<<grid, ATT90_THREADS, ATT90_SMEM, s>>>(mq, mk, mv, out, lse, T, NH, NH / NKV, BH, n_qt,
                                                              att90_group(grid, n_qt, BH), scale_log2);
     cudaLaunchCheck("att90_fwd_kernel");
 }
 
-// dqkv (B,T,3C) = the gradient through the forward's (out, lse) given dout (B,T,C) and the
-// row dot products Dvec = rowsum(dout * out) (B,NH,T), on the Hopper kernels; the caller has
-// checked attention_sm90_usable and computed Dvec (attention.cuh's attention_backward).
-static inline void attention_backward_sm90(floatX *dqkv, const float *Dvec, const floatX *dout, const floatX *qkv,
-                                           const float *lse, int B, int T, int C, int NH, cudaStream_t s) {
-    att90_check(B, T, C, NH);
-    CUtensorMap qkv128, qkv64, do64, do128;
-    att90_map(&qkv128, qkv, 3 * C, T, B, 128);
-    att90_map(&qkv64, qkv, 3 * C, T, B, 64);
-    att90_map(&do64, dout, C, T, B, 64);
-    att90_map(&do128, dout, C, T, B, 128);
-    const int BH = B * NH, n_t128 = (T + 127) / 128;
+// dq, dk, dv (the layouts of q, k, v) = the gradient through the forward's (out, lse) given dout
+// (B, T, NH 64) and the row dot products Dvec = rowsum(dout * out) (B, NH, T), on the Hopper
+// kernels; the caller has checked the call and attention_sm90_usable and computed Dvec
+// (attention.cuh's attention_backward). The dK/dV kernel's work tiles are per K/V head (B NKV
+// of them per key tile), the dQ kernel's per query head; each has its own grid and head groups.
+static inline void attention_backward_sm90(floatX *dq, floatX *dk, floatX *dv, const float *Dvec, const floatX *dout,
+                                           const floatX *q, const floatX *k, const floatX *v, const float *lse, int B,
+                                           int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
+    att90_check(B, T, NH);
+    CUtensorMap k128, v128, q64, do64, q128, do128, k64, v64;
+    att90_map(&k128, k, NKV * ATT90_HS, ldkv, T, B, 128);
+    att90_map(&v128, v, NKV * ATT90_HS, ldkv, T, B, 128);
+    att90_map(&q64, q, NH * ATT90_HS, ldq, T, B, 64);
+    att90_map(&do64, dout, NH * ATT90_HS, NH * ATT90_HS, T, B, 64);
+    att90_map(&q128, q, NH * ATT90_HS, ldq, T, B, 128);
+    att90_map(&do128, dout, NH * ATT90_HS, NH * ATT90_HS, T, B, 128);
+    att90_map(&k64, k, NKV * ATT90_HS, ldkv, T, B, 64);
+    att90_map(&v64, v, NKV * ATT90_HS, ldkv, T, B, 64);
+    const int BH = B * NH, BKV = B * NKV, group = NH / NKV, n_t128 = (T + 127) / 128;
     const float scale = 1.0f / sqrtf((float)ATT90_HS), scale_log2 = 1.4426950408889634f * scale;
-    const unsigned grid = att90_grid((long long)n_t128 * BH);
-    const int G = att90_group(grid, n_t128, BH);
-    att90_bwd_dkv_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do64, dqkv, lse, Dvec, T, C, NH, BH,
-                                                                      n_t128, G, scale_log2, scale);
+    const unsigned grid_kv = att90_grid((long long)n_t128 * BKV);
+    const int G_kv = att90_group(grid_kv, n_t128, BKV);
+    if (group == 1) {
+        att90_bwd_dkv_kernel<false><<<grid_kv, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(
+            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, 1, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
+    } else {
+        att90_bwd_dkv_kernel<true><<<grid_kv, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(
+            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, group, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
+    }
     cudaLaunchCheck("att90_bwd_dkv_kernel");
-    att90_bwd_dq_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(qkv128, qkv64, do128, dqkv, lse, Dvec, T, C, NH, BH,
-                                                                     n_t128, G, scale_log2, scale);
+    const unsigned grid = att90_grid((long long)n_t128 * BH);
+    att90_bwd_dq_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(q128, do128, k64, v64, dq, lse, Dvec, T, NH, group,
+                                                                     ldq, BH, n_t128, att90_group(grid, n_t128, BH),
+                                                                     scale_log2, scale);
     cudaLaunchCheck("att90_bwd_dq_kernel");
 }
 
