@@ -33,7 +33,7 @@ LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
                      llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/matmul_sm90.cuh \
                      llmc/rmsnorm.cuh llmc/rope.cuh llmc/swiglu.cuh llmc/step_profile.h \
-                     llmc/model.cuh llmc/models.cuh llmc/gpt2.cuh \
+                     llmc/model.cuh llmc/models.cuh llmc/gpt2.cuh llmc/llama.cuh \
                      $(COMMON_HEADERS)
 TEST_HEADERS := test/test_util.h test/fixture.h test/vp_comm.h flce/flce_ref.h
 
@@ -92,7 +92,7 @@ train_gpt: train_gpt.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(FLCE_HEADERS) $(B
 $(BUILD)/gpt2_ref.o: test/gpt2_ref.c test/gpt2_ref.h flce/flce_ref.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu_kernels_*.cuh) $(LLMC_HEADERS) \
+$(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu_*.cuh) $(LLMC_HEADERS) \
                          $(LLMC_CUDA_HEADERS) $(TEST_HEADERS) $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -I. -o $@ test/test_train_gpu.cu $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o \
 	    $(BUILD)/libflce.a $(NVCC_LIBS)
@@ -165,8 +165,12 @@ test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_l
       $(BUILD)/libflce.so
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
+# the Llama / Qwen family's reference comes from transformers, run there (python3 with torch and
+# transformers): scripts/export_llama_fixture.py writes it into LLAMA_FIXTURE_DIR first
+LLAMA_FIXTURE_DIR ?= $(BUILD)/llama_fixtures
 test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu
-	@{ $(BUILD)/test_gpu test/fixtures; $(BUILD)/test_train_gpu; } 2>&1 | tee $(BUILD)/test_gpu.log; \
+	@{ $(BUILD)/test_gpu test/fixtures; python3 scripts/export_llama_fixture.py $(LLAMA_FIXTURE_DIR); \
+	   LLAMA_FIXTURE_DIR=$(LLAMA_FIXTURE_DIR) $(BUILD)/test_train_gpu; } 2>&1 | tee $(BUILD)/test_gpu.log; \
 	 $(call sum_suites,2,$(BUILD)/test_gpu.log)
 
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------

@@ -713,14 +713,15 @@ int main(int argc, char **argv) {
     require_ok(dataloader_init_checked(&val_loader, cfg.val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 0, 1, err,
                                        sizeof(err)) == 0 &&
                dataloader_set_vocab_checked(&val_loader, spec.vocab_size, err, sizeof(err)) == 0, err);
-    Tokenizer tok;
-    tokenizer_init(&tok, "data/gpt2_tokenizer.bin");  // missing: a warning and ids; malformed: an error
-    const int eot = tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
+    Tokenizer tok;  // the family's, to decode samples (missing: a warning and ids; malformed: an error)
+    memset(&tok, 0, sizeof(tok));
+    if (spec.tokenizer != NULL) tokenizer_init(&tok, spec.tokenizer);
+    const int eot = spec.sample_start >= 0 ? spec.sample_start : tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
     const int start_token = sampler_start_token(eot, spec.vocab_size);
     const int sample_every = start_token >= 0 ? cfg.sample_every : 0;
     if (main_rank && cfg.sample_every > 0 && start_token < 0)
-        printf("note: no samples: the tokenizer's end-of-text id %d is outside the model's vocabulary of %d tokens\n",
-               eot, spec.vocab_size);
+        printf("note: no samples: the start token %d is outside the model's vocabulary of %d tokens\n", eot,
+               spec.vocab_size);
     const char *out_dir = cfg.out_dir;
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;

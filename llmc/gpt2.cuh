@@ -73,7 +73,8 @@ static void gpt2_model_alloc(Model *m, int B, int T, int recompute) {
     g->ln1_rstd = gpt2_actf(m, L * BT);
     g->ln2_mean = gpt2_actf(m, L * BT);
     g->ln2_rstd = gpt2_actf(m, L * BT);
-    g->att_saved_bytes = attention_saved_bytes(B, T, (int)C, NH);
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, (int)C / NH);  // q, k, v: views of qkv
+    g->att_saved_bytes = attention_saved_bytes(&att);
     g->att_saved = (unsigned char *)model_alloc_act(m, L * g->att_saved_bytes);
     g->lnf_mean = gpt2_actf(m, BT);
     g->lnf_rstd = gpt2_actf(m, BT);
@@ -85,7 +86,7 @@ static void gpt2_model_alloc(Model *m, int B, int T, int recompute) {
     g->dqkv = gpt2_act(m, BT * 3 * C);
     g->dfch = gpt2_act(m, BT * 4 * C);
     g->ln_scratch = gpt2_actf(m, layernorm_backward_scratch_floats((int)BT, (int)C));
-    g->att_scratch = (unsigned char *)model_alloc_act(m, attention_scratch_bytes(B, T, (int)C, NH));
+    g->att_scratch = (unsigned char *)model_alloc_act(m, attention_scratch_bytes(&att));
     cudaCheck(cudaMalloc(&g->inputs, BT * sizeof(int)));
     encoder_buckets_init(&g->buckets, B, T, c->channels);
 }
@@ -104,6 +105,7 @@ static void gpt2_model_forward(Model *m, int B, int T, cudaStream_t s) {
     const GPT2Config *c = gpt2_config_of(m->spec);
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;  // per-layer slices
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, C / NH);  // q, k, v: views of qkv
     GPT2Model *a = gpt2_impl(m);
     const GPT2Params *p = &a->params;
     encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C, s);
@@ -117,7 +119,8 @@ static void gpt2_model_forward(Model *m, int B, int T, cudaStream_t s) {
         const size_t lc = (size_t)l * C, lcc = (size_t)l * C * C;  // layer l's slice of (L, C) and (L, C, C)
         layernorm_forward(ln1, a->ln1_mean + ml, a->ln1_rstd + ml, residual, p->ln1w + lc, p->ln1b + lc, (int)BT, C, s);
         matmul_forward(m->mm, qkv, NULL, ln1, p->qkvw + 3 * lcc, p->qkvb + 3 * lc, (int)BT, C, 3 * C, s);
-        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, B, T, C, NH, s);
+        attention_forward(atty, a->att_saved + (size_t)l * a->att_saved_bytes, a->att_scratch, qkv, qkv + C,
+                          qkv + 2 * C, &att, s);
         // the projections add the residual stream in their GEMM (res2 = residual + ..., res3 = res2 + ...)
         matmul_forward_residual(m->mm, res2, residual, atty, p->attprojw + lcc, p->attprojb + lc, (int)BT, C, C, s);
         layernorm_forward(ln2, a->ln2_mean + ml, a->ln2_rstd + ml, res2, p->ln2w + lc, p->ln2b + lc, (int)BT, C, s);
@@ -134,6 +137,7 @@ static void gpt2_model_backward(Model *m, int B, int T, const GradReadyHook *hoo
     const GPT2Config *c = gpt2_config_of(m->spec);
     const int C = c->channels, NH = c->num_heads, L = c->num_layers;
     const size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;
+    const AttentionShape att = attention_shape_packed(B, T, NH, NH, C / NH);  // q, k, v: views of qkv
     GPT2Model *a = gpt2_impl(m);
     const GPT2Params *p = &a->params;
     const GPT2FloatTensors *g = &a->grads;
@@ -162,8 +166,8 @@ static void gpt2_model_backward(Model *m, int B, int T, const GradReadyHook *hoo
         // attention
         matmul_backward(m->mm, a->datty, g->attprojw + lcc, NULL, a->dresidual, atty, p->attprojw + lcc, NULL, (int)BT,
                         C, C, s);
-        attention_backward(a->dqkv, a->att_scratch, a->datty, qkv, atty, a->att_saved + (size_t)l * a->att_saved_bytes,
-                           B, T, C, NH, s);
+        attention_backward(a->dqkv, a->dqkv + C, a->dqkv + 2 * C, a->att_scratch, a->datty, qkv, qkv + C, qkv + 2 * C,
+                           atty, a->att_saved + (size_t)l * a->att_saved_bytes, &att, s);
         matmul_backward(m->mm, dln, g->qkvw + 3 * lcc, g->qkvb + 3 * lc, a->dqkv, ln1, p->qkvw + 3 * lcc, NULL, (int)BT,
                         C, 3 * C, s);
         layernorm_backward_colsum(a->dresidual, g->ln1w + lc, g->ln1b + lc, l > 0 ? g->fcprojb + lc - C : NULL,

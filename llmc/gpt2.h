@@ -444,6 +444,8 @@ static inline void gpt2_spec(const GPT2Config *c, ModelSpec *s) {
     gpt2_parameter_tensors(c, t);
     model_spec_set_tensors(s, t, GPT2_NUM_TENSORS);
     s->head = 0;  // wte
+    s->tokenizer = "data/gpt2_tokenizer.bin";
+    s->sample_start = -1;  // the tokenizer's <|endoftext|>
 }
 
 static inline int gpt2_family_write(const char *path, const ModelSpec *s, const uint16_t *params, int sync, char *err,

@@ -63,6 +63,7 @@ layout): int32 header[256], then the bf16 parameters of the table, in its order.
 #include "mfu.h"
 #include "model.h"
 #include "rand.h"
+#include "rope.h"
 
 #define LLAMA_MODEL_MAGIC 20241202
 #define LLAMA_MODEL_VERSION_BF16 1
@@ -178,6 +179,18 @@ static inline void llama_point_floats(LlamaFloatTensors *p, float *base, const L
 
 // ----------------------------------------------------------------------------
 // checks
+
+// The rotary embedding of the configuration, in llmc/rope.h's terms (its tables and checks).
+static inline void llama_rope_of(const LlamaConfig *c, RopeConfig *r) {
+    memset(r, 0, sizeof(*r));
+    r->type = c->rope_scaling == LLAMA_ROPE_LLAMA3 ? ROPE_LLAMA3 : ROPE_DEFAULT;
+    r->head_dim = c->head_dim;
+    r->theta = c->rope_theta;
+    r->factor = c->rope_factor;
+    r->low_freq_factor = c->rope_low_freq_factor;
+    r->high_freq_factor = c->rope_high_freq_factor;
+    r->original_max_position_embeddings = c->rope_original_max_position_embeddings;
+}
 
 // Checks every field; 0, or -1 with a message naming the field (its Hugging Face name).
 static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err_len) {
@@ -929,6 +942,8 @@ static inline void llama_spec(const LlamaConfig *c, ModelSpec *s) {
     const int n = llama_parameter_tensors(c, t);
     model_spec_set_tensors(s, t, n);
     s->head = c->tie_word_embeddings ? 0 : n - 1;  // embed is first, lm_head last
+    s->tokenizer = NULL;  // samples as token ids (no tokenizer.json reader yet)
+    s->sample_start = c->bos_token_id >= 0 ? c->bos_token_id : c->eos_token_id >= 0 ? c->eos_token_id : 0;
 }
 
 static inline int llama_family_write(const char *path, const ModelSpec *s, const uint16_t *params, int sync, char *err,

@@ -62,6 +62,8 @@ typedef struct {
     ParameterTensor tensors[MODEL_MAX_TENSORS];
     size_t num_parameters;
     int head;               // the tensor of the LM head's weight (Vp, C): the embedding when tied
+    const char *tokenizer;  // the tokenizer file that decodes samples (NULL: printed as token ids)
+    int sample_start;       // the token a sample starts from (-1: the tokenizer's end-of-text)
     union {                 // the family's own configuration (its *_config_of reads it)
         double align;
         unsigned char bytes[MODEL_CONFIG_BYTES];

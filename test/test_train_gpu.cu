@@ -14,7 +14,9 @@ test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
      update of its slice, slice boundaries inside tensors, gives bitwise the ZeRO-0 parameters
      and its slice of master, m, v, and its slice's squared norm ZeRO-0's; a backward with
      gradient buckets (-ov 1) leaves bitwise the same gradients. The real collectives run in
-     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs).
+     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs);
+  7. the Llama / Qwen2.5 family against transformers (test/gpu_llama_model.cuh): loss, logits,
+     every gradient and 10 AdamW steps of two small models with the real vocabularies.
 The trainer runs in bf16 against PyTorch's fp32/fp64, so the bounds are bf16's: they are
 printed with the measured errors.
 */
@@ -28,6 +30,7 @@ printed with the measured errors.
 #include "gpu_kernels_basic.cuh"
 #include "gpu_kernels_llama.cuh"
 #include "gpu_kernels_matmul.cuh"
+#include "gpu_llama_model.cuh"
 
 // bf16 activations against PyTorch's fp64: on an H200 (2026-11-30, fp32 logits) the loss was
 // 6e-6 off, the gradients 2e-3..7e-3 (rel L2 per tensor), the 10-step AdamW losses within 2e-4;
@@ -406,5 +409,6 @@ int main(void) {
     test_resume_bitwise(0);
     test_recompute_modes();
     test_zero();
+    test_llama_vs_transformers();
     return test_summary();
 }
