@@ -292,10 +292,6 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
         llmc_set_error(err, err_len, "rms_norm_eps %g must be finite and > 0", c->rms_norm_eps);
         return -1;
     }
-    if (!(c->rope_theta > 0.0) || !isfinite(c->rope_theta)) {
-        llmc_set_error(err, err_len, "rope_theta %g must be finite and > 0", c->rope_theta);
-        return -1;
-    }
     if (!(c->initializer_range > 0.0) || !isfinite(c->initializer_range)) {
         llmc_set_error(err, err_len, "initializer_range %g must be finite and > 0", c->initializer_range);
         return -1;
@@ -309,34 +305,15 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
                            c->rope_original_max_position_embeddings);
             return -1;
         }
-    } else if (c->rope_scaling == LLAMA_ROPE_LLAMA3) {
-        // transformers' _validate_llama3_parameters: factor >= 1, high_freq_factor >
-        // low_freq_factor; low_freq_factor and original_max_position_embeddings divide, so > 0.
-        // (original >= max_position_embeddings only draws a warning there, and is accepted here.)
-        if (!(c->rope_factor >= 1.0) || !isfinite(c->rope_factor)) {
-            llmc_set_error(err, err_len, "rope_scaling factor %g must be finite and >= 1", c->rope_factor);
-            return -1;
-        }
-        if (!(c->rope_low_freq_factor > 0.0) || !isfinite(c->rope_low_freq_factor)) {
-            llmc_set_error(err, err_len, "rope_scaling low_freq_factor %g must be finite and > 0",
-                           c->rope_low_freq_factor);
-            return -1;
-        }
-        if (!(c->rope_high_freq_factor > c->rope_low_freq_factor) || !isfinite(c->rope_high_freq_factor)) {
-            llmc_set_error(err, err_len, "rope_scaling high_freq_factor %g must be finite and > low_freq_factor %g",
-                           c->rope_high_freq_factor, c->rope_low_freq_factor);
-            return -1;
-        }
-        if (c->rope_original_max_position_embeddings < 1) {
-            llmc_set_error(err, err_len, "rope_scaling original_max_position_embeddings %d must be >= 1",
-                           c->rope_original_max_position_embeddings);
-            return -1;
-        }
-    } else {
+    } else if (c->rope_scaling != LLAMA_ROPE_LLAMA3) {
         llmc_set_error(err, err_len, "rope_scaling %d is neither %d (none) nor %d (llama3)", c->rope_scaling,
                        LLAMA_ROPE_NONE, LLAMA_ROPE_LLAMA3);
         return -1;
     }
+    // rope_theta and the llama3 scaling's fields (transformers' _validate_llama3_parameters)
+    RopeConfig rc;
+    llama_rope_of(c, &rc);
+    if (rope_config_check(&rc, err, err_len) != 0) return -1;
     // the parameter count in 64 bits, leaving room for 4-byte elements in an int64 file size
     // (every size is an int and, by the checks above, NH hd = C and NKV <= NH, so each product
     // below is under 3 * 2^62; sums of a few terms under the limit, 2^61, cannot wrap)

@@ -5,7 +5,10 @@ header says what they hold), made on the GPU machine by `make test-gpu` into the
 LLAMA_FIXTURE_DIR names. For each model: the loss of one batch, the logits of a few
 positions, every parameter's gradient, bitwise repeatability, the rotary frequencies, and
 10 AdamW steps' losses. Bounds: the loss within 2e-3 relative, logits and gradients within
-2e-2 relative L2 (bf16 parameters and activations against fp64), the AdamW trace within 1e-2.
+2e-2 relative L2 (bf16 parameters and activations against fp64), the AdamW trace within 1e-2
+relative (its bf16 parameters' stochastic rounding is of the size of lr 1e-4's updates, so the
+trace drifts from the fp64 one by a few 1e-3 over 10 steps as the loss falls fast on one batch).
+-r 0 (the SwiGLU outputs kept) gives bitwise the gradients of -r 1 (recomputed).
 Included by test/test_train_gpu.cu after train_gpt.cu.
 */
 #ifndef TEST_GPU_LLAMA_MODEL_CUH
@@ -200,6 +203,18 @@ static void test_llama_fixture(const char *dir, const char *name) {
     cudaCheck(cudaMemcpy(grads2, t.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     test_check(memcmp(grads, grads2, n * sizeof(float)) == 0, "%s: the same batch twice: bitwise the same gradients",
                name);
+    {
+        Trainer k;  // -r 0: every layer's SwiGLU output kept from the forward
+        trainer_build(&k, &spec);
+        trainer_upload_params(&k, f.params);
+        trainer_alloc(&k, f.B, f.T, (size_t)512 << 20, 1, 1, 0);
+        llama_fixture_step(&k, &f, s);
+        cudaCheck(cudaMemcpy(grads2, k.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        test_check(memcmp(grads, grads2, n * sizeof(float)) == 0 && k.act_bytes > t.act_bytes,
+                   "%s: -r 0 (%zu more activation bytes): bitwise the gradients of -r 1", name,
+                   k.act_bytes - t.act_bytes);
+        trainer_free(&k);
+    }
     // 10 AdamW steps from the fixture's parameters, the trainer's update
     trainer_upload_params(&t, f.params);
     cudaCheck(cudaMemset(t.m, 0, n * sizeof(float)));
@@ -210,12 +225,13 @@ static void test_llama_fixture(const char *dir, const char *name) {
         const float norm = trainer_grad_norm(&t, s);
         const float scale = f.clip > 0.0f && norm > f.clip ? f.clip / norm : 1.0f;
         trainer_update(&t, f.lr, f.beta1, f.beta2, f.eps, f.wd, scale, k + 1, s);
-        const double e = fabs((double)l - f.losses[k]);
+        const double e = fabs((double)l - f.losses[k]) / f.losses[k];
         if (!(e <= worst)) worst = e;
         printf("      %s step %2d: loss %.6f vs transformers %.6f, norm %.4f vs %.4f\n", name, k + 1, l, f.losses[k],
                norm, f.norms[k]);
     }
-    test_check(worst < 1e-2, "%s: %d AdamW steps' losses within %.2e of transformers' (bound 1e-2)", name, f.S, worst);
+    test_check(worst < 1e-2, "%s: %d AdamW steps' losses within %.2e relative of transformers' (bound 1e-2)", name,
+               f.S, worst);
     free(grads);
     free(grads2);
     trainer_free(&t);

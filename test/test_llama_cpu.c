@@ -707,15 +707,15 @@ static void test_config_check(void) {
     BAD_("eos -2", "eos_token_id -2", eos_token_id, -2)
     BAD_("eps 0", "rms_norm_eps 0 must be finite and > 0", rms_norm_eps, 0.0)
     BAD_("eps NaN", "rms_norm_eps nan must be finite", rms_norm_eps, NAN)
-    BAD_("theta -1", "rope_theta -1 must be finite and > 0", rope_theta, -1.0)
-    BAD_("theta inf", "rope_theta inf must be finite", rope_theta, INFINITY)
+    BAD_("theta -1", "rope_theta -1 must be a finite number > 0", rope_theta, -1.0)
+    BAD_("theta inf", "rope_theta inf must be a finite number", rope_theta, INFINITY)
     BAD_("initializer_range 0", "initializer_range 0 must be finite and > 0", initializer_range, 0.0)
     BAD_("rope_scaling 2", "rope_scaling 2 is neither 0 (none) nor 1 (llama3)", rope_scaling, 2)
-    BAD_("factor < 1", "rope_scaling factor 0.5 must be finite and >= 1", rope_factor, 0.5)
-    BAD_("factor NaN", "rope_scaling factor nan", rope_factor, NAN)
-    BAD_("low 0", "rope_scaling low_freq_factor 0 must be finite and > 0", rope_low_freq_factor, 0.0)
-    BAD_("high == low", "rope_scaling high_freq_factor 1 must be finite and > low_freq_factor 1", rope_high_freq_factor, 1.0)
-    BAD_("original 0", "rope_scaling original_max_position_embeddings 0 must be >= 1",
+    BAD_("factor < 1", "rope_scaling.factor 0.5 must be a finite number >= 1", rope_factor, 0.5)
+    BAD_("factor NaN", "rope_scaling.factor nan", rope_factor, NAN)
+    BAD_("low 0", "rope_scaling.low_freq_factor 0 must be a finite number > 0", rope_low_freq_factor, 0.0)
+    BAD_("high == low", "rope_scaling.high_freq_factor 1 must be finite and greater than low_freq_factor 1", rope_high_freq_factor, 1.0)
+    BAD_("original 0", "rope_scaling.original_max_position_embeddings 0 must be >= 1",
          rope_original_max_position_embeddings, 0)
     BAD_("no scaling but a factor", "rope_scaling none with factor 8", rope_scaling, LLAMA_ROPE_NONE)
 #undef BAD_

@@ -160,8 +160,8 @@ static float train_step(Trainer *m, DataLoader *loader, int B, int T, int step, 
 }
 
 // 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses (at
-// ZeRO stage zero on one rank; its losses into out[4] when given)
-static void test_resume_bitwise(int zero, float *out = NULL) {
+// ZeRO stage zero on one rank; its losses into out[4] when given), for the model of -e model
+static void test_resume_bitwise(int zero, float *out = NULL, const char *model = "d6") {
     const int B = 4, T = 64, steps = 4, at = 2;
     char dir[] = "/tmp/train_gpt_resume_XXXXXX";
     if (!test_check(mkdtemp(dir) != NULL, "mkdtemp for the resume test")) return;
@@ -173,7 +173,7 @@ static void test_resume_bitwise(int zero, float *out = NULL) {
     single.nproc = 1;
     {
         Trainer m;
-        build_model(&m, "d6", &single, zero);
+        build_model(&m, model, &single, zero);
         trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -186,7 +186,7 @@ static void test_resume_bitwise(int zero, float *out = NULL) {
     }
     {
         Trainer m;
-        build_model(&m, "d6", &single, zero);
+        build_model(&m, model, &single, zero);
         trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -202,8 +202,8 @@ static void test_resume_bitwise(int zero, float *out = NULL) {
         same &= memcmp(&straight[k], &resumed[k], sizeof(float)) == 0;
     }
     test_check(same && isfinite(straight[steps - 1]) && straight[steps - 1] < straight[0],
-               "-z %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
-               zero, straight[0], straight[steps - 1]);
+               "%s -z %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
+               model, zero, straight[0], straight[steps - 1]);
     if (out != NULL) memcpy(out, straight, sizeof(float) * steps);
     char path[CHECKPOINT_PATH_MAX];
     for (int r = -1; r <= 1; r++) {  // the step's files, so that the directory can go
@@ -410,5 +410,7 @@ int main(void) {
     test_recompute_modes();
     test_zero();
     test_llama_vs_transformers();
+    test_resume_bitwise(0, NULL, "qwen-test");  // the Llama family's checkpoints (tied head, biases)
+    test_resume_bitwise(1, NULL, "llama-test");  // and ZeRO-1's layout of its table (untied head)
     return test_summary();
 }
