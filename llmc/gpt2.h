@@ -432,17 +432,10 @@ static inline const ModelFamily *gpt2_family(void);
 
 // The spec of a checked configuration: the table, the sizes, wte as the (tied) LM head.
 static inline void gpt2_spec(const GPT2Config *c, ModelSpec *s) {
-    memset(s, 0, sizeof(*s));
-    s->family = gpt2_family();
-    memcpy(s->config.bytes, c, sizeof(*c));
-    s->vocab_size = c->vocab_size;
-    s->padded_vocab_size = c->padded_vocab_size;
-    s->channels = c->channels;
-    s->num_layers = c->num_layers;
-    s->max_seq_len = c->max_seq_len;
     ParameterTensor t[GPT2_NUM_TENSORS];
     gpt2_parameter_tensors(c, t);
-    model_spec_set_tensors(s, t, GPT2_NUM_TENSORS);
+    model_spec_init(s, gpt2_family(), c, sizeof(*c), c->vocab_size, c->padded_vocab_size, c->channels, c->num_layers,
+                    c->max_seq_len, t, GPT2_NUM_TENSORS);
     s->head = 0;  // wte
     s->tokenizer = "data/gpt2_tokenizer.bin";
     s->sample_start = -1;  // the tokenizer's <|endoftext|>

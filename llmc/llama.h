@@ -907,17 +907,10 @@ static inline const ModelFamily *llama_family(void);
 
 // The spec of a checked configuration: the table, the sizes, the LM head (lm_head, or embed when tied).
 static inline void llama_spec(const LlamaConfig *c, ModelSpec *s) {
-    memset(s, 0, sizeof(*s));
-    s->family = llama_family();
-    memcpy(s->config.bytes, c, sizeof(*c));
-    s->vocab_size = c->vocab_size;
-    s->padded_vocab_size = c->padded_vocab_size;
-    s->channels = c->hidden_size;
-    s->num_layers = c->num_hidden_layers;
-    s->max_seq_len = c->max_position_embeddings;
     ParameterTensor t[LLAMA_MAX_TENSORS];
     const int n = llama_parameter_tensors(c, t);
-    model_spec_set_tensors(s, t, n);
+    model_spec_init(s, llama_family(), c, sizeof(*c), c->vocab_size, c->padded_vocab_size, c->hidden_size,
+                    c->num_hidden_layers, c->max_position_embeddings, t, n);
     s->head = c->tie_word_embeddings ? 0 : n - 1;  // embed is first, lm_head last
     s->tokenizer = NULL;  // samples as token ids (no tokenizer.json reader yet)
     s->sample_start = c->bos_token_id >= 0 ? c->bos_token_id : c->eos_token_id >= 0 ? c->eos_token_id : 0;

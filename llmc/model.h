@@ -94,8 +94,19 @@ static inline const ParameterTensor *model_tensor(const ModelSpec *s, const char
     return NULL;
 }
 
-// Fills the spec's table and parameter count from nt tensors laid out by model_tensor_spec.
-static inline void model_spec_set_tensors(ModelSpec *s, const ParameterTensor *t, int nt) {
+// A family's spec: its configuration (config_bytes of it), the sizes, and nt tensors laid out
+// by model_tensor_spec (the parameter count follows); head, tokenizer and sample_start are the
+// caller's to set.
+static inline void model_spec_init(ModelSpec *s, const ModelFamily *family, const void *config, size_t config_bytes,
+                                   int V, int Vp, int C, int L, int max_seq_len, const ParameterTensor *t, int nt) {
+    memset(s, 0, sizeof(*s));
+    s->family = family;
+    memcpy(s->config.bytes, config, config_bytes);
+    s->vocab_size = V;
+    s->padded_vocab_size = Vp;
+    s->channels = C;
+    s->num_layers = L;
+    s->max_seq_len = max_seq_len;
     s->num_tensors = nt;
     memcpy(s->tensors, t, (size_t)nt * sizeof(*t));
     s->num_parameters = nt > 0 ? t[nt - 1].offset + t[nt - 1].numel : 0;

@@ -937,6 +937,51 @@ static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int n
     return rc;
 }
 
+// The Llama family's table through ZeRO's arithmetic: every element in exactly one bucket,
+// layer l's slices of the stacked tensors in bucket l, embed, lnfw and lm_head in the last,
+// ZeRO-1 pieces within their owner's slice.
+static void test_zero_llama(void) {
+    const char *models[] = {"qwen-test", "llama-test"};
+    for (int mi = 0; mi < 2; mi++) {
+        char err[512] = "";
+        ModelSpec spec;
+        if (model_load_checked(models[mi], 0, &spec, NULL, err, sizeof(err)) != 0) {
+            test_check(0, "load %s: %s", models[mi], err);
+            continue;
+        }
+        const size_t n = spec.num_parameters;
+        const int L = spec.num_layers;
+        int ok = 1;
+        for (int nproc = 1; nproc <= 3 && ok; nproc++)
+            for (int stage = 0; stage <= 1 && ok; stage++) {
+                ZeroLayout z;
+                ok &= zero_layout(&z, n, nproc, 0, stage, err, sizeof(err)) == 0;
+                unsigned char *seen = (unsigned char *)calloc(n, 1);
+                ZeroPiece *pc = (ZeroPiece *)malloc((size_t)zero_bucket_pieces_max(&z, &spec) * sizeof(ZeroPiece));
+                for (int b = 0; b < zero_num_buckets(&spec) && ok; b++) {
+                    const int np = zero_bucket_pieces(&z, &spec, b, pc);
+                    for (int k = 0; k < np && ok; k++)
+                        for (size_t i = pc[k].offset; i < pc[k].offset + pc[k].count && ok; i++) {
+                            // the tensor of element i, and the bucket it belongs in
+                            int ti = 0;
+                            while (ti + 1 < spec.num_tensors && spec.tensors[ti + 1].offset <= i) ti++;
+                            const ParameterTensor *t = &spec.tensors[ti];
+                            const int want = t->layered ? (int)((i - t->offset) / (t->numel / (size_t)L)) : L;
+                            ok &= seen[i] == 0 && want == b &&
+                                  (stage == 0 ? pc[k].owner == -1 : pc[k].owner == zero_owner(&z, i));
+                            seen[i] = 1;
+                        }
+                }
+                for (size_t i = 0; i < n && ok; i++) ok &= seen[i] == 1;
+                free(seen);
+                free(pc);
+            }
+        test_check(ok, "%s (%d tensors, %s head): on 1-3 processes at -z 0 and 1 every parameter in exactly one "
+                   "bucket, its layer's or the last (embed, lnfw, lm_head), ZeRO-1 pieces owned by their slice's rank",
+                   models[mi], spec.num_tensors, spec.head == 0 ? "tied" : "untied");
+    }
+}
+
 static void test_zero_checkpoints(void) {
     printf("-- checkpoint.h with ZeRO-1: per-rank state files, resume of another shape refused\n");
     char err[1024] = "", dir[256], path[CHECKPOINT_PATH_MAX];
@@ -1463,6 +1508,7 @@ int main(int argc, char **argv) {
     test_schedules_sampler_mfu();
     test_checkpoint_protocol();
     test_zero_layout();
+    test_zero_llama();
     test_zero_checkpoints();
     test_link_tcp();
     test_link_fs();
