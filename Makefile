@@ -23,6 +23,12 @@ NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[sm_$(GPU_COMP
 endif
 NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Icommon -Iflce -Itest
 NVCC_LIBS := -lcublasLt -lcublas
+# cJSON (Debian's libcjson-dev) reads and writes Hugging Face's JSON: config.json, tokenizer.json,
+# the safetensors header. On a machine without it installed, CJSON_DIR points at an unpacked
+# copy (dpkg -x of libcjson-dev and libcjson1): its include/ and lib/ are used.
+CJSON_DIR ?=
+CJSON_CFLAGS := $(if $(CJSON_DIR),-I$(CJSON_DIR)/usr/include)
+CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(CJSON_DIR)/usr/lib/x86_64-linux-gnu) -lcjson
 
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
