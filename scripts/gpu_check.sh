@@ -4,7 +4,7 @@
 # tokens against tiktoken, and run the dev/ benchmark. Logs go to $OUT (default gpu_logs/);
 # a short table is printed last.
 #   scripts/gpu_check.sh [build] [test] [fixtures] [tokens] [gemm-sm90] [attention] [matmul-bench] [pytest] [train-profile] [bench-check] [bench] [bench-flce] [bench-timing] [bench-noat] [gemm-algos] [bench-peers] [ncu-flce] [ncu-src]
-#                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-flags] [train-mpi]
+#                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-llama] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
 #                        [train-ab] [att-ab]
@@ -52,7 +52,8 @@
 #   pytest: the Python binding's GPU tests; train-profile: a B=64 run with TRAIN_PROFILE=1;
 #   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
-#   cuBLASLt path; train-bmax: B=256; bench-flce: the flce rows of the benchmark only.
+#   cuBLASLt path; train-bmax: B=256; train-llama: the published Qwen2.5 and Llama 3.2 shapes from random
+#   init, 12 steps each; bench-flce: the flce rows of the benchmark only.
 #   bench-peers (not in the default list): scripts/bench_peers.py, flce through its binding against
 #   the Python peers in one process (the carried .whl/ wheels installed into /tmp/peers/site-packages, the split one
 #   reassembled first: the script's header says how), $OUT/peers.md and $OUT/peers.png;
@@ -61,7 +62,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-steps="${*:-build test fixtures tokens gemm-sm90 attention matmul-bench pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-flags}"
+steps="${*:-build test fixtures tokens gemm-sm90 attention matmul-bench pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-llama train-flags}"
 declare -A result
 # the multi-GPU runs: one configuration, so that their losses compare ($MG_ARGS to change it), on
 # $MG_NP processes under mpirun (default 2; the -pn pairs of train-fs/tcp/nompi/fault-* are 2)
@@ -453,6 +454,10 @@ for s in $steps; do
     train-fa) run_step train_b64_fa timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fa 1 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
+    train-llama) for m in qwen2.5-0.5b:32:1024 qwen2.5-1.5b:16:1024 llama3.2-1b:8:2048 llama3.2-3b:4:2048; do
+                     IFS=: read -r name b t <<< "$m"
+                     run_step "train_$name" timeout 300 ./train_gpt -e "$name" -b "$b" -t "$t" -x 12 -v 0 -s 0
+                 done ;;
     train-mpi) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
                    run_step train_mpi timeout 300 mpirun --allow-run-as-root -np $MG_NP ./train_gpt $MG_ARGS -o /tmp/mpi_run -n 10 ;;
     train-fs) rm -rf /tmp/train_fs_dir && mkdir -p /tmp/train_fs_dir
