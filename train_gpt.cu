@@ -10,7 +10,8 @@ rest: data, the flat parameter and gradient buffers, AdamW, ZeRO, the gradient r
 its overlap, the LM head, checkpoints, sampling and logging.
 
 Precision: bf16 parameters and activations, fp32 master weights, fp32 gradients (every
-backward kernel accumulates into them, so gradient accumulation is free) and fp32 AdamW state.
+backward kernel accumulates into them, so gradient accumulation is free) and fp32 AdamW state
+(-bm 1: AdamW's m and v in bf16, stochastically rounded; llmc/adamw.cuh says why).
 Everything is deterministic: fixed-order reductions, no floating-point atomics, seeded
 stochastic rounding; a resumed run continues with bitwise the same losses.
 
@@ -55,8 +56,10 @@ typedef struct {
     Model model;                          // the family's forward and backward (llmc/model.cuh)
     floatX *params_memory;                // bf16, the table's order; zero.padded elements (padding 0)
     float *grads_memory;                  // fp32; zero.padded elements (padding 0)
-    float *master, *m, *v;                // fp32 master weights and AdamW moments: zero.opt_count
-                                          // elements, those of parameters [zero.opt_lo, ...)
+    float *master;                        // fp32 master weights, and AdamW's moments m, v (floatX
+    void *m, *v;                          // with -bm 1, else float): zero.opt_count elements each,
+                                          // those of parameters [zero.opt_lo, ...)
+    int bf16_moments;                     // -bm 1: m, v are floatX
     // the ranks: the slices of the flat vector, the gradient buckets
     MultiGpu *mg;                         // NULL: one process
     ZeroLayout zero;
@@ -116,15 +119,20 @@ static void *trainer_alloc_zeroed(size_t bytes) {
     return p;
 }
 
+// The bytes of one AdamW moment (m or v) element
+static size_t trainer_moment_bytes(const Trainer *m) { return m->bf16_moments ? sizeof(floatX) : sizeof(float); }
+
 // The model of spec (checked: model_load_checked) on the device, for rank mg->rank of
 // mg->nproc processes (mg NULL: one process) at ZeRO stage zero_stage (-z), reducing gradients
-// in buckets during the backward when overlap (-ov; several processes only): gradients and
-// AdamW moments zero, the parameters for trainer_upload_params or trainer_upload_checkpoint to fill.
+// in buckets during the backward when overlap (-ov; several processes only), AdamW's moments
+// in bf16 when bf16_moments (-bm 1): gradients and AdamW moments zero, the parameters for
+// trainer_upload_params or trainer_upload_checkpoint to fill.
 static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL, int zero_stage = 0,
-                          int overlap = 1) {
+                          int overlap = 1, int bf16_moments = 0) {
     memset(m, 0, sizeof(*m));
     m->spec = *spec;
     m->mg = mg;
+    m->bf16_moments = bf16_moments ? 1 : 0;
     char err[256];
     require(zero_layout(&m->zero, m->spec.num_parameters, mg ? mg->nproc : 1, mg ? mg->rank : 0, zero_stage, err,
                         sizeof(err)) == 0, err);
@@ -134,8 +142,8 @@ static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL
     m->params_memory = (floatX *)trainer_alloc_zeroed(z->padded * sizeof(floatX));
     m->grads_memory = (float *)trainer_alloc_zeroed(z->padded * sizeof(float));
     m->master = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
-    m->m = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
-    m->v = (float *)trainer_alloc_zeroed(z->opt_count * sizeof(float));
+    m->m = trainer_alloc_zeroed(z->opt_count * trainer_moment_bytes(m));  // bf16 or fp32 zeros alike
+    m->v = trainer_alloc_zeroed(z->opt_count * trainer_moment_bytes(m));
     m->norm_partials = (float *)trainer_alloc_zeroed((size_t)z->nproc * sizeof(float));
     Model *model = &m->model;
     model->spec = &m->spec;
@@ -166,14 +174,29 @@ static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL
 }
 
 // A loaded checkpoint on the device: parameters, this rank's share of master weights and AdamW
-// moments (checkpoint_load_checked read it for the same layout).
+// moments (checkpoint_load_checked read it for the same layout, checkpoint_moments_for_run
+// made its moments this trainer's precision: bf16 ones are bf16 values, rounded here exactly).
 static void trainer_upload_checkpoint(Trainer *m, const Checkpoint *ck) {
     const size_t share = m->zero.opt_count;
     require(ck->zero.opt_lo == m->zero.opt_lo && ck->zero.opt_count == share,
             "trainer_upload_checkpoint: the checkpoint was loaded for another ZeRO layout (a bug)");
+    require(ck->state.bf16_moments == m->bf16_moments,
+            "trainer_upload_checkpoint: the checkpoint's moments are not of this trainer's precision "
+            "(checkpoint_moments_for_run first; a bug)");
     trainer_upload(m, ck->params, ck->master);
-    cudaCheck(cudaMemcpy(m->m, ck->state.m, share * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->v, ck->state.v, share * sizeof(float), cudaMemcpyHostToDevice));
+    if (m->bf16_moments) {
+        uint16_t *bf = (uint16_t *)malloc_check((share ? share : 1) * sizeof(uint16_t));
+        const float *src[2] = {ck->state.m, ck->state.v};
+        void *dst[2] = {m->m, m->v};
+        for (int b = 0; b < 2; b++) {
+            floats_to_bf16(src[b], bf, share);
+            cudaCheck(cudaMemcpy(dst[b], bf, share * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        }
+        free(bf);
+    } else {
+        cudaCheck(cudaMemcpy(m->m, ck->state.m, share * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->v, ck->state.v, share * sizeof(float), cudaMemcpyHostToDevice));
+    }
 }
 
 static void *trainer_alloc_act(Trainer *m, size_t bytes) {
@@ -528,7 +551,8 @@ static float trainer_grad_norm(Trainer *m, cudaStream_t s) {
 // and hashes each element's index within its tensor. One launch (adamw_update_multi) over this
 // rank's share (llmc/zero.h): every tensor under ZeRO-0, the parts of the tensors within the
 // rank's slice under ZeRO-1, each element getting bitwise its ZeRO-0 update; then the ranks
-// all-gather their slices of the bf16 parameters.
+// all-gather their slices of the bf16 parameters. The moments are fp32 or bf16 (-bm 1): the
+// kernel's instantiation for their type, the slices' offsets in elements either way.
 static void trainer_update(Trainer *m, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int t, cudaStream_t s) {
     const ZeroLayout *z = &m->zero;
@@ -544,8 +568,12 @@ static void trainer_update(Trainer *m, float lr, float beta1, float beta2, float
         tensors[k].weight_decay = m->spec.tensors[i].weight_decay ? weight_decay : 0.0f;
         tensors[k].seed = (unsigned int)(t * 1000003u + (unsigned int)i * 7919u + 42u);
     }
-    adamw_update_multi(m->params_memory, m->master, m->grads_memory, m->m, m->v, tensors, nr, lr, beta1, beta2, t,
-                       eps, grad_scale, NULL, s);
+    if (m->bf16_moments)
+        adamw_update_multi(m->params_memory, m->master, m->grads_memory, (floatX *)m->m, (floatX *)m->v, tensors, nr,
+                           lr, beta1, beta2, t, eps, grad_scale, NULL, s);
+    else
+        adamw_update_multi(m->params_memory, m->master, m->grads_memory, (float *)m->m, (float *)m->v, tensors, nr,
+                           lr, beta1, beta2, t, eps, grad_scale, NULL, s);
     if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->params_memory, z->slice * sizeof(floatX), s);
 }
 
@@ -605,8 +633,21 @@ static void download_floats(float *dst, const float *src, size_t n) {
     cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
+// n AdamW moments of the trainer's precision as fp32 (bf16 ones widened: exact)
+static void download_moments(const Trainer *m, float *dst, const void *src, size_t n) {
+    if (!m->bf16_moments) {
+        download_floats(dst, (const float *)src, n);
+        return;
+    }
+    uint16_t *bf = (uint16_t *)malloc_check((n ? n : 1) * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(bf, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    bf16_to_floats(bf, dst, n);
+    free(bf);
+}
+
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
-// (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1).
+// (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1; bf16
+// moments widened to fp32 and marked so, llmc/checkpoint.h).
 static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
     char err[1024];
     const size_t n = m->spec.num_parameters, share = m->zero.opt_count;
@@ -621,13 +662,14 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     st.process_rank = mg->rank;
     st.use_master_weights = 1;
     st.zero_stage = m->zero.stage;
+    st.bf16_moments = m->bf16_moments;
     st.step = step;
     st.num_parameters = share;
     st.m = (float *)malloc_check((share ? share : 1) * sizeof(float));
     st.v = (float *)malloc_check((share ? share : 1) * sizeof(float));
     st.master_weights = (float *)malloc_check((share ? share : 1) * sizeof(float));
-    download_floats(st.m, m->m, share);
-    download_floats(st.v, m->v, share);
+    download_moments(m, st.m, m->m, share);
+    download_moments(m, st.v, m->v, share);
     download_floats(st.master_weights, m->master, share);
     if (dataloader_get_state(loader, &st.loader) != 0) {
         fprintf(stderr, "Error: cannot capture the data loader state\n");
@@ -733,6 +775,10 @@ int main(int argc, char **argv) {
         require_ok(resumed >= 0, err);
         if (main_rank && resumed && err[0]) printf("note: %s\n", err);  // a newer checkpoint was incomplete
         if (main_rank && !resumed) printf("%s: starting fresh\n", err);
+        // the moments in this run's precision (-bm): a checkpoint of the other one is converted, once, with a note
+        char note[512];
+        if (resumed && checkpoint_moments_for_run(&ck, cfg.bf16_moments, note, sizeof(note)) && main_rank)
+            printf("note: %s\n", note);
     }
     const int start_step = resumed ? ck.step : 0;
     require_ok(train_config_steps(&cfg, train_loader.num_tokens, start_step, err, sizeof(err)) == 0, err);
@@ -768,7 +814,7 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&s));
     step_profile_init();
     Trainer model;
-    trainer_build(&model, &spec, &mg, cfg.zero_stage, cfg.overlap);
+    trainer_build(&model, &spec, &mg, cfg.zero_stage, cfg.overlap, cfg.bf16_moments);
     if (resumed) trainer_upload_checkpoint(&model, &ck);
     else trainer_upload_params(&model, init_params);
     free(init_params);
@@ -821,6 +867,8 @@ int main(int argc, char **argv) {
         snprintf(reduce_text, sizeof(reduce_text), mg.nproc == 1 ? "none (one process)"
                  : model.overlap ? "per layer, under the backward (-ov 1)" : "after the backward (-ov 0)");
         printf("| %-21s | %-50s |\n", "ZeRO stage", zero_text);
+        printf("| %-21s | %-50s |\n", "AdamW m, v",
+               model.bf16_moments ? "bf16, stochastically rounded (-bm 1)" : "fp32 (-bm 0)");
         printf("| %-21s | %-50s |\n", "gradient reduction", reduce_text);
         printf("| %-21s | %-50s |\n", "flce logits", cfg.flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
         printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
@@ -829,11 +877,13 @@ int main(int argc, char **argv) {
         printf("+-----------------------+----------------------------------------------------+\n");
         const double full_logits = (double)B * T * c->padded_vocab_size * sizeof(floatX);
         const ZeroLayout *z = &model.zero;
-        const double opt = z->opt_count * 4.0 / gib;
-        printf("memory per GPU: params %.3f GiB (bf16), grads %.3f GiB, master %.3f GiB, m %.3f GiB, v %.3f GiB (fp32%s),\n"
+        const double opt = z->opt_count * 4.0 / gib, mom = z->opt_count * (double)trainer_moment_bytes(&model) / gib;
+        printf("memory per GPU: params %.3f GiB (bf16), grads %.3f GiB (fp32), master %.3f GiB (fp32), m %.3f GiB, "
+               "v %.3f GiB (%s)%s,\n"
                "        activations %.3f GiB, flce workspace %.3f GiB (chunks of %lld tokens%s); full bf16 logits "
-               "would have been %.2f GiB more\n", z->padded * 2.0 / gib, z->padded * 4.0 / gib, opt, opt, opt,
-               z->stage == 1 ? ": master, m, v of this GPU's slice alone" : "", model.act_bytes / gib,
+               "would have been %.2f GiB more\n", z->padded * 2.0 / gib, z->padded * 4.0 / gib, opt, mom, mom,
+               model.bf16_moments ? "bf16" : "fp32", z->stage == 1 ? "; master, m, v of this GPU's slice alone" : "",
+               model.act_bytes / gib,
                model.flce_ws_bytes / gib, (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes),
                model.tp ? " of every rank's, over this rank's rows" : "", full_logits / gib);
     }

@@ -29,6 +29,30 @@ of a tensor whose optimizer state lives elsewhere (ZeRO-1, llmc/zero.h: a rank k
 m and v of its slice of the flat vector only): state_offset places it in master, m and v, and
 index0, its first element's index within the whole tensor, keeps each element's random bits
 those of the unsliced update.
+
+The moments m and v are fp32 or bf16 (the trainer's -bm 1: half their memory, 4 bytes per
+parameter instead of 8; Llama-3.1-8B then fits one H200), the moment type TM a template
+parameter of the kernels and their launchers (float or floatX; the pointer's type picks it).
+The fp32 instantiation's operations are those of the fp32-only kernels before it (the same
+machine code). With bf16 moments each element's m and v
+are widened to fp32, the step is the same fp32 arithmetic (the weight's update uses the fp32 m
+and v of this step), and the new m and v are stored rounded to bf16 stochastically, with 16
+random bits each from adamw_moment_hash(seed, index): the parameter's hash on another stream
+(index + 2^63), so independent of the parameter's rounding, and the same under ZeRO-1's
+slicing (the index within the tensor, as the parameter's).
+
+Why stochastic rounding for the moments: a bf16 moment has 8 significant bits (a spacing of
+0.4-0.8% of its value), and with round-to-nearest an update smaller than half that spacing
+is lost, every step. m moves by (1 - beta1)(g - m) and v by (1 - beta2)(g^2 - v): with the
+trainer's beta2 = 0.95, v would stop following g^2 once they differ by less than 4-8%, and
+with beta2 = 0.999 v could never decay by its 0.1% a step (g -> 0) at all: a biased,
+stalling optimizer state. Rounded stochastically, each stored moment is the fp32 recursion's
+value in expectation, at a cost of under one bf16 spacing of noise per step (under 0.8% of
+m, 0.4% of sqrt(v)), far below the gradient's own. llm.q (IST-DASLab/llmq, src/kernels/adamw.cu)
+does the same for its bf16 v and bf16/fp8 m (its random bits: rotations of the parameter's for
+v, and a fixed seed for m), as does an llm.c-derived AdamW with bf16 `floatOpt` moments (m and
+v from rotations of the parameter's bits); here the moments' bits are a separate stream of the
+hash, uncorrelated with the parameter's and changing with each step's seed.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -71,6 +95,14 @@ __host__ __device__ static inline uint32_t adamw_sr_hash(unsigned int seed, size
     return (uint32_t)x;
 }
 
+// The moments' random bits (bf16 moments): the same hash at index + 2^63, a stream that no
+// parameter index reaches, so independent of the parameter's bits; m takes the low 16 bits, v
+// the high 16. Host and device alike.
+#define ADAMW_MOMENT_STREAM 0x8000000000000000ull
+__host__ __device__ static inline uint32_t adamw_moment_hash(unsigned int seed, size_t idx) {
+    return adamw_sr_hash(seed, (size_t)((uint64_t)idx + ADAMW_MOMENT_STREAM));
+}
+
 // bf16 bits of x rounded stochastically with 16 random bits: adding r in [0, 2^16) to the
 // fp32 bits and truncating rounds the magnitude up with probability (low 16 bits) / 2^16.
 // NaN stays a (quiet) NaN; infinities stay; values within a rounding of the largest finite
@@ -108,17 +140,38 @@ static __device__ __forceinline__ floatX adamw_param(float pn, int has_master, u
     return has_master ? __ushort_as_bfloat16(adamw_sr_bf16_bits(pn, adamw_sr_hash(seed, i))) : __float2bfloat16_rn(pn);
 }
 
-static __global__ void adamw_kernel(floatX *params, float *master, const float *grads, float *m, float *v,
+// A moment as fp32: fp32 as is, bf16 widened (exact)
+static __device__ __forceinline__ float adamw_moment_load(const float *p) { return *p; }
+static __device__ __forceinline__ float adamw_moment_load(const floatX *p) { return __bfloat162float(*p); }
+
+// The new m and v of the element of index i within its tensor (hashed with seed): fp32 as
+// they are; bf16 rounded stochastically with the two halves of adamw_moment_hash's bits
+static __device__ __forceinline__ void adamw_moments_store(float *m, float *v, float mi, float vi, unsigned int seed,
+                                                           size_t i) {
+    (void)seed;
+    (void)i;
+    *m = mi;
+    *v = vi;
+}
+static __device__ __forceinline__ void adamw_moments_store(floatX *m, floatX *v, float mi, float vi, unsigned int seed,
+                                                           size_t i) {
+    const uint32_t r = adamw_moment_hash(seed, i);
+    *m = __ushort_as_bfloat16(adamw_sr_bf16_bits(mi, r));
+    *v = __ushort_as_bfloat16(adamw_sr_bf16_bits(vi, r >> 16));
+}
+
+// TM: the moments' type, float or floatX (bf16)
+template <typename TM>
+static __global__ void adamw_kernel(floatX *params, float *master, const float *grads, TM *m, TM *v,
                                     size_t n, AdamWConsts k, float grad_scale, const float *grad_scale_dev,
                                     unsigned int seed) {
     const float scale = grad_scale_dev != NULL ? __fmul_rn(grad_scale, *grad_scale_dev) : grad_scale;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float mi = m[i], vi = v[i], pn;
+        float mi = adamw_moment_load(m + i), vi = adamw_moment_load(v + i), pn;
         adamw_math(grads[i], mi, vi, master != NULL ? master[i] : __bfloat162float(params[i]), pn, k,
                    k.weight_decay, scale);
-        m[i] = mi;
-        v[i] = vi;
+        adamw_moments_store(m + i, v + i, mi, vi, seed, i);
         if (master != NULL) master[i] = pn;
         params[i] = adamw_param(pn, master != NULL, seed, i);
     }
@@ -127,7 +180,8 @@ static __global__ void adamw_kernel(floatX *params, float *master, const float *
 // As adamw_update, with the gradient scale multiplied by *grad_scale_dev when that is not NULL:
 // the clipping factor computed on the device by clip_scale (global_norm.cuh) is used without
 // a host synchronisation.
-static inline void adamw_update_scaled(floatX *params, float *master, const float *grads, float *m, float *v,
+template <typename TM>
+static inline void adamw_update_scaled(floatX *params, float *master, const float *grads, TM *m, TM *v,
                                        size_t n, float lr, float beta1, float beta2, int t, float eps,
                                        float weight_decay, float grad_scale, const float *grad_scale_dev,
                                        unsigned int seed, cudaStream_t s) {
@@ -146,8 +200,9 @@ static inline void adamw_update_scaled(floatX *params, float *master, const floa
 }
 
 // One AdamW step (t >= 1, counted from 1) over n elements: params (bf16, =), master (fp32, =, or
-// NULL), m, v (fp32, updated in place), grads (fp32, read; scaled by grad_scale first).
-static inline void adamw_update(floatX *params, float *master, const float *grads, float *m, float *v, size_t n,
+// NULL), m, v (fp32 or bf16, updated in place), grads (fp32, read; scaled by grad_scale first).
+template <typename TM>
+static inline void adamw_update(floatX *params, float *master, const float *grads, TM *m, TM *v, size_t n,
                                 float lr, float beta1, float beta2, int t, float eps, float weight_decay,
                                 float grad_scale, unsigned int seed, cudaStream_t s) {
     adamw_update_scaled(params, master, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale,
@@ -187,8 +242,9 @@ typedef struct {
 // knows). Each element gets adamw_math with the tensor's decay and seed and its index within
 // the tensor (index0 + its index in the entry): the same bits as adamw_update on that tensor
 // alone, in any launch shape and however the tensor is cut into entries.
+template <typename TM>
 static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
-    adamw_multi_kernel(floatX *params, float *master, const float *grads, float *m, float *v, AdamWTable tab,
+    adamw_multi_kernel(floatX *params, float *master, const float *grads, TM *m, TM *v, AdamWTable tab,
                        AdamWConsts k, float grad_scale, const float *grad_scale_dev) {
     const float scale = grad_scale_dev != NULL ? __fmul_rn(grad_scale, *grad_scale_dev) : grad_scale;
     int t = 0;
@@ -203,8 +259,8 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
         const size_t i = base + (size_t)it * ADAMW_MULTI_BLOCK + threadIdx.x;
         if (i < n) {
             g[it] = grads[o + i];
-            mi[it] = m[so + i];
-            vi[it] = v[so + i];
+            mi[it] = adamw_moment_load(m + so + i);
+            vi[it] = adamw_moment_load(v + so + i);
             p[it] = master != NULL ? master[so + i] : __bfloat162float(params[o + i]);
         }
     }
@@ -214,8 +270,7 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
         if (i < n) {
             float pn;
             adamw_math(g[it], mi[it], vi[it], p[it], pn, k, wd, scale);
-            m[so + i] = mi[it];
-            v[so + i] = vi[it];
+            adamw_moments_store(m + so + i, v + so + i, mi[it], vi[it], seed, i0 + i);
             if (master != NULL) master[so + i] = pn;
             params[o + i] = adamw_param(pn, master != NULL, seed, i0 + i);
         }
@@ -223,12 +278,14 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
 }
 
 // One AdamW step (t >= 1) over n_tensors tensors of the flat buffers params (bf16), master (fp32
-// or NULL), grads, m, v, in one launch: tensors[i] gives each one's ranges, weight decay, seed
-// and first index. The per-tensor constants are those of adamw_update_scaled; the result is
-// bitwise that of one adamw_update_scaled call per whole tensor (with tensor i's pointers at
-// offset, its decay and seed), the entries of a cut tensor together giving that tensor's.
-// grad_scale_dev as adamw_update_scaled (NULL: none). Ranges must not overlap.
-static inline void adamw_update_multi(floatX *params, float *master, const float *grads, float *m, float *v,
+// or NULL), grads (fp32), m, v (TM: fp32 or bf16), in one launch: tensors[i] gives each one's
+// ranges, weight decay, seed and first index. The per-tensor constants are those of
+// adamw_update_scaled; the result is bitwise that of one adamw_update_scaled call per whole
+// tensor (with tensor i's pointers at offset, its decay and seed), the entries of a cut tensor
+// together giving that tensor's. grad_scale_dev as adamw_update_scaled (NULL: none). Ranges
+// must not overlap.
+template <typename TM>
+static inline void adamw_update_multi(floatX *params, float *master, const float *grads, TM *m, TM *v,
                                       const AdamWTensor *tensors, int n_tensors, float lr, float beta1, float beta2,
                                       int t, float eps, float grad_scale, const float *grad_scale_dev,
                                       cudaStream_t s) {

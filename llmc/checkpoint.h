@@ -7,8 +7,9 @@ field and the exact file size and names the file in its error.
 
 Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
     int32 header[256]: [0] = 20240527, [1] = 1, [2] = num_processes, [3] = process_rank,
-        [4] = use_master_weights, [5] = should_shuffle, [6] = ZeRO stage (ours: a slot llm.c
-        leaves 0 and does not read), [10] = step,
+        [4] = use_master_weights, [5] = should_shuffle, [6] = ZeRO stage, [7] = the moments'
+        precision (ours, slots llm.c leaves 0 and does not read: [7] is 1 when m and v hold
+        bf16 values, the trainer's -bm 1, 0 for fp32), [10] = step,
         [20:22] = u64 rng_state, [22:24] = u64 rng_state_last_update,
         [30:32] = u64 current shard idx, [32:34] = u64 current sample idx, the rest 0
     fp32 m[P], fp32 v[P], fp32 master_weights[P] (only if use_master_weights)
@@ -21,6 +22,10 @@ Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
   0 <= rank < num_processes, the 0/1 flags, the ZeRO stage 0 or 1, step >= 0, the shuffle
   section's sizes, the generator, and the exact file size. A ZeRO-1 state is ours: llm.c
   cuts each tensor into nproc parts instead, so its ZeRO-1 files hold another layout.
+  m and v are fp32 in the file whatever the trainer keeps: bf16 moments (-bm 1) are written
+  widened (exact) with header[7] = 1, every value then checked on writing and on reading to be
+  a bf16 value (a file that says so and holds another is corrupt: refused), so that resuming
+  them gives back exactly the bf16 moments of the run: bitwise resume.
 
 A checkpoint of step s in a directory: model_%08d.bin (rank 0), state_%08d_%05d.bin (every
 rank), then an empty DONE_%08d (rank 0) once all of them are written. It resumes only with the
@@ -28,6 +33,14 @@ process count and ZeRO stage that wrote it (each state file holds one rank's sha
 position): another count or stage is an error naming both, never a fresh start. checkpoint_find_latest()
 takes the highest step whose DONE_ marker and files are all present; names that are not
 exactly "DONE_" + digits (such as a left-over "DONE_00000020.tmp") are ignored.
+
+The moments' precision may differ between the checkpoint and the run resuming it: the layout
+is the same, and both ways are well defined, so checkpoint_moments_for_run converts rather than
+refuses (a run moving to a smaller GPU with -bm 1, or back to fp32 moments, does so on
+purpose) and says so in a note that the trainer prints once: fp32 moments resumed with -bm 1
+are rounded to the nearest bf16 (how many values changed), bf16 moments resumed with -bm 0
+continue in fp32 (exact). Only the bitwise continuation of the checkpoint's own setting is
+lost, which the note names.
 
 Why the marker comes off first (checkpoint_write_checked): a step can be written twice (a run
 resumed from an earlier step passes it again). Were the old marker left in place, a crash
@@ -66,6 +79,7 @@ typedef struct {
     int num_processes, process_rank;
     int use_master_weights;
     int zero_stage;            // 0: m, v, master of every parameter; 1: of this rank's slice
+    int bf16_moments;          // header[7]: 1 when m and v hold bf16 values (-bm 1), widened here
     int step;
     uint64_t rng_state, rng_state_last_update;
     size_t num_parameters;     // floats in each of m, v and master_weights (this rank's share)
@@ -83,15 +97,47 @@ static inline void state_free(TrainingState *st) {
     memset(st, 0, sizeof(*st));
 }
 
+// The index of the first of x[0..n) that is not a bf16 value (its low 16 bits not 0), or n.
+static inline size_t state_first_not_bf16_(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof(u));
+        if ((u & 0xffffu) != 0) return i;
+    }
+    return n;
+}
+
+// With bf16 moments: 0 when every value of m and v is a bf16 value, else -1 with a message
+// naming path, the buffer, the index and the value (what), e.g. "a corrupt file?".
+static inline int state_check_bf16_moments_(const TrainingState *st, const char *path, const char *what, char *err,
+                                            size_t err_len) {
+    if (!st->bf16_moments) return 0;
+    for (int b = 0; b < 2; b++) {
+        const float *x = b == 0 ? st->m : st->v;
+        const size_t i = state_first_not_bf16_(x, st->num_parameters);
+        if (i < st->num_parameters) {
+            uint32_t u;
+            memcpy(&u, &x[i], sizeof(u));
+            llmc_set_error(err, err_len, "state file '%s': the moments are marked bf16 (header[7] = 1), and %s[%zu] "
+                           "= %.9g (bits 0x%08x) is not a bf16 value (%s)", path, b == 0 ? "m" : "v", i,
+                           (double)x[i], (unsigned)u, what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static inline int state_write_checked(const char *path, const TrainingState *st, int sync, char *err,
                                       size_t err_len) {
     const DataLoaderState *ls = &st->loader;
     if (st->num_processes < 1 || st->process_rank < 0 || st->process_rank >= st->num_processes ||
         st->step < 0 || (st->use_master_weights != 0 && st->use_master_weights != 1) ||
-        (ls->should_shuffle != 0 && ls->should_shuffle != 1) || (st->zero_stage != 0 && st->zero_stage != 1)) {
+        (ls->should_shuffle != 0 && ls->should_shuffle != 1) || (st->zero_stage != 0 && st->zero_stage != 1) ||
+        (st->bf16_moments != 0 && st->bf16_moments != 1)) {
         llmc_set_error(err, err_len, "state file '%s': bad fields num_processes=%d process_rank=%d "
-                       "step=%d use_master_weights=%d should_shuffle=%d zero_stage=%d", path, st->num_processes,
-                       st->process_rank, st->step, st->use_master_weights, ls->should_shuffle, st->zero_stage);
+                       "step=%d use_master_weights=%d should_shuffle=%d zero_stage=%d bf16_moments=%d", path,
+                       st->num_processes, st->process_rank, st->step, st->use_master_weights, ls->should_shuffle,
+                       st->zero_stage, st->bf16_moments);
         return -1;
     }
     if ((st->num_parameters > 0 && (st->m == NULL || st->v == NULL ||
@@ -102,6 +148,7 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
         llmc_set_error(err, err_len, "state file '%s': missing buffers or bad shuffle sizes", path);
         return -1;
     }
+    if (state_check_bf16_moments_(st, path, "not written", err, err_len) != 0) return -1;
     int32_t header[STATE_HEADER_BYTES / 4];
     memset(header, 0, sizeof(header));
     header[0] = STATE_MAGIC;
@@ -111,6 +158,7 @@ static inline int state_write_checked(const char *path, const TrainingState *st,
     header[4] = st->use_master_weights;
     header[5] = ls->should_shuffle;
     header[6] = st->zero_stage;
+    header[7] = st->bf16_moments;
     header[10] = st->step;
     uint64_t shard_idx = ls->shard_idx, sample_idx = ls->sample_idx;
     memcpy(&header[20], &st->rng_state, 8);
@@ -160,6 +208,7 @@ static inline int state_parse_header_(const int32_t *header, const char *path, T
     st->use_master_weights = header[4];
     st->loader.should_shuffle = header[5];
     st->zero_stage = header[6];
+    st->bf16_moments = header[7];
     st->step = header[10];
     if (st->num_processes < 1 || st->process_rank < 0 || st->process_rank >= st->num_processes) {
         llmc_set_error(err, err_len, "state file '%s': bad process_rank %d / num_processes %d", path,
@@ -174,6 +223,11 @@ static inline int state_parse_header_(const int32_t *header, const char *path, T
     }
     if (st->zero_stage != 0 && st->zero_stage != 1) {
         llmc_set_error(err, err_len, "state file '%s': bad ZeRO stage %d (0 or 1)", path, st->zero_stage);
+        return -1;
+    }
+    if (st->bf16_moments != 0 && st->bf16_moments != 1) {
+        llmc_set_error(err, err_len, "state file '%s': bad moment precision %d in header[7] (0 fp32, 1 bf16)", path,
+                       st->bf16_moments);
         return -1;
     }
     if (st->step < 0) {
@@ -262,6 +316,11 @@ static inline int state_read_checked(const char *path, size_t num_parameters, Tr
     if (llmc_read_exact(fp, st->m, nbytes) != 0 || llmc_read_exact(fp, st->v, nbytes) != 0 ||
         (st->use_master_weights && llmc_read_exact(fp, st->master_weights, nbytes) != 0))
         STATE_FAIL_("state file '%s': read error in the optimizer state", path);
+    if (state_check_bf16_moments_(st, path, "a corrupt file?", err, err_len) != 0) {
+        fclose(fp);
+        state_free(st);
+        return -1;
+    }
 
     if (st->loader.should_shuffle) {
         DataLoaderState *ls = &st->loader;
@@ -687,6 +746,40 @@ static inline int checkpoint_load_checked(const char *dir, const ModelSpec *spec
         checkpoint_free(ck);
         return -1;
     }
+    return 1;
+}
+
+// A loaded checkpoint's AdamW moments for a run that keeps them in bf16 (bf16_moments 1: -bm 1)
+// or in fp32 (0): ck->state.m and v become the values the run starts from, and
+// ck->state.bf16_moments the run's setting. Moments of the run's own precision stay as written
+// (bf16 ones are then exactly the bf16 moments of the run that wrote them). Moments of the
+// other precision are converted (see the top of this file): fp32 ones rounded to the nearest
+// bf16 (deterministic), bf16 ones kept as they are for fp32 (exact). Returns 1 with a note in
+// note saying which and, for the rounding, how many of this rank's values it changed; 0 with
+// note "" when nothing was converted.
+static inline int checkpoint_moments_for_run(Checkpoint *ck, int bf16_moments, char *note, size_t note_len) {
+    TrainingState *st = &ck->state;
+    const int was = st->bf16_moments;
+    st->bf16_moments = bf16_moments ? 1 : 0;
+    llmc_set_error(note, note_len, "%s", "");
+    if (was == st->bf16_moments) return 0;
+    if (!st->bf16_moments) {
+        llmc_set_error(note, note_len, "checkpoint %d's AdamW m, v were kept in bf16 (written with -bm 1): this run "
+                       "(-bm 0) goes on with them in fp32 (exact), not bitwise as a -bm 1 run would", ck->step);
+        return 1;
+    }
+    size_t changed = 0;
+    for (int b = 0; b < 2; b++) {
+        float *x = b == 0 ? st->m : st->v;
+        for (size_t i = 0; i < st->num_parameters; i++) {
+            const float r = float_from_bf16(bf16_from_float(x[i]));
+            if (memcmp(&r, &x[i], sizeof(r)) != 0) changed++;
+            x[i] = r;
+        }
+    }
+    llmc_set_error(note, note_len, "checkpoint %d's AdamW m, v are fp32 (written without -bm 1): rounded to the "
+                   "nearest bf16 for -bm 1 (%zu of this rank's %zu values changed); the run goes on with bf16 moments, "
+                   "not bitwise as a -bm 0 run would", ck->step, changed, 2 * st->num_parameters);
     return 1;
 }
 

@@ -37,6 +37,7 @@ typedef struct {
     int zero_stage;  // -z: 0 every rank keeps the whole optimizer state, 1 its slice (llmc/zero.h)
     int overlap;     // -ov: 1 reduces gradients in buckets while the backward runs
     int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
+    int bf16_moments;  // -bm 1: AdamW's m and v in bf16 (llmc/adamw.cuh), 0 in fp32
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -88,6 +89,9 @@ static const TrainFlag train_flags[] = {
      "              (faster; a run's bits can then differ from another's); default 0"},
     {"-z", 'i', TRAIN_FIELD_(zero_stage), 0, 1, "ZeRO stage (several GPUs): 0 every GPU keeps the fp32 master weights and AdamW's\n"
      "              m, v (default); 1 each GPU keeps its 1/N slice of them (stages 2, 3: not supported)"},
+    {"-bm", 'i', TRAIN_FIELD_(bf16_moments), 0, 1,
+     "AdamW moments: 0 m, v in fp32 (default); 1 in bf16, stochastically rounded\n"
+     "              (half their memory: 4 bytes per parameter less; resume converts either way)"},
     {"-ov", 'i', TRAIN_FIELD_(overlap), 0, 1, "several GPUs: 1 reduces the gradients layer by layer while the backward runs\n"
      "              (default); 0 in one call after it (for measurement)"},
     {"-tp", 'i', TRAIN_FIELD_(tp), 0, 1, "1: the LM head vocabulary-parallel over the processes (flce's vocab_parallel:\n"

@@ -17,9 +17,13 @@ What is checked, per kernel:
 AdamW is also compared with a CPU loop that performs the same fp32 operations in the same
 order (each rounded once, as the kernel's __f*_rn intrinsics) and the same stochastic-rounding
 hash, so master weights and bf16 params are expected to match bit for bit; the multi-tensor
-launch is compared bitwise with one launch per tensor. layernorm_backward_colsum is checked
-against the plain backward (bitwise) and a double sum of its dinp, on the one-pass kernel
-(C up to 2048, every lane count) and the two-kernel path (C = 2056).
+launch is compared bitwise with one launch per tensor. The same with bf16 moments (the trainer's
+-bm 1): m and v bit for bit the CPU's stochastic rounding with adamw_moment_hash's bits,
+unbiased, uncorrelated with the parameters' rounding; the multi-tensor launch's m against the
+CPU's for every tensor's seed, and its ZeRO-1 slices (state_offset, index0) bitwise the
+unsliced. layernorm_backward_colsum is checked against the plain backward (bitwise) and a
+double sum of its dinp, on the one-pass kernel (C up to 2048, every lane count) and the
+two-kernel path (C = 2056).
 */
 #ifndef GPU_KERNELS_BASIC_CUH
 #define GPU_KERNELS_BASIC_CUH
@@ -518,20 +522,41 @@ static inline float gkb_fsub(float a, float b) { return (float)((double)a - (dou
 static inline float gkb_fdiv(float a, float b) { return (float)((double)a / (double)b); }
 static inline float gkb_fsqrt(float a) { return (float)sqrt((double)a); }
 
-// one case: master or not, weight decay or not, a device-side scale or not
+// AdamW's moments on the device, fp32 or bf16 (-bm 1; the values given are bf16 values then),
+// and back as fp32 (bf16 widened: bitwise comparisons of the floats compare the bf16 bits)
+static inline void gkb_put_moments(float *d, const float *x, size_t n) { gkb_put_f32(d, x, n); }
+static inline void gkb_put_moments(floatX *d, const float *x, size_t n) { gkb_put_bf16(d, x, n); }
+static inline void gkb_get_moments(float *x, const float *d, size_t n) { gkb_get_f32(x, d, n); }
+static inline void gkb_get_moments(float *x, const floatX *d, size_t n) { gkb_get_bf16(x, d, n); }
+
+// the bf16 bits of x cut to its upper 16 (a stochastic rounding that went down in magnitude)
+static inline uint16_t gkb_bf16_truncated(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+// one case: master or not, weight decay or not, a device-side scale or not; the moments of type
+// TM: float, or floatX (bf16 moments, -bm 1: stored stochastically rounded)
+template <typename TM = float>
 static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use_dev_scale, uint64_t *st) {
     const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 0.7f, dev_scale = 0.5f;
     const int t = 5;
     const unsigned int seed = 12345u;
+    const int bf16_moments = sizeof(TM) == 2;
     float *master0 = gkb_random(n, 1.0f, 0, st);
     float *p0 = (float *)gkb_xmalloc(n * 4);  // the bf16 params: master rounded to nearest
     for (size_t i = 0; i < n; i++) p0[i] = bf16_bits_to_f32(f32_to_bf16_bits(master0[i]));
-    float *grads = gkb_random(n, 1.0f, 0, st), *m0 = gkb_random(n, 0.1f, 0, st), *v0 = gkb_random(n, 0.01f, 0, st);
+    float *grads = gkb_random(n, 1.0f, 0, st), *m0 = gkb_random(n, 0.1f, bf16_moments, st);
+    float *v0 = gkb_random(n, 0.01f, 0, st);
     for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]) + 1e-6f;
+    if (bf16_moments)  // bf16 moments start from bf16 values
+        for (size_t i = 0; i < n; i++) v0[i] = bf16_bits_to_f32(f32_to_bf16_bits(v0[i]));
 
     floatX *d_p = (floatX *)gkb_dmalloc(n * 2);
     float *d_master = (float *)gkb_dmalloc(n * 4), *d_g = (float *)gkb_dmalloc(n * 4);
-    float *d_m = (float *)gkb_dmalloc(n * 4), *d_v = (float *)gkb_dmalloc(n * 4), *d_scale = (float *)gkb_dmalloc(4);
+    TM *d_m = (TM *)gkb_dmalloc(n * sizeof(TM)), *d_v = (TM *)gkb_dmalloc(n * sizeof(TM));
+    float *d_scale = (float *)gkb_dmalloc(4);
     gkb_put_f32(d_g, grads, n);
     gkb_put_f32(d_scale, &dev_scale, 1);
 
@@ -540,8 +565,8 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
     for (int run = 0; run < 2; run++) {  // run 1 repeats run 0 from the same state: determinism
         gkb_put_bf16(d_p, p0, n);
         gkb_put_f32(d_master, master0, n);
-        gkb_put_f32(d_m, m0, n);
-        gkb_put_f32(d_v, v0, n);
+        gkb_put_moments(d_m, m0, n);
+        gkb_put_moments(d_v, v0, n);
         adamw_update_scaled(d_p, use_master ? d_master : NULL, d_g, d_m, d_v, n, lr, beta1, beta2, t, eps,
                             weight_decay, grad_scale, use_dev_scale ? d_scale : NULL, seed, gkb_stream);
         pbits[run] = (uint16_t *)gkb_xmalloc(n * 2);
@@ -550,8 +575,8 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
         v[run] = (float *)gkb_xmalloc(n * 4);
         gkb_get_bf16_bits(pbits[run], d_p, n);
         gkb_get_f32(master[run], d_master, n);
-        gkb_get_f32(m[run], d_m, n);
-        gkb_get_f32(v[run], d_v, n);
+        gkb_get_moments(m[run], d_m, n);
+        gkb_get_moments(v[run], d_v, n);
     }
 
     // the CPU loop with the kernel's operations, and a double-precision reference (gpt2_ref.c)
@@ -563,6 +588,10 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
     double *ref_v = (double *)gkb_xmalloc(n * sizeof(double));
     size_t master_bad = 0, mv_bad = 0, pbits_exact_bad = 0, p_ulp_bad = 0;
     double sr_err_ulps = 0.0;
+    // bf16 moments: their rounding's mean error (spacings), and how often the parameter's and
+    // m's roundings went up, alone and together (independent bits: together ~ the product)
+    double m_err_ulps = 0.0, v_err_ulps = 0.0;
+    size_t up_p = 0, up_m = 0, up_both = 0;
     for (size_t i = 0; i < n; i++) {
         const float g = gkb_fmul(grads[i], scale);
         const float mi = gkb_fadd(gkb_fmul(k.beta1, m0[i]), gkb_fmul(k.one_minus_beta1, g));
@@ -583,8 +612,21 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
         ref_p[i] = pd - (double)lr * ((md / c1) / (sqrt(vd / c2) + (double)eps) + (double)weight_decay * pd);
 
         if (use_master && fabs((double)master[0][i] - pn) > 1e-6 * fabs((double)pn)) master_bad++;
-        if (fabs((double)m[0][i] - mi) > 1e-6 * fabs((double)mi) || fabs((double)v[0][i] - vi) > 1e-6 * fabs((double)vi))
+        if (bf16_moments) {  // the bits of the CPU's stochastic rounding of its fp32 m, v
+            const uint32_t r = adamw_moment_hash(seed, i);
+            const uint16_t want_m = adamw_sr_bf16_bits(mi, r), want_v = adamw_sr_bf16_bits(vi, r >> 16);
+            mv_bad += f32_to_bf16_bits(m[0][i]) != want_m || f32_to_bf16_bits(v[0][i]) != want_v ||
+                      bf16_bits_to_f32(want_m) != m[0][i] || bf16_bits_to_f32(want_v) != v[0][i];
+            m_err_ulps += ((double)m[0][i] - (double)mi) / gkb_bf16_spacing(mi);
+            v_err_ulps += ((double)v[0][i] - (double)vi) / gkb_bf16_spacing(vi);
+            const int pu = pbits[0][i] != gkb_bf16_truncated(pn), mu = want_m != gkb_bf16_truncated(mi);
+            up_p += pu;
+            up_m += mu;
+            up_both += pu && mu;
+        } else if (fabs((double)m[0][i] - mi) > 1e-6 * fabs((double)mi) ||
+                   fabs((double)v[0][i] - vi) > 1e-6 * fabs((double)vi)) {
             mv_bad++;
+        }
         pbits_exact_bad += pbits[0][i] != want;
         // the bf16 param is within one bf16 spacing of the (CPU) new fp32 value
         const double pv = bf16_bits_to_f32(pbits[0][i]);
@@ -593,21 +635,36 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
         if (use_master) sr_err_ulps += (pv - (double)master[0][i]) / gkb_bf16_spacing(master[0][i]);
     }
     char label[160];
-    snprintf(label, sizeof(label), "adamw_update%s master=%s wd=%g dev_scale=%s n=%zu", use_dev_scale ? "_scaled" : "", use_master ? "fp32" : "NULL",
-             (double)weight_decay, use_dev_scale ? "yes" : "no", n);
+    snprintf(label, sizeof(label), "adamw_update%s master=%s wd=%g dev_scale=%s%s n=%zu",
+             use_dev_scale ? "_scaled" : "", use_master ? "fp32" : "NULL", (double)weight_decay,
+             use_dev_scale ? "yes" : "no", bf16_moments ? " moments=bf16" : "", n);
     if (use_master)
         test_check(master_bad == 0, "%s: fp32 master vs the CPU loop, %zu elements beyond rel 1e-6", label, master_bad);
-    test_check(mv_bad == 0, "%s: m, v vs the CPU loop, %zu elements beyond rel 1e-6", label, mv_bad);
+    if (bf16_moments) {
+        test_check(mv_bad == 0, "%s: bf16 m, v bit-equal to the CPU loop's stochastic rounding of its fp32 m, v "
+                   "(adamw_moment_hash's bits; %zu differ)", label, mv_bad);
+        test_check(fabs(m_err_ulps / (double)n) < 0.01 && fabs(v_err_ulps / (double)n) < 0.01,
+                   "%s: the moments' stochastic rounding unbiased: mean (bf16 - fp32) = %.4f ulp (m), %.4f ulp (v)",
+                   label, m_err_ulps / (double)n, v_err_ulps / (double)n);
+        if (use_master) {
+            const double pp = (double)up_p / n, pm = (double)up_m / n, pb = (double)up_both / n;
+            test_check(fabs(pb - pp * pm) < 0.01 && pp > 0.2 && pm > 0.2,
+                       "%s: m's rounding independent of the parameter's: both up %.4f, product of each %.4f x %.4f = "
+                       "%.4f", label, pb, pp, pm, pp * pm);
+        }
+    } else {
+        test_check(mv_bad == 0, "%s: m, v vs the CPU loop, %zu elements beyond rel 1e-6", label, mv_bad);
+    }
     test_check(p_ulp_bad == 0, "%s: bf16 params within 1 bf16 ulp of the CPU's new value (%zu beyond)", label, p_ulp_bad);
     test_check(pbits_exact_bad == 0, "%s: bf16 params bit-equal to the CPU loop's %s rounding (%zu differ)", label,
                use_master ? "stochastic" : "nearest", pbits_exact_bad);
     float *p_now = (float *)gkb_xmalloc(n * 4);
     for (size_t i = 0; i < n; i++) p_now[i] = use_master ? master[0][i] : bf16_bits_to_f32(pbits[0][i]);
     const double e_p = rel_l2_f64(p_now, ref_p, n), e_m = rel_l2_f64(m[0], ref_m, n), e_v = rel_l2_f64(v[0], ref_v, n);
-    const double tol_p = use_master ? 1e-6 : 5e-3;
-    test_check(e_p <= tol_p && e_m <= 1e-6 && e_v <= 1e-6,
-               "%s: vs the double formula of gpt2_ref.c: params rel L2 %.2e (tol %.0e), m %.2e, v %.2e (tol 1e-6)", label,
-               e_p, tol_p, e_m, e_v);
+    const double tol_p = use_master ? 1e-6 : 5e-3, tol_mv = bf16_moments ? 5e-3 : 1e-6;
+    test_check(e_p <= tol_p && e_m <= tol_mv && e_v <= tol_mv,
+               "%s: vs the double formula of gpt2_ref.c: params rel L2 %.2e (tol %.0e), m %.2e, v %.2e (tol %.0e)",
+               label, e_p, tol_p, e_m, e_v, tol_mv);
     if (use_master) {
         const double mean_err = sr_err_ulps / (double)n;
         test_check(fabs(mean_err) < 0.01, "%s: stochastic rounding unbiased: mean (bf16 - fp32) = %.4f ulp", label, mean_err);
@@ -618,20 +675,35 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
     if (use_master) {  // another seed: some roundings change, the fp32 state does not
         gkb_put_bf16(d_p, p0, n);
         gkb_put_f32(d_master, master0, n);
-        gkb_put_f32(d_m, m0, n);
-        gkb_put_f32(d_v, v0, n);
+        gkb_put_moments(d_m, m0, n);
+        gkb_put_moments(d_v, v0, n);
         adamw_update_scaled(d_p, d_master, d_g, d_m, d_v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale,
                             use_dev_scale ? d_scale : NULL, seed + 1, gkb_stream);
         uint16_t *pb2 = (uint16_t *)gkb_xmalloc(n * 2);
-        float *ms2 = (float *)gkb_xmalloc(n * 4);
+        float *ms2 = (float *)gkb_xmalloc(n * 4), *mm2 = (float *)gkb_xmalloc(n * 4);
+        float *mv2 = (float *)gkb_xmalloc(n * 4);
         gkb_get_bf16_bits(pb2, d_p, n);
         gkb_get_f32(ms2, d_master, n);
-        size_t differ = 0;
-        for (size_t i = 0; i < n; i++) differ += pb2[i] != pbits[0][i];
-        test_check(differ > n / 100 && gkb_same_bytes(ms2, master[0], n * 4),
-                   "%s: another seed changes %zu roundings and no fp32 value", label, differ);
+        gkb_get_moments(mm2, d_m, n);
+        gkb_get_moments(mv2, d_v, n);
+        size_t differ = 0, differ_m = 0, differ_v = 0;
+        for (size_t i = 0; i < n; i++) {
+            differ += pb2[i] != pbits[0][i];
+            differ_m += mm2[i] != m[0][i];
+            differ_v += mv2[i] != v[0][i];
+        }
+        if (bf16_moments)
+            test_check(differ > n / 100 && differ_m > n / 100 && differ_v > n / 100 &&
+                       gkb_same_bytes(ms2, master[0], n * 4),
+                       "%s: another seed changes %zu parameter, %zu m and %zu v roundings and no fp32 value", label,
+                       differ, differ_m, differ_v);
+        else
+            test_check(differ > n / 100 && gkb_same_bytes(ms2, master[0], n * 4),
+                       "%s: another seed changes %zu roundings and no fp32 value", label, differ);
         free(pb2);
         free(ms2);
+        free(mm2);
+        free(mv2);
     }
 
     cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_master)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m));
@@ -642,8 +714,12 @@ static void gkb_test_adamw(size_t n, int use_master, float weight_decay, int use
 
 // adamw_update_multi over a set of tensors of one flat buffer (sizes below and above a block's
 // 2048 elements, odd, one empty) against one adamw_update_scaled per tensor: every buffer
-// bitwise the same, every element of each tensor updated (the fp32 master of each changed).
+// bitwise the same, every element of each tensor updated (fp32 moments: m and v of each
+// changed; bf16 moments, TM floatX: m bitwise the CPU's stochastic rounding with the tensor's
+// seed and the element's index in it).
+template <typename TM = float>
 static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st) {
+    const int bf16_moments = sizeof(TM) == 2;
     const size_t sizes[] = {50304 * 77 + 5, 768, 1, 0, 2047, 2048, 2049, 3 * 768 * 768 + 11, 4097, 100003};
     const int nt = (int)(sizeof(sizes) / sizeof(sizes[0]));
     AdamWTensor tens[sizeof(sizes) / sizeof(sizes[0])];
@@ -660,11 +736,14 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
     const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 0.7f, dev_scale = 0.5f;
     const int t = 7;
     float *master0 = gkb_random(n, 1.0f, 0, st), *grads = gkb_random(n, 1.0f, 0, st);
-    float *m0 = gkb_random(n, 0.1f, 0, st), *v0 = gkb_random(n, 0.01f, 0, st);
+    float *m0 = gkb_random(n, 0.1f, bf16_moments, st), *v0 = gkb_random(n, 0.01f, 0, st);
     for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]) + 1e-6f;
+    if (bf16_moments)  // bf16 moments start from bf16 values
+        for (size_t i = 0; i < n; i++) v0[i] = bf16_bits_to_f32(f32_to_bf16_bits(v0[i]));
     floatX *d_p = (floatX *)gkb_dmalloc(n * 2);
     float *d_master = (float *)gkb_dmalloc(n * 4), *d_g = (float *)gkb_dmalloc(n * 4);
-    float *d_m = (float *)gkb_dmalloc(n * 4), *d_v = (float *)gkb_dmalloc(n * 4), *d_scale = (float *)gkb_dmalloc(4);
+    TM *d_m = (TM *)gkb_dmalloc(n * sizeof(TM)), *d_v = (TM *)gkb_dmalloc(n * sizeof(TM));
+    float *d_scale = (float *)gkb_dmalloc(4);
     gkb_put_f32(d_g, grads, n);
     gkb_put_f32(d_scale, &dev_scale, 1);
     uint16_t *pbits[2];
@@ -672,8 +751,8 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
     for (int run = 0; run < 2; run++) {  // run 0: per tensor; run 1: one launch
         gkb_put_bf16(d_p, master0, n);
         gkb_put_f32(d_master, master0, n);
-        gkb_put_f32(d_m, m0, n);
-        gkb_put_f32(d_v, v0, n);
+        gkb_put_moments(d_m, m0, n);
+        gkb_put_moments(d_v, v0, n);
         float *dm = use_master ? d_master : NULL;
         const float *ds = use_dev_scale ? d_scale : NULL;
         if (run == 0) {
@@ -692,16 +771,32 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
         v[run] = (float *)gkb_xmalloc(n * 4);
         gkb_get_bf16_bits(pbits[run], d_p, n);
         gkb_get_f32(master[run], d_master, n);
-        gkb_get_f32(m[run], d_m, n);
-        gkb_get_f32(v[run], d_v, n);
+        gkb_get_moments(m[run], d_m, n);
+        gkb_get_moments(v[run], d_v, n);
     }
-    size_t unchanged = 0;  // elements whose m and v were both left as they were: not updated
-    for (size_t i = 0; i < n; i++) unchanged += m[1][i] == m0[i] && v[1][i] == v0[i];
+    // elements not updated. fp32 moments: m and v both left as they were. bf16 moments (a
+    // rounding may leave one as it was): m not the CPU's new m, its fp32 value rounded with the
+    // tensor's seed at the element's index within the tensor
+    size_t unchanged = 0;
+    if (bf16_moments) {
+        const AdamWConsts k = adamw_consts(lr, beta1, beta2, t, eps, 0.0f);
+        const float scale = use_dev_scale ? gkb_fmul(grad_scale, dev_scale) : grad_scale;
+        for (int ti = 0; ti < nt; ti++)
+            for (size_t e = 0; e < tens[ti].numel; e++) {
+                const size_t i = tens[ti].offset + e;
+                const float g = gkb_fmul(grads[i], scale);
+                const float mi = gkb_fadd(gkb_fmul(k.beta1, m0[i]), gkb_fmul(k.one_minus_beta1, g));
+                unchanged += f32_to_bf16_bits(m[1][i]) != adamw_sr_bf16_bits(mi, adamw_moment_hash(tens[ti].seed, e));
+            }
+    } else {
+        for (size_t i = 0; i < n; i++) unchanged += m[1][i] == m0[i] && v[1][i] == v0[i];
+    }
     test_check(gkb_same_bytes(pbits[0], pbits[1], n * 2) && gkb_same_bytes(master[0], master[1], n * 4) &&
                    gkb_same_bytes(m[0], m[1], n * 4) && gkb_same_bytes(v[0], v[1], n * 4) && unchanged == 0,
-               "adamw_update_multi master=%s dev_scale=%s: %d tensors (%zu elements) in one launch bitwise as one "
-               "adamw_update per tensor, every element updated (%zu not)", use_master ? "fp32" : "NULL",
-               use_dev_scale ? "yes" : "no", nt, n, unchanged);
+               "adamw_update_multi master=%s dev_scale=%s moments=%s: %d tensors (%zu elements) in one launch bitwise "
+               "as one adamw_update per tensor, every element updated (%zu not%s)", use_master ? "fp32" : "NULL",
+               use_dev_scale ? "yes" : "no", bf16_moments ? "bf16" : "fp32", nt, n, unchanged,
+               bf16_moments ? ": m not the CPU's rounding" : "");
 
     // ZeRO-1 (llmc/zero.h): the flat vector cut into 4 ranks' slices, boundaries inside two tensors;
     // each rank's launch covers its parts of the tensors with master, m, v of its slice alone.
@@ -731,17 +826,17 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
             part[k].state_offset = rg[k].state_offset;
             part[k].index0 = rg[k].index0;
         }
-        float *sm = (float *)gkb_dmalloc(z.count * 4), *smm = (float *)gkb_dmalloc(z.count * 4);
-        float *sv = (float *)gkb_dmalloc(z.count * 4);
+        float *sm = (float *)gkb_dmalloc(z.count * 4);
+        TM *smm = (TM *)gkb_dmalloc(z.count * sizeof(TM)), *sv = (TM *)gkb_dmalloc(z.count * sizeof(TM));
         gkb_put_f32(sm, master0 + z.lo, z.count);
-        gkb_put_f32(smm, m0 + z.lo, z.count);
-        gkb_put_f32(sv, v0 + z.lo, z.count);
+        gkb_put_moments(smm, m0 + z.lo, z.count);
+        gkb_put_moments(sv, v0 + z.lo, z.count);
         adamw_update_multi(d_p, use_master ? sm : NULL, d_g, smm, sv, part, nr, lr, beta1, beta2, t, eps, grad_scale,
                            use_dev_scale ? d_scale : NULL, gkb_stream);
         float *h = (float *)gkb_xmalloc(z.count * 4 + 4);
-        gkb_get_f32(h, smm, z.count);
+        gkb_get_moments(h, smm, z.count);
         sliced_same &= gkb_same_bytes(h, m[1] + z.lo, z.count * 4);
-        gkb_get_f32(h, sv, z.count);
+        gkb_get_moments(h, sv, z.count);
         sliced_same &= gkb_same_bytes(h, v[1] + z.lo, z.count * 4);
         if (use_master) {
             gkb_get_f32(h, sm, z.count);
@@ -755,9 +850,10 @@ static void gkb_test_adamw_multi(int use_master, int use_dev_scale, uint64_t *st
     sliced_same &= gkb_same_bytes(psliced, pbits[1], n * 2);
     free(psliced);
     test_check(sliced_same && entries - nonempty == nproc - 1,
-               "adamw_update_multi master=%s dev_scale=%s, ZeRO-1 over %d ranks (%d slice boundaries inside tensors): "
-               "bitwise the unsliced params, and each rank's master, m, v its slice of the unsliced ones",
-               use_master ? "fp32" : "NULL", use_dev_scale ? "yes" : "no", nproc, entries - nonempty);
+               "adamw_update_multi master=%s dev_scale=%s moments=%s, ZeRO-1 over %d ranks (%d slice boundaries inside "
+               "tensors): bitwise the unsliced params, and each rank's master, m, v its slice of the unsliced ones",
+               use_master ? "fp32" : "NULL", use_dev_scale ? "yes" : "no", bf16_moments ? "bf16" : "fp32", nproc,
+               entries - nonempty);
     cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_master)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m));
     cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_scale));
     for (int run = 0; run < 2; run++) { free(pbits[run]); free(master[run]); free(m[run]); free(v[run]); }
@@ -846,6 +942,13 @@ static void test_basic_kernels(void) {
     gkb_test_adamw_multi(0, 0, &st);
 
     gkb_test_global_norm(&st);
+
+    // bf16 moments (-bm 1), after the rest so that the other tests' inputs stay as they were
+    gkb_test_adamw<floatX>(1500007, 1, 0.1f, 0, &st);
+    gkb_test_adamw<floatX>(100003, 1, 0.0f, 1, &st);
+    gkb_test_adamw<floatX>(100003, 0, 0.1f, 0, &st);
+    gkb_test_adamw_multi<floatX>(1, 0, &st);
+    gkb_test_adamw_multi<floatX>(0, 1, &st);
 
     cudaCheck(cudaStreamDestroy(gkb_stream));
     gkb_stream = NULL;

@@ -14,7 +14,9 @@ test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
      update of its slice, slice boundaries inside tensors, gives bitwise the ZeRO-0 parameters
      and its slice of master, m, v, and its slice's squared norm ZeRO-0's; a backward with
      gradient buckets (-ov 1) leaves bitwise the same gradients. The real collectives run in
-     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs);
+     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs). 4 and 6 again with AdamW's
+     moments in bf16 (-bm 1): resume bitwise, ZeRO-1's slices bitwise ZeRO-0's, the losses
+     those of fp32 moments up to bf16 rounding;
   7. the Llama / Qwen2.5 family against transformers (test/gpu_llama_model.cuh): loss, logits,
      every gradient and 10 AdamW steps of two small models with the real vocabularies.
 The trainer runs in bf16 against PyTorch's fp32/fp64, so the bounds are bf16's: they are
@@ -42,8 +44,9 @@ static const char *MODEL_PATH = "test/fixtures/gpt2_debug.bin";
 static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
 
 // The model of -e arg (a file or a descriptor) on the device, as main() builds it (mg: the ranks,
-// NULL for one; zero: -z; overlap: -ov).
-static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1) {
+// NULL for one; zero: -z; overlap: -ov; bf16_moments: -bm).
+static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1,
+                        int bf16_moments = 0) {
     char err[1024];
     ModelSpec spec;
     float *host = NULL;
@@ -51,13 +54,15 @@ static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int ze
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
-    trainer_build(m, &spec, mg, zero, overlap);
+    trainer_build(m, &spec, mg, zero, overlap, bf16_moments);
     trainer_upload_params(m, host);
     free(host);
 }
 
-// Loads the latest complete checkpoint of dir into m and loader, as main() resumes; its step or -1.
-static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, const MultiGpu *mg) {
+// Loads the latest complete checkpoint of dir into m and loader, as main() resumes (the moments
+// converted to m's precision, the note into note when given); its step or -1.
+static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, const MultiGpu *mg,
+                             char *note = NULL, size_t note_len = 0) {
     char err[1024];
     Checkpoint ck;
     const int rc = checkpoint_load_checked(dir, &m->spec, mg->rank, mg->nproc, m->zero.stage, loader, &ck, err,
@@ -67,6 +72,8 @@ static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, co
         exit(EXIT_FAILURE);
     }
     if (rc == 0) return -1;
+    char own[512];
+    checkpoint_moments_for_run(&ck, m->bf16_moments, note != NULL ? note : own, note != NULL ? note_len : sizeof(own));
     trainer_upload_checkpoint(m, &ck);
     const int step = ck.step;
     checkpoint_free(&ck);
@@ -160,8 +167,9 @@ static float train_step(Trainer *m, DataLoader *loader, int B, int T, int step, 
 }
 
 // 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses (at
-// ZeRO stage zero on one rank; its losses into out[4] when given), for the model of -e model
-static void test_resume_bitwise(int zero, float *out = NULL, const char *model = "d6") {
+// ZeRO stage zero on one rank; its losses into out[4] when given), for the model of -e model,
+// AdamW's moments in bf16 when bf16_moments (-bm 1)
+static void test_resume_bitwise(int zero, float *out = NULL, const char *model = "d6", int bf16_moments = 0) {
     const int B = 4, T = 64, steps = 4, at = 2;
     char dir[] = "/tmp/train_gpt_resume_XXXXXX";
     if (!test_check(mkdtemp(dir) != NULL, "mkdtemp for the resume test")) return;
@@ -173,7 +181,7 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
     single.nproc = 1;
     {
         Trainer m;
-        build_model(&m, model, &single, zero);
+        build_model(&m, model, &single, zero, 1, bf16_moments);
         trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
@@ -186,12 +194,14 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
     }
     {
         Trainer m;
-        build_model(&m, model, &single, zero);
+        build_model(&m, model, &single, zero, 1, bf16_moments);
         trainer_alloc(&m, B, T, (size_t)256 << 20, 1, 1);
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
-        const int step = resume_checkpoint(&m, &loader, dir, &single);
-        test_check(step == at, "resume finds the checkpoint of step %d (got %d)", at, step);
+        char note[512];
+        const int step = resume_checkpoint(&m, &loader, dir, &single, note, sizeof(note));
+        test_check(step == at && note[0] == 0, "resume finds the checkpoint of step %d (got %d), of this run's "
+                   "moment precision (no conversion note: '%s')", at, step, note);
         for (int k = at; k < steps; k++) resumed[k] = train_step(&m, &loader, B, T, k, s);
         dataloader_free(&loader);
         trainer_free(&m);
@@ -202,8 +212,8 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
         same &= memcmp(&straight[k], &resumed[k], sizeof(float)) == 0;
     }
     test_check(same && isfinite(straight[steps - 1]) && straight[steps - 1] < straight[0],
-               "%s -z %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> %.4f)",
-               model, zero, straight[0], straight[steps - 1]);
+               "%s -z %d -bm %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> "
+               "%.4f)", model, zero, bf16_moments, straight[0], straight[steps - 1]);
     if (out != NULL) memcpy(out, straight, sizeof(float) * steps);
     char path[CHECKPOINT_PATH_MAX];
     for (int r = -1; r <= 1; r++) {  // the step's files, so that the directory can go
@@ -282,15 +292,17 @@ static void test_recompute_modes(void) {
 }
 
 // 6. ZeRO-1 on one GPU: on one rank bitwise the plain run; over 3 ranks emulated, each rank's
-// slice of the update bitwise ZeRO-0's
-static void test_zero(void) {
-    printf("-- ZeRO-1\n");
+// slice of the update bitwise ZeRO-0's. AdamW's moments in bf16 when bf16_moments (-bm 1);
+// the resume test's 4 losses (-z 0) into losses[4].
+static void test_zero(int bf16_moments, float *losses) {
+    printf("-- ZeRO-1, AdamW moments in %s\n", bf16_moments ? "bf16 (-bm 1)" : "fp32");
     // one rank: the resume test's 4 steps at -z 1 and -z 0, bitwise the same losses
     float l0[4], l1[4];
-    test_resume_bitwise(0, l0);
-    test_resume_bitwise(1, l1);
-    test_check(memcmp(l0, l1, sizeof(l0)) == 0, "-z 1 on one rank: bitwise the losses of -z 0 (%.9g %.9g %.9g %.9g)",
-               l1[0], l1[1], l1[2], l1[3]);
+    test_resume_bitwise(0, l0, "d6", bf16_moments);
+    test_resume_bitwise(1, l1, "d6", bf16_moments);
+    memcpy(losses, l0, sizeof(l0));
+    test_check(memcmp(l0, l1, sizeof(l0)) == 0, "-z 1 -bm %d on one rank: bitwise the losses of -z 0 (%.9g %.9g %.9g "
+               "%.9g)", bf16_moments, l1[0], l1[1], l1[2], l1[3]);
 
     // three ranks on this GPU: A is the plain model (one process, ZeRO-0); R[r] rank r of 3 at
     // ZeRO-1; Z rank 0 of 3 at ZeRO-0 with gradient buckets. The collectives are copies here.
@@ -299,16 +311,16 @@ static void test_zero(void) {
     cudaCheck(cudaStreamCreate(&s));
     MultiGpu ranks[nproc];
     Trainer A, Z, R[nproc];
-    build_model(&A, "d6");
+    build_model(&A, "d6", NULL, 0, 1, bf16_moments);
     trainer_alloc(&A, B, T, (size_t)256 << 20, 1, 1);
     for (int r = 0; r < nproc; r++) {
         memset(&ranks[r], 0, sizeof(ranks[r]));
         ranks[r].nproc = nproc;
         ranks[r].rank = r;
-        build_model(&R[r], "d6", &ranks[r], 1, 0);
+        build_model(&R[r], "d6", &ranks[r], 1, 0, bf16_moments);
         trainer_alloc(&R[r], 1, 64, (size_t)64 << 20, 1, 1);  // its norm's scratch
     }
-    build_model(&Z, "d6", &ranks[0], 0, 1);
+    build_model(&Z, "d6", &ranks[0], 0, 1, bf16_moments);
     trainer_alloc(&Z, B, T, (size_t)256 << 20, 1, 1);
     const size_t n = A.spec.num_parameters;
     const ZeroLayout *z0 = &R[0].zero;
@@ -367,12 +379,16 @@ static void test_zero(void) {
         for (int r = 0; r < nproc; r++) {
             cudaCheck(cudaMemcpy(pr, R[r].params_memory, n * 2, cudaMemcpyDeviceToHost));
             params_same &= memcmp(pa, pr, n * 2) == 0;
-            float *bufs[3][2] = {{A.master, R[r].master}, {A.m, R[r].m}, {A.v, R[r].v}};
+            // master fp32, m and v of the trainer's precision: compared as bytes, offsets in elements
+            const char *bufs[3][2] = {{(const char *)A.master, (const char *)R[r].master},
+                                      {(const char *)A.m, (const char *)R[r].m},
+                                      {(const char *)A.v, (const char *)R[r].v}};
+            const size_t es[3] = {sizeof(float), trainer_moment_bytes(&A), trainer_moment_bytes(&A)};
             for (int b = 0; b < 3; b++) {
-                const size_t cnt = R[r].zero.count;
-                cudaCheck(cudaMemcpy(h, bufs[b][0] + R[r].zero.lo, cnt * sizeof(float), cudaMemcpyDeviceToHost));
-                cudaCheck(cudaMemcpy(h2, bufs[b][1], cnt * sizeof(float), cudaMemcpyDeviceToHost));
-                state_same &= memcmp(h, h2, cnt * sizeof(float)) == 0;
+                const size_t bytes = R[r].zero.count * es[b];
+                cudaCheck(cudaMemcpy(h, bufs[b][0] + R[r].zero.lo * es[b], bytes, cudaMemcpyDeviceToHost));
+                cudaCheck(cudaMemcpy(h2, bufs[b][1], bytes, cudaMemcpyDeviceToHost));
+                state_same &= memcmp(h, h2, bytes) == 0;
             }
         }
         // Z follows A (its own update would be A's: it holds every parameter)
@@ -381,9 +397,9 @@ static void test_zero(void) {
     test_check(grads_same, "a backward with gradient buckets (-ov 1; the collectives no-ops here): bitwise the "
                "gradients of the plain backward, %d steps", steps);
     test_check(norms_same, "each ZeRO-1 rank's squared norm of its slice: bitwise ZeRO-0's sum of that slice");
-    test_check(params_same && state_same, "%d AdamW steps over %d emulated ZeRO-1 ranks: bitwise the ZeRO-0 bf16 "
-               "parameters after the all-gather (stochastic rounding included), each rank's master, m, v its slice "
-               "of ZeRO-0's", steps, nproc);
+    test_check(params_same && state_same, "%d AdamW steps over %d emulated ZeRO-1 ranks (-bm %d): bitwise the ZeRO-0 "
+               "bf16 parameters after the all-gather (stochastic rounding included), each rank's master, m, v (%s) its "
+               "slice of ZeRO-0's", steps, nproc, bf16_moments, bf16_moments ? "bf16" : "fp32");
     free(h);
     free(h2);
     free(pa);
@@ -408,9 +424,24 @@ int main(void) {
     test_model_vs_pytorch();
     test_resume_bitwise(0);
     test_recompute_modes();
-    test_zero();
+    float fp32_losses[4], bf16_losses[4];
+    test_zero(0, fp32_losses);
+    test_zero(1, bf16_losses);
+    // bf16 moments change the updates from the second on (the first steps the weights with the
+    // fp32 m, v it computes, and only stores them rounded): the losses before and after the first
+    // update bitwise the fp32 run's, the later ones within bf16 rounding of them
+    double worst = 0.0;
+    for (int k = 2; k < 4; k++) {
+        const double e = fabs((double)bf16_losses[k] - fp32_losses[k]);
+        if (!(e <= worst)) worst = e;  // NaN propagates
+    }
+    test_check(memcmp(bf16_losses, fp32_losses, 2 * sizeof(float)) == 0 && worst < 1e-2,
+               "d6 -bm 1 vs -bm 0, 4 steps: the first 2 losses bitwise the same, the next 2 within %.2e (bound 1e-2): "
+               "%.9g %.9g vs %.9g %.9g", worst, bf16_losses[2], bf16_losses[3], fp32_losses[2], fp32_losses[3]);
     test_llama_vs_transformers();
     test_resume_bitwise(0, NULL, "qwen-test");  // the Llama family's checkpoints (tied head, biases)
     test_resume_bitwise(1, NULL, "llama-test");  // and ZeRO-1's layout of its table (untied head)
+    test_resume_bitwise(0, NULL, "qwen-test", 1);  // with bf16 moments (-bm 1)
+    test_resume_bitwise(1, NULL, "llama-test", 1);
     return test_summary();
 }

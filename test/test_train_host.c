@@ -6,8 +6,10 @@ and checkpoint.h's protocol: a crash injected after every stage of a checkpoint 
 DONE_ markers of an older run, a state without master weights (llm.c -w 0), a checkpoint of
 another model; zero.h (ZeRO-1's slices, each rank's share of every tensor, the gradient
 buckets) and ZeRO-1's per-rank state files, with the refusal to resume a checkpoint of another
-process count or ZeRO stage. multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and
-its fs and tcp link between processes (forked here, no GPU): joining, NCCL's id (never an
+process count or ZeRO stage; bf16 AdamW moments (-bm 1) in the state file (marked in
+header[7], bitwise round trips, a corrupt mark refused) and resumed in the other precision.
+multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and its fs and tcp
+link between processes (forked here, no GPU): joining, NCCL's id (never an
 earlier run's under fs), a failure or a kill of one process ending the others within seconds
 with its message, timeouts. Then ./train_gpt itself (given as the first argument) with a table
 of bad command lines: each must exit non-zero with its own message before touching a GPU, so
@@ -129,6 +131,9 @@ static const BadLine bad_lines[] = {
     {"-ov 2", "-ov 2: out of range [0, 1]", 0},
     {"-ov -1", "-ov -1: out of range [0, 1]", 0},
     {"-ov yes", "-ov yes: not an integer", 0},
+    {"-bm 2", "-bm 2: out of range [0, 1]", 0},
+    {"-bm -1", "-bm -1: out of range [0, 1]", 0},
+    {"-bm bf16", "-bm bf16: not an integer", 0},
     {"-x", "flag -x needs a value", 0},
     {"stray", "unexpected argument 'stray'", 0},
     // the batch: no zero, no wrap-around, no silent default (defect 4)
@@ -306,15 +311,17 @@ static void test_train_config(void) {
     int rc = parse_and_check("", 1, &c, err, sizeof(err));
     test_check(rc == 0 && c.B == 4 && c.T == 1024 && c.total_batch == 4096 && c.grad_accum == 1 &&
                c.max_steps == -1 && c.lr == 3e-4f && c.schedule == LR_COSINE && strcmp(c.model, "d12") == 0 &&
-               c.out_dir == NULL && c.sample_every == 20 && c.flce_mib == 1024 && c.zero_stage == 0 && c.overlap == 1,
-               "defaults: llm.c's (B 4, T 1024, total batch B*T, one epoch, lr 3e-4, cosine, d12, -z 0), -ov 1%s", err);
+               c.out_dir == NULL && c.sample_every == 20 && c.flce_mib == 1024 && c.zero_stage == 0 && c.overlap == 1 &&
+               c.bf16_moments == 0,
+               "defaults: llm.c's (B 4, T 1024, total batch B*T, one epoch, lr 3e-4, cosine, d12, -z 0), -ov 1, "
+               "-bm 0%s", err);
     rc = parse_and_check("-b 8 -t 256 -d 8192 -x 50 -k wsd -l 1e-3 -q 0.1 -c 0.1 -u 5 -o out -y 1 -n 10 -fl 1 "
-                         "-fa 1 -f 160 -V 151936 -e d24 -m -1 -z 1 -ov 0", 2, &c, err, sizeof(err));
+                         "-fa 1 -f 160 -V 151936 -e d24 -m -1 -z 1 -ov 0 -bm 1", 2, &c, err, sizeof(err));
     test_check(rc == 0 && c.B == 8 && c.T == 256 && c.total_batch == 8192 && c.grad_accum == 2 && c.max_steps == 50 &&
                c.schedule == LR_WSD && c.lr == 1e-3f && c.final_frac == 0.1f && c.weight_decay == 0.1f &&
                c.warmup == 5 && strcmp(c.out_dir, "out") == 0 && c.resume == 1 && c.ckpt_every == 10 &&
                c.flce_fp32_logits == 1 && c.flce_autotune == 1 && c.flce_mib == 160 && c.vocab == 151936 &&
-               c.val_max == -1 && c.zero_stage == 1 && c.overlap == 0,
+               c.val_max == -1 && c.zero_stage == 1 && c.overlap == 0 && c.bf16_moments == 1,
                "every flag parsed; -d 8192 over B*T = 2048 on 2 processes: 2 accumulation steps%s", err);
     rc = parse_and_check("-b 4 -t 64", 3, &c, err, sizeof(err));
     test_check(rc == 0 && c.total_batch == 768, "-d -1: B*T*processes (3 processes: 768)");
@@ -337,6 +344,11 @@ static void test_train_config(void) {
     rc = parse_and_check("-tp 1 -z 0 -ov 0 -b 2 -t 64", 2, &c, err, sizeof(err));
     test_check(rc == 0 && c.tp == 1 && c.zero_stage == 0 && c.overlap == 0, "-tp 1 -z 0 -ov 0 on 2 processes%s",
                err);
+    // -bm 1 (bf16 moments) goes with any ZeRO stage and process count: ZeRO-1 slices them as fp32 ones
+    rc = parse_and_check("-bm 1 -z 1 -b 2 -t 64", 4, &c, err, sizeof(err));
+    test_check(rc == 0 && c.bf16_moments == 1 && c.zero_stage == 1, "-bm 1 -z 1 on 4 processes%s", err);
+    rc = parse_and_check("-bm 0", 1, &c, err, sizeof(err));
+    test_check(rc == 0 && c.bf16_moments == 0, "-bm 0 on one process%s", err);
 
     // -tp 1's shards of the vocabulary: every row once, in order, cut at multiples of 128 (the
     // last rank takes any rest), the real classes V over the ranks, no rank all padding
@@ -896,9 +908,10 @@ static void test_zero_layout(void) {
 // A checkpoint of step written by nproc processes at ZeRO stage `zero` into dir (ranks written
 // last to first, as their barrier would order them): each rank's m holds the flat indices of
 // its share, v their negatives, master those + 0.5; the bf16 parameters (i % 64). A rank in
-// bad_rank writes a state one float too long.
-static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int nproc, int zero, int use_master,
-                           int bad_rank) {
+// bad_rank writes a state one float too long. bf16_moments (-bm 1): m and v those values
+// rounded to bf16, and marked so.
+static int zero_ckpt_write_moments(const char *dir, const GPT2Config *c, int step, int nproc, int zero, int use_master,
+                                   int bad_rank, int bf16_moments) {
     const size_t n = gpt2_num_parameters(c);
     uint16_t *params = (uint16_t *)malloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) params[i] = bf16_from_float((float)(i % 64));
@@ -913,6 +926,7 @@ static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int n
         st.process_rank = r;
         st.use_master_weights = use_master;
         st.zero_stage = zero;
+        st.bf16_moments = bf16_moments;
         st.step = step;
         st.num_parameters = z.opt_count + (r == bad_rank);
         st.m = (float *)malloc((st.num_parameters + 1) * sizeof(float));
@@ -922,6 +936,10 @@ static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int n
             st.m[i] = (float)(z.opt_lo + i);
             st.v[i] = -(float)(z.opt_lo + i);
             st.master_weights[i] = (float)(z.opt_lo + i) + 0.5f;
+            if (bf16_moments) {
+                st.m[i] = float_from_bf16(bf16_from_float(st.m[i]));
+                st.v[i] = float_from_bf16(bf16_from_float(st.v[i]));
+            }
         }
         CheckpointWrite w;
         memset(&w, 0, sizeof(w));
@@ -980,6 +998,11 @@ static void test_zero_llama(void) {
                    "bucket, its layer's or the last (embed, lnfw, lm_head), ZeRO-1 pieces owned by their slice's rank",
                    models[mi], spec.num_tensors, spec.head == 0 ? "tied" : "untied");
     }
+}
+
+static int zero_ckpt_write(const char *dir, const GPT2Config *c, int step, int nproc, int zero, int use_master,
+                           int bad_rank) {
+    return zero_ckpt_write_moments(dir, c, step, nproc, zero, use_master, bad_rank, 0);
 }
 
 static void test_zero_checkpoints(void) {
@@ -1090,6 +1113,158 @@ static void test_zero_checkpoints(void) {
     test_check(rc < 0 && contains(err, "bad ZeRO stage 2 (0 or 1)"), "a state whose header says ZeRO stage 2: %s", err);
     if (rc == 1) checkpoint_free(&ck);
     clear_dir(dir);
+}
+
+// ----------------------------------------------------------------------------
+// bf16 AdamW moments (-bm 1) in llm.c's state file: fp32 there, marked in header[7]
+
+// Sets header field k (an int32) of the state file at path.
+static void state_poke(const char *path, int k, int32_t value) {
+    FILE *f = fopen(path, "r+b");
+    if (f == NULL) return;
+    fseek(f, k * 4, SEEK_SET);
+    fwrite(&value, 4, 1, f);
+    fclose(f);
+}
+
+static void test_bf16_moment_states(void) {
+    printf("-- checkpoint.h: bf16 AdamW moments (-bm 1) in the state file, resumed either way\n");
+    char err[1024] = "", note[1024] = "", dir[256], path[CHECKPOINT_PATH_MAX];
+    const GPT2Config c = small_config();
+    const size_t n = gpt2_num_parameters(&c);
+    // bf16 values of every kind: zeros of both signs, subnormals, the largest finite, spread
+    // exponents; and a master that is not bf16
+    uint64_t rng = 0x5eedbf16ULL;
+    TestCkpt k;
+    ckpt_make(&k, &c, 1, 20, 1, NULL);
+    for (size_t i = 0; i < n; i++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint16_t bits = (uint16_t)(rng >> 40);
+        const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f7f, 0x3f80};
+        const uint16_t mb = i < 6 ? special[i] : (uint16_t)(bits & 0xff7f);  // finite (an even exponent), both signs
+        k.st.m[i] = float_from_bf16(mb);
+        k.st.v[i] = float_from_bf16((uint16_t)(mb & 0x7fff));  // v >= 0
+        k.st.master_weights[i] = (float)i * 1.0001f + 0.3f;
+    }
+    k.st.bf16_moments = 1;
+    float *m_bf = (float *)malloc(n * sizeof(float)), *v_bf = (float *)malloc(n * sizeof(float));
+    memcpy(m_bf, k.st.m, n * sizeof(float));
+    memcpy(v_bf, k.st.v, n * sizeof(float));
+
+    // the round trip: header[7] = 1, m and v bitwise as written, the file fp32 (llm.c's size)
+    make_dir(dir, sizeof(dir), "bm");
+    test_check(ckpt_write(&k, dir, 0) == 0, "a state with bf16 moments written");
+    checkpoint_state_path(path, sizeof(path), dir, 20, 0);
+    TrainingState head;
+    struct stat sb;
+    memset(&sb, 0, sizeof(sb));
+    int32_t h7 = -1;
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        if (fseek(f, 7 * 4, SEEK_SET) != 0 || fread(&h7, 4, 1, f) != 1) h7 = -1;
+        fclose(f);
+    }
+    const int sized = stat(path, &sb) == 0 && (size_t)sb.st_size == STATE_HEADER_BYTES + 3 * n * sizeof(float);
+    test_check(state_peek_checked(path, &head, err, sizeof(err)) == 0 && head.bf16_moments == 1 && h7 == 1 && sized,
+               "its header says bf16 moments (header[7] = %d), its buffers are llm.c's fp32 (%lld bytes)", (int)h7,
+               (long long)sb.st_size);
+    Checkpoint ck;
+    int rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    int ok = rc == 1 && ck.state.bf16_moments == 1 && memcmp(ck.state.m, m_bf, n * 4) == 0 &&
+             memcmp(ck.state.v, v_bf, n * 4) == 0;
+    const int noted = rc == 1 ? checkpoint_moments_for_run(&ck, 1, note, sizeof(note)) : -1;
+    ok = ok && noted == 0 && note[0] == 0 && ck.state.bf16_moments == 1 && memcmp(ck.state.m, m_bf, n * 4) == 0 &&
+         memcmp(ck.state.v, v_bf, n * 4) == 0;
+    test_check(ok, "resumed with -bm 1: m, v bitwise as written (zeros, subnormals, the largest bf16 included), no "
+               "note%s%s", rc < 0 ? ": " : "", rc < 0 ? err : note);
+    if (rc == 1) checkpoint_free(&ck);
+    // resumed with -bm 0: the same values, now fp32 moments, and a note
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    ok = rc == 1 && checkpoint_moments_for_run(&ck, 0, note, sizeof(note)) == 1 && ck.state.bf16_moments == 0 &&
+         memcmp(ck.state.m, m_bf, n * 4) == 0 && memcmp(ck.state.v, v_bf, n * 4) == 0 &&
+         contains(note, "checkpoint 20's AdamW m, v were kept in bf16 (written with -bm 1): this run (-bm 0) goes on "
+                        "with them in fp32 (exact)");
+    test_check(ok, "resumed with -bm 0: the same values as fp32 moments, with a note: %s", rc < 0 ? err : note);
+    if (rc == 1) checkpoint_free(&ck);
+
+    // fp32 moments resumed with -bm 1: rounded to nearest (ties to even), the note counts the changes
+    TestCkpt f32;
+    ckpt_make(&f32, &c, 1, 30, 1, NULL);
+    size_t want_changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        f32.st.m[i] = i % 3 == 0 ? m_bf[i] : (float)i * 0.001f + 1e-3f;  // a third already bf16 values
+        f32.st.v[i] = i % 5 == 0 ? v_bf[i] : (float)i * 3.3e-5f;
+        for (int b = 0; b < 2; b++) {
+            const float x = b == 0 ? f32.st.m[i] : f32.st.v[i], r = float_from_bf16(bf16_from_float(x));
+            want_changed += memcmp(&x, &r, 4) != 0;
+        }
+    }
+    ckpt_write(&f32, dir, 0);
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    ok = rc == 1 && ck.step == 30 && ck.state.bf16_moments == 0 &&
+         checkpoint_moments_for_run(&ck, 1, note, sizeof(note)) == 1 && ck.state.bf16_moments == 1;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = ck.state.m[i] == float_from_bf16(bf16_from_float(f32.st.m[i])) &&
+             ck.state.v[i] == float_from_bf16(bf16_from_float(f32.st.v[i]));
+    char counted[128];
+    snprintf(counted, sizeof(counted), "(%zu of this rank's %zu values changed)", want_changed, 2 * n);
+    const char *rounded = "checkpoint 30's AdamW m, v are fp32 (written without -bm 1): rounded to the nearest bf16 "
+                          "for -bm 1";
+    test_check(ok && want_changed > n && contains(note, rounded) && contains(note, counted),
+               "fp32 moments resumed with -bm 1: each rounded to the nearest bf16, with a note: %s",
+               rc < 0 ? err : note);
+    if (rc == 1) checkpoint_free(&ck);
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    ok = rc == 1 && checkpoint_moments_for_run(&ck, 0, note, sizeof(note)) == 0 && note[0] == 0 &&
+         memcmp(ck.state.m, f32.st.m, n * 4) == 0;
+    test_check(ok, "fp32 moments resumed with -bm 0: as written, no note%s%s", rc < 0 ? ": " : "", rc < 0 ? err : note);
+    if (rc == 1) checkpoint_free(&ck);
+
+    // a file that says bf16 and holds another value is corrupt: refused, naming the element
+    checkpoint_state_path(path, sizeof(path), dir, 30, 0);
+    state_poke(path, 7, 1);
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "the moments are marked bf16 (header[7] = 1), and m[1] = ") &&
+               contains(err, "is not a bf16 value (a corrupt file?)") && contains(err, "state_00000030_00000.bin"),
+               "a state marked bf16 holding an fp32 m: refused: %s", err);
+    if (rc == 1) checkpoint_free(&ck);
+    state_poke(path, 7, 2);
+    rc = checkpoint_load_checked(dir, spec_of(&c), 0, 1, 0, NULL, &ck, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "bad moment precision 2 in header[7] (0 fp32, 1 bf16)"),
+               "header[7] = 2: refused: %s", err);
+    if (rc == 1) checkpoint_free(&ck);
+    // the writer refuses to mark bf16 what is not
+    f32.st.bf16_moments = 1;
+    checkpoint_state_path(path, sizeof(path), dir, 40, 0);
+    f32.st.step = 40;
+    rc = state_write_checked(path, &f32.st, 0, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "m[1] = ") && contains(err, "is not a bf16 value (not written)") &&
+               !file_exists(path), "writing fp32 moments marked bf16: refused, no file: %s", err);
+    clear_dir(dir);
+
+    // ZeRO-1: each rank's slice of bf16 moments round trips (2 processes, boundaries inside tensors)
+    const GPT2Config zc = {64, 100, 128, 2, 2, 16};
+    const size_t zn = gpt2_num_parameters(&zc);
+    make_dir(dir, sizeof(dir), "bmzero");
+    ok = zero_ckpt_write_moments(dir, &zc, 20, 2, 1, 1, -1, 1) == 0;
+    for (int r = 0; r < 2 && ok; r++) {
+        ZeroLayout z;
+        zero_layout(&z, zn, 2, r, 1, err, sizeof(err));
+        rc = checkpoint_load_checked(dir, spec_of(&zc), r, 2, 1, NULL, &ck, err, sizeof(err));
+        ok = rc == 1 && ck.state.bf16_moments == 1 && checkpoint_moments_for_run(&ck, 1, note, sizeof(note)) == 0 &&
+             ck.state.num_parameters == z.count;
+        for (size_t i = 0; ok && i < z.count; i++)
+            ok = ck.state.m[i] == float_from_bf16(bf16_from_float((float)(z.lo + i))) &&
+                 ck.state.v[i] == float_from_bf16(bf16_from_float(-(float)(z.lo + i)));
+        if (rc == 1) checkpoint_free(&ck);
+    }
+    test_check(ok, "-z 1 -bm 1 over 2 processes: each rank resumes its slice's bf16 m, v bitwise%s%s", ok ? "" : ": ",
+               ok ? "" : err);
+    clear_dir(dir);
+    ckpt_free(&k);
+    ckpt_free(&f32);
+    free(m_bf);
+    free(v_bf);
 }
 
 // ----------------------------------------------------------------------------
@@ -1483,8 +1658,19 @@ static void test_trainer_binary(const char *bin) {
     expect_trainer_error(bin, args, "cannot resume checkpoint 20 in '/tmp/test_train_host_");
     expect_trainer_error(bin, args, "written by 2 processes, this run has 1 (each process resumes its own state file: run 2)");
     clear_dir(dir2);
-    snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s -b 2 -t 4 -s 0 -x 30", model, shard, shard, dir);
+    // the checkpoint's fp32 moments resumed with -bm 1: a note, once, before the GPU (then it
+    // stops there, or trains on one)
     char out[8192];
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s %s -x 30 -bm 1", model, shard, shard, dir, common);
+    run_trainer(bin, args, out, sizeof(out));
+    for (char *p = out; *p; p++)
+        if (*p == '\n') *p = '|';  // one line in the test log
+    const char *bm_note = "note: checkpoint 20's AdamW m, v are fp32 (written without -bm 1): rounded to the nearest "
+                          "bf16 for -bm 1 (0 of this rank's";
+    const char *first = strstr(out, bm_note);
+    test_check(first != NULL && strstr(first + 1, bm_note) == NULL && contains(out, "resumed from step 20"),
+               "-y 1 -bm 1 on a checkpoint of fp32 moments: the note once (%.260s)", first != NULL ? first : out);
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s -b 2 -t 4 -s 0 -x 30", model, shard, shard, dir);
     run_trainer(bin, args, out, sizeof(out));  // a fresh run (it stops at the GPU, or trains on one)
     int gen = 0;
     test_check(ckpt_load(dir, &c, &gen, err, sizeof(err)) == -1,
@@ -1510,6 +1696,7 @@ int main(int argc, char **argv) {
     test_zero_layout();
     test_zero_llama();
     test_zero_checkpoints();
+    test_bf16_moment_states();
     test_link_tcp();
     test_link_fs();
     if (argc > 1) test_trainer_binary(argv[1]);
