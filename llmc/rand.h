@@ -41,6 +41,7 @@ mt19937_serialize) plus PyTorch's cached normal sample.
 #define LLMC_RAND_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -243,13 +244,55 @@ static inline void normal_fill_16_(float *data, float mean, float std, TorchCpuK
 }
 
 // torch.empty(n).normal_(mean, std) on the CPU (float32, contiguous).
+// The transform of blocks [b0, b1) of 16 values, for normal_fill_blocks_'s threads.
+typedef struct {
+    float *data;
+    size_t b0, b1;
+    float mean, std;
+    TorchCpuKernel kernel;
+} NormalBlocks;
+
+static inline void *normal_fill_blocks_run_(void *arg) {
+    const NormalBlocks *w = (const NormalBlocks *)arg;
+    for (size_t b = w->b0; b < w->b1; b++) normal_fill_16_(w->data + 16 * b, w->mean, w->std, w->kernel);
+    return NULL;
+}
+
+// normal_fill_16_ over the nb blocks of data. Each block depends on its own 16 uniforms only,
+// so the blocks of a large tensor are cut among NORMAL_THREADS threads: the values are the
+// same whichever thread computes them (the log and sincos of the transform are ~7x the cost
+// of drawing the uniforms, which stays one sequential stream, as PyTorch's). Below
+// NORMAL_THREAD_BLOCKS blocks, or if a thread cannot start, the calling thread does the rest.
+#define NORMAL_THREADS 16
+#define NORMAL_THREAD_BLOCKS ((size_t)1 << 16)
+static inline void normal_fill_blocks_(float *data, size_t nb, float mean, float std, TorchCpuKernel kernel) {
+    NormalBlocks w[NORMAL_THREADS];
+    pthread_t tid[NORMAL_THREADS];
+    int started[NORMAL_THREADS] = {0};
+    const int nt = nb >= NORMAL_THREAD_BLOCKS ? NORMAL_THREADS : 1;
+    for (int t = 0; t < nt; t++) {
+        w[t].data = data;
+        w[t].b0 = nb * (size_t)t / (size_t)nt;
+        w[t].b1 = nb * (size_t)(t + 1) / (size_t)nt;
+        w[t].mean = mean;
+        w[t].std = std;
+        w[t].kernel = kernel;
+        if (t > 0) started[t] = pthread_create(&tid[t], NULL, normal_fill_blocks_run_, &w[t]) == 0;
+    }
+    normal_fill_blocks_run_(&w[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(tid[t], NULL);
+        else normal_fill_blocks_run_(&w[t]);
+    }
+}
+
 static inline void normal_with_kernel_(float *data, size_t n, double mean, double std,
                                        mt19937_state *rng, TorchCpuKernel kernel) {
     if (n >= 16) {
         // the vectorised path works in float
         float mean_f = (float)mean, std_f = (float)std;
         for (size_t i = 0; i < n; i++) data[i] = randfloat32(rng);
-        for (size_t i = 0; i + 16 <= n; i += 16) normal_fill_16_(data + i, mean_f, std_f, kernel);
+        normal_fill_blocks_(data, n / 16, mean_f, std_f, kernel);
         if (n % 16 != 0) {
             // recompute the last 16 values from fresh uniforms
             float *tail = data + n - 16;
