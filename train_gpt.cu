@@ -607,7 +607,27 @@ static void download_floats(float *dst, const float *src, size_t n) {
 
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1).
-static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
+// -hf 1: the checkpoint's Hugging Face directory, written by rank 0 before the DONE_ marker
+static int write_hf_of_checkpoint(const CheckpointWrite *w, char *err, size_t err_len) {
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, w->sync, err, err_len);
+}
+
+// -hf 1 at the end of a run without checkpoints: the Hugging Face directory alone (rank 0)
+static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg) {
+    if (mg->rank != 0) return;
+    char err[1024];
+    const size_t n = m->spec.num_parameters;
+    uint16_t *params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(params, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, 1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "Error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+    free(params);
+    printf("wrote the Hugging Face directory of step %d to %s/hf_%08d\n", step, dir, step);
+}
+
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf) {
     char err[1024];
     const size_t n = m->spec.num_parameters, share = m->zero.opt_count;
     uint16_t *params = NULL;
@@ -642,6 +662,7 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     w.sync = 1;
     w.barrier = multi_gpu_barrier_cb;
     w.barrier_ctx = mg;
+    w.extra = hf ? write_hf_of_checkpoint : NULL;
     if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
@@ -724,6 +745,7 @@ int main(int argc, char **argv) {
                spec.vocab_size);
     const char *out_dir = cfg.out_dir;
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
+    if (cfg.hf_export) require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0, err);
     Checkpoint ck;
     memset(&ck, 0, sizeof(ck));
     int resumed = 0;
@@ -880,7 +902,9 @@ int main(int argc, char **argv) {
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
-            write_checkpoint(&model, &train_loader, out_dir, step, &mg);
+            write_checkpoint(&model, &train_loader, out_dir, step, &mg, cfg.hf_export);
+        else if (out_dir != NULL && cfg.hf_export && last)
+            write_hf_export(&model, out_dir, step, &mg);
         if (last) break;
         if (multi_gpu_fault(&mg, step + 1) == MG_FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 
