@@ -744,8 +744,8 @@ int main(int argc, char **argv) {
         printf("note: no samples: the start token %d is outside the model's vocabulary of %d tokens\n", eot,
                spec.vocab_size);
     const char *out_dir = cfg.out_dir;
-    if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     if (cfg.hf_export) require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0, err);
+    if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;
     memset(&ck, 0, sizeof(ck));
     int resumed = 0;

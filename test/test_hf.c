@@ -342,6 +342,66 @@ static void test_safetensors_bad(void) {
     safetensors_close(&f);
 }
 
+// every corruption of a good file: opened, or refused with a message naming it; never a crash
+static void test_safetensors_fuzz(void) {
+    printf("-- safetensors.h: 3000 corrupted files (bytes changed, cut short)\n");
+    char good[600], path[600], err[1024];
+    tmp_path(good, sizeof(good), "fuzz_good.safetensors");
+    tmp_path(path, sizeof(path), "fuzz.safetensors");
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {1, 2, 3};
+    SafeTensorsWriteTensor t[2];
+    memset(t, 0, sizeof(t));
+    t[0].name = "a";
+    t[0].dtype = ST_F32;
+    t[0].ndim = 2;
+    t[0].shape[0] = 2;
+    t[0].shape[1] = 3;
+    t[0].data = a;
+    t[1].name = "bb";
+    t[1].dtype = ST_BF16;
+    t[1].ndim = 1;
+    t[1].shape[0] = 3;
+    t[1].data = b;
+    safetensors_write_file_checked(good, t, 2, 0, err, sizeof(err));
+    size_t n = 0;
+    unsigned char *bytes = read_all(good, &n);
+    unsigned char *mut = (unsigned char *)malloc(n + 1);
+    uint64_t rng = 99;
+    int opened = 0, refused = 0, unnamed = 0;
+    static const char repl[] = "{}[]\":,0123456789-.eE \\ntfu";
+    for (int k = 0; k < 3000 && bytes != NULL; k++) {
+        memcpy(mut, bytes, n);
+        size_t len = n;
+        const int flips = 1 + (int)(k % 3);
+        for (int f = 0; f < flips; f++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            const size_t at = (size_t)(rng >> 33) % n;
+            mut[at] = (k & 1) ? (unsigned char)(rng >> 13) : (unsigned char)repl[(rng >> 20) % (sizeof(repl) - 1)];
+        }
+        if (k % 7 == 0) len = (size_t)(rng >> 40) % n;
+        write_bytes(path, mut, len);
+        SafeTensorsFile f;
+        err[0] = 0;
+        if (safetensors_open_checked(&f, path, err, sizeof(err)) == 0) {
+            opened++;
+            for (int i = 0; i < f.num_tensors; i++) {  // reading what opened must be safe too
+                float *out = (float *)malloc((size_t)f.tensors[i].numel * sizeof(float) + 4);
+                safetensors_read_checked(&f, &f.tensors[i], ST_F32, out, err, sizeof(err));
+                free(out);
+            }
+            safetensors_close(&f);
+        } else {
+            refused++;
+            unnamed += !contains(err, path);
+        }
+    }
+    free(mut);
+    free(bytes);
+    test_check(unnamed == 0 && refused > 2000, "%d refused, every message naming the file (%d without); %d still "
+               "valid (a changed value or name), read without harm", refused, unnamed, opened);
+}
+
 static void test_shards(void) {
     printf("-- safetensors.h: shards and the index\n");
     // huggingface_hub's documented example: [6, 6, 2, 6, 2, 2] GB under 10 GB -> [6] [6+2] [6+2+2]
@@ -1212,7 +1272,9 @@ static void test_dir_write(void) {
     GPT2Config g = small_gpt2();
     ModelSpec gs;
     gpt2_spec(&g, &gs);
-    rc = hf_write_dir_checked(dir, &gs, p1, 0, 0, err, sizeof(err));  // (p1 is larger than GPT-2's table: fine)
+    uint16_t *pg = random_params(&gs, 23);
+    rc = hf_write_dir_checked(dir, &gs, pg, 0, 0, err, sizeof(err));
+    free(pg);
     ModelSpec back;
     float *q = NULL;
     rc = rc == 0 ? model_load_checked(dir, 0, &back, &q, err, sizeof(err)) : rc;
@@ -1295,6 +1357,7 @@ int main(void) {
     test_f16();
     test_safetensors_roundtrip();
     test_safetensors_bad();
+    test_safetensors_fuzz();
     test_shards();
     test_config_good();
     test_config_bad();
