@@ -605,8 +605,6 @@ static void download_floats(float *dst, const float *src, size_t n) {
     cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
-// This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
-// (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1).
 // -hf 1: the checkpoint's Hugging Face directory, written by rank 0 before the DONE_ marker
 static int write_hf_of_checkpoint(const CheckpointWrite *w, char *err, size_t err_len) {
     return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, w->sync, err, err_len);
@@ -627,6 +625,9 @@ static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg)
     printf("wrote the Hugging Face directory of step %d to %s/hf_%08d\n", step, dir, step);
 }
 
+// This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
+// (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1); hf: with
+// the Hugging Face directory (-hf 1).
 static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf) {
     char err[1024];
     const size_t n = m->spec.num_parameters, share = m->zero.opt_count;

@@ -383,11 +383,19 @@ static inline int hf_read_gpt2_(const char *path, const cJSON *root, GPT2Config 
     return 0;
 }
 
-// The configuration of config.json's text (len bytes; path names it in messages). 0, or -1.
+// The configuration of config.json's text (len bytes; path names it in messages): one JSON
+// object with nothing but whitespace after it. 0, or -1.
 static inline int hf_config_parse_checked(const char *path, const char *text, size_t len, HFConfig *c, char *err,
                                           size_t err_len) {
     memset(c, 0, sizeof(*c));
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    for (const char *p = end; root != NULL && p != NULL && p < text + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
     if (root == NULL || !cJSON_IsObject(root)) {
         llmc_set_error(err, err_len, "config.json '%s': %s", path, root == NULL ? "not valid JSON" : "not a JSON object");
         cJSON_Delete(root);

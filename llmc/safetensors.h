@@ -608,13 +608,27 @@ static inline char *safetensors_slurp_(const char *path, const char *what, long 
     return buf;
 }
 
+// JSON text[0..len) as one value with nothing but whitespace after it (as Python's json reads
+// it), or NULL
+static inline cJSON *safetensors_json_parse_whole_(const char *text, size_t len) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    for (const char *p = end; root != NULL && p != NULL && p < text + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
 // Opens the files of the index at index_path into m (m->dir set); 0, or -1 with a message.
 static inline int safetensors_model_open_index_(SafeTensorsModel *m, const char *index_path, char *err,
                                                 size_t err_len) {
     size_t len = 0;
     char *text = safetensors_slurp_(index_path, "safetensors index", SAFETENSORS_MAX_INDEX_BYTES, &len, err, err_len);
     if (text == NULL) return -1;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = safetensors_json_parse_whole_(text, len);
     free(text);
     const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     const cJSON *meta = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "metadata") : NULL;

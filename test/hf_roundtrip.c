@@ -60,8 +60,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     free(bf);
-    printf("%s -> %s: %s model, %zu parameters in %zu Hugging Face tensors (bf16)", argv[1], argv[2],
-           spec.family->name, n, hf_num_tensors(&spec));
+    const char *type = spec.family == llama_family() ? llama_model_type_name(llama_config_of(&spec)->model_type)
+                                                     : spec.family->name;
+    printf("%s -> %s: %s model, %zu parameters in %zu Hugging Face tensors (bf16)", argv[1], argv[2], type, n,
+           hf_num_tensors(&spec));
     if (rounded > 0) printf("; %zu values were not bf16 and are rounded", rounded);
     printf("\n");
     return 0;

@@ -491,6 +491,7 @@ static void test_shards(void) {
          "\"u4\":\t\"model-00003-of-00003.safetensors\"", "tensor 'u4' is missing from its shard"},
         {"no weight_map", "weight_map", "weights", "no weight_map"},
         {"an index that is not JSON", "{", "[", "not valid JSON"},
+        {"an index with bytes after its object", "\n}", "\n}}", "not valid JSON"},
     };
     for (size_t k = 0; k < sizeof(edits) / sizeof(edits[0]); k++) {
         const char *at = good_index != NULL ? strstr(good_index, edits[k].from) : NULL;
@@ -781,6 +782,14 @@ static void test_config_bad(void) {
                    contains(err, "not valid JSON"), "config.json that does not parse: %s", err);
     test_check(parse_text("[1]", &c, err, sizeof(err)) < 0 && contains(err, "not a JSON object"),
                "config.json that is not an object: %s", err);
+    char *tail = (char *)malloc(strlen(gpt2_json) + 8);
+    sprintf(tail, "%s }", gpt2_json);
+    err[0] = 0;
+    test_check(parse_text(tail, &c, err, sizeof(err)) < 0 && contains(err, "not valid JSON"),
+               "config.json with bytes after its object: %s", err);
+    sprintf(tail, "%s \n", gpt2_json);
+    test_check(parse_text(tail, &c, err, sizeof(err)) == 0, "  and with whitespace after it: fine");
+    free(tail);
 }
 
 // ----------------------------------------------------------------------------
