@@ -59,7 +59,7 @@ hf_checkpoint_write_checked (the bf16 parameters of a checkpoint, rank 0).
 #define HF_PATH_SUFFIX_MAX 64
 #define HF_PATH_MAX 4096
 
-typedef char hf_name_holds_llamas[HF_NAME_LEN >= LLAMA_HF_NAME_LEN ? 1 : -1];
+typedef char hf_name_len_holds_llama_names[HF_NAME_LEN >= LLAMA_HF_NAME_LEN ? 1 : -1];
 
 // One Hugging Face tensor: a contiguous block of our flat buffer.
 typedef struct {
