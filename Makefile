@@ -35,7 +35,8 @@ COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh 
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
-                llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h flce/flce.h
+                llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h llmc/safetensors.h llmc/hf_config.h llmc/hf_model.h \
+                flce/flce.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \
                      llmc/global_norm.cuh llmc/attention.cuh llmc/attention_sm90.cuh llmc/matmul.cuh llmc/matmul_sm90.cuh \
                      llmc/rmsnorm.cuh llmc/rope.cuh llmc/swiglu.cuh llmc/step_profile.h \
@@ -50,7 +51,7 @@ all: lib tests dev train_gpt
 lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
 tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
-       $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/bpe_encode
+       $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/test_hf $(BUILD)/hf_roundtrip $(BUILD)/bpe_encode
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -93,15 +94,16 @@ endif
 endif
 
 train_gpt: train_gpt.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(FLCE_HEADERS) $(BUILD)/libflce.a
-	$(NVCC) $(NVCC_FLAGS) -I. -o $@ train_gpt.cu $(BUILD)/libflce.a $(NVCC_LIBS) $(TRAIN_MULTI_GPU)
+	$(NVCC) $(NVCC_FLAGS) $(CJSON_CFLAGS) -I. -o $@ train_gpt.cu $(BUILD)/libflce.a $(NVCC_LIBS) $(TRAIN_MULTI_GPU) \
+	    $(CJSON_LIBS)
 
 $(BUILD)/gpt2_ref.o: test/gpt2_ref.c test/gpt2_ref.h flce/flce_ref.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu_*.cuh) $(LLMC_HEADERS) \
                          $(LLMC_CUDA_HEADERS) $(TEST_HEADERS) $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
-	$(NVCC) $(NVCC_FLAGS) -I. -o $@ test/test_train_gpu.cu $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o \
-	    $(BUILD)/libflce.a $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(CJSON_CFLAGS) -I. -o $@ test/test_train_gpu.cu $(BUILD)/gpt2_ref.o $(BUILD)/flce_ref.o \
+	    $(BUILD)/libflce.a $(NVCC_LIBS) $(CJSON_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
 dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench \
@@ -149,14 +151,22 @@ $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(B
 
 # the Llama / Qwen2.5 family: llmc/llama.h and its CPU reference (test/llama_ref.c)
 $(BUILD)/test_llama_cpu: test/test_llama_cpu.c test/llama_ref.c test/llama_ref.h $(LLMC_HEADERS) test/test_util.h | $(BUILD)
-	$(CC) $(CFLAGS) -o $@ test/test_llama_cpu.c test/llama_ref.c -lm
+	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ test/test_llama_cpu.c test/llama_ref.c -lm $(CJSON_LIBS)
+
+# Hugging Face checkpoints: llmc/safetensors.h, llmc/hf_config.h, llmc/hf_model.h, and the tool
+# that reads a model directory into our table and writes it back (test/hf_roundtrip.c)
+$(BUILD)/test_hf: test/test_hf.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
+
+$(BUILD)/hf_roundtrip: test/hf_roundtrip.c $(LLMC_HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
 
 $(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
 # the trainer's host logic; it also runs ./train_gpt with bad flags (no GPU needed)
 $(BUILD)/test_train_host: test/test_train_host.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
-	$(CC) $(CFLAGS) -o $@ $< -lm
+	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
 
 # the last line of a test run sums the suites' "N passed, M failed" lines; a suite that dies
 # before its own summary line counts as a failure. $(1): how many suites, $(2): their log
@@ -165,10 +175,11 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 
 # every CPU suite
 CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llama_cpu; \
-              $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py
-N_CPU_SUITES := 7
+              $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
+              $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip
+N_CPU_SUITES := 9
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt \
-      $(BUILD)/libflce.so
+      $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 # the Llama / Qwen family's reference comes from transformers, run there (python3 with torch and

@@ -645,17 +645,40 @@ static void download_moments(const Trainer *m, float *dst, const void *src, size
     free(bf);
 }
 
+// -hf 1: the checkpoint's Hugging Face directory, written by rank 0 before the DONE_ marker
+static int write_hf_of_checkpoint(const CheckpointWrite *w, char *err, size_t err_len) {
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, w->sync, err, err_len);
+}
+
+// The bf16 parameters on the host (malloc'd: free them).
+static uint16_t *trainer_download_params(const Trainer *m) {
+    const size_t n = m->spec.num_parameters;
+    uint16_t *params = (uint16_t *)malloc_check((n ? n : 1) * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(params, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    return params;
+}
+
+// -hf 1 at the end of a run without checkpoints: the Hugging Face directory alone (rank 0)
+static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg) {
+    if (mg->rank != 0) return;
+    char err[1024];
+    uint16_t *params = trainer_download_params(m);
+    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, 1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "Error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+    free(params);
+    printf("wrote the Hugging Face directory of step %d to %s/hf_%08d\n", step, dir, step);
+}
+
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1; bf16
-// moments widened to fp32 and marked so, llmc/checkpoint.h).
-static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg) {
+// moments widened to fp32 and marked so, llmc/checkpoint.h); hf: with the Hugging Face
+// directory (-hf 1).
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf) {
     char err[1024];
-    const size_t n = m->spec.num_parameters, share = m->zero.opt_count;
-    uint16_t *params = NULL;
-    if (mg->rank == 0) {
-        params = (uint16_t *)malloc_check(n * sizeof(uint16_t));
-        cudaCheck(cudaMemcpy(params, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    }
+    const size_t share = m->zero.opt_count;
+    uint16_t *params = mg->rank == 0 ? trainer_download_params(m) : NULL;
     TrainingState st;
     memset(&st, 0, sizeof(st));
     st.num_processes = mg->nproc;
@@ -684,6 +707,7 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     w.sync = 1;
     w.barrier = multi_gpu_barrier_cb;
     w.barrier_ctx = mg;
+    w.extra = hf ? write_hf_of_checkpoint : NULL;
     if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
@@ -765,6 +789,7 @@ int main(int argc, char **argv) {
         printf("note: no samples: the start token %d is outside the model's vocabulary of %d tokens\n", eot,
                spec.vocab_size);
     const char *out_dir = cfg.out_dir;
+    if (cfg.hf_export) require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0, err);
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;
     memset(&ck, 0, sizeof(ck));
@@ -930,7 +955,9 @@ int main(int argc, char **argv) {
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
-            write_checkpoint(&model, &train_loader, out_dir, step, &mg);
+            write_checkpoint(&model, &train_loader, out_dir, step, &mg, cfg.hf_export);
+        else if (out_dir != NULL && cfg.hf_export && last)
+            write_hf_export(&model, out_dir, step, &mg);
         if (last) break;
         if (multi_gpu_fault(&mg, step + 1) == MG_FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 

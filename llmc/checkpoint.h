@@ -27,8 +27,11 @@ Resume state file state_%08d_%05d.bin (llm.c save_state), one per rank:
   a bf16 value (a file that says so and holds another is corrupt: refused), so that resuming
   them gives back exactly the bf16 moments of the run: bitwise resume.
 
-A checkpoint of step s in a directory: model_%08d.bin (rank 0), state_%08d_%05d.bin (every
-rank), then an empty DONE_%08d (rank 0) once all of them are written. It resumes only with the
+A checkpoint of step s in a directory: model_%08d.bin (rank 0), any extra files of rank 0 (the
+write's extra hook: the trainer's -hf 1 writes the Hugging Face directory hf_%08d there,
+llmc/hf_model.h), state_%08d_%05d.bin (every rank), then an empty DONE_%08d (rank 0) once all of
+them are written, so a complete checkpoint has its extras too. Resume reads only the model and
+state files. It resumes only with the
 process count and ZeRO stage that wrote it (each state file holds one rank's share and data
 position): another count or stage is an error naming both, never a fresh start. checkpoint_find_latest()
 takes the highest step whose DONE_ marker and files are all present; names that are not
@@ -559,9 +562,38 @@ static inline int checkpoint_is_tmp_name_(const char *name) {
            (strncmp(name, "model_", 6) == 0 || strncmp(name, "state_", 6) == 0 || strncmp(name, "DONE_", 5) == 0);
 }
 
+// 1 for what an interrupted Hugging Face directory write leaves (llmc/hf_model.h): a directory
+// "hf_<digits>.tmp-<pid>" or "hf_<digits>.old-<pid>"
+static inline int checkpoint_is_hf_tmp_name_(const char *name) {
+    if (strncmp(name, "hf_", 3) != 0) return 0;
+    const char *p = name + 3;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == name + 3 || (strncmp(p, ".tmp-", 5) != 0 && strncmp(p, ".old-", 5) != 0) || p[5] == 0) return 0;
+    for (p += 5; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+// Removes a directory of files (no subdirectories); 0, or -1
+static inline int checkpoint_remove_flat_dir_(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    struct dirent *e;
+    char path[CHECKPOINT_PATH_MAX];
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        const int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (n < 0 || (size_t)n >= sizeof(path) || unlink(path) != 0) rc = -1;
+    }
+    closedir(d);
+    return rc == 0 && rmdir(dir) == 0 ? 0 : -1;
+}
+
 // Readies dir for a run that starts after step after_step (-1: a fresh run): removes the
 // DONE_ markers of later steps, which an older run left (resume would otherwise pick its
-// checkpoints up), and the temporaries of interrupted writes. Model and state files stay: no
+// checkpoints up), and the temporaries of interrupted writes (files, and the Hugging Face
+// writer's .tmp-/.old- directories). Model and state files and hf_ directories stay: no
 // marker, no resume. Returns how many markers it removed, or -1.
 static inline int checkpoint_clear_stale(const char *dir, int after_step, char *err, size_t err_len) {
     DIR *d = opendir(dir);
@@ -574,9 +606,11 @@ static inline int checkpoint_clear_stale(const char *dir, int after_step, char *
     char path[CHECKPOINT_PATH_MAX];
     while ((entry = readdir(d)) != NULL) {
         const int step = checkpoint_parse_done_name(entry->d_name);
-        if (step <= after_step && !checkpoint_is_tmp_name_(entry->d_name)) continue;
+        const int hf_tmp = checkpoint_is_hf_tmp_name_(entry->d_name);
+        if (step <= after_step && !checkpoint_is_tmp_name_(entry->d_name) && !hf_tmp) continue;
         int n = snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
-        if (n < 0 || (size_t)n >= sizeof(path) || (remove(path) != 0 && errno != ENOENT)) {
+        if (n < 0 || (size_t)n >= sizeof(path) ||
+            (hf_tmp ? checkpoint_remove_flat_dir_(path) != 0 : (remove(path) != 0 && errno != ENOENT))) {
             llmc_set_error(err, err_len, "cannot remove '%s/%s': %s", dir, entry->d_name, strerror(errno));
             rc = -1;
             break;
@@ -592,7 +626,8 @@ static inline int checkpoint_clear_stale(const char *dir, int after_step, char *
 }
 
 // One rank's part of writing a checkpoint (checkpoint_write_checked).
-typedef struct {
+typedef struct CheckpointWrite CheckpointWrite;
+struct CheckpointWrite {
     const char *dir;
     const ModelSpec *model;       // rank 0: the model, whose family writes its file
     const uint16_t *params;       // rank 0: the bf16 parameters
@@ -601,7 +636,10 @@ typedef struct {
     void (*barrier)(void *ctx);   // returns when every rank has called it (NULL: one process)
     void *barrier_ctx;
     int stop_after;               // tests: stop after this stage, as a crash would (0: never)
-} CheckpointWrite;
+    // rank 0: more files of the step, written after the model file and before the marker (the
+    // trainer's Hugging Face directory); 0, or -1 with a message. NULL: none
+    int (*extra)(const CheckpointWrite *w, char *err, size_t err_len);
+};
 
 // the stages of a write, in order
 enum { CHECKPOINT_UNMARKED = 1, CHECKPOINT_MODEL_WRITTEN, CHECKPOINT_STATE_WRITTEN, CHECKPOINT_MARKED };
@@ -629,6 +667,7 @@ static inline int checkpoint_write_checked(const CheckpointWrite *w, char *err, 
     if (rank == 0) {
         checkpoint_model_path(path, sizeof(path), w->dir, st->step);
         if (w->model->family->write_file(path, w->model, w->params, w->sync, err, err_len) != 0) return -1;
+        if (w->extra != NULL && w->extra(w, err, err_len) != 0) return -1;
     }
     if (w->stop_after == CHECKPOINT_MODEL_WRITTEN) return 1;
     checkpoint_state_path(path, sizeof(path), w->dir, st->step, rank);

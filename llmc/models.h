@@ -1,12 +1,15 @@
 /*
 models.h - the model families the trainer knows, and the one place that picks a family for
 -e: a descriptor of a family's published or test shapes (a fresh model, initialised as that
-family's reference implementation does) or a model file. Each family is a header of its own
-(llmc/gpt2.h, llmc/llama.h) that fills a ModelSpec (llmc/model.h); the training loop sees only
-that.
+family's reference implementation does), a model file, or a Hugging Face model directory. Each
+family is a header of its own (llmc/gpt2.h, llmc/llama.h) that fills a ModelSpec (llmc/model.h);
+the training loop sees only that.
     GPT-2:           d6 d12 d24 d36 d48, or an llm.c model file (magic 20240326)
     Llama / Qwen2.5: llama3.2-1b llama3.2-3b llama3.1-8b qwen2.5-0.5b qwen2.5-1.5b llama-test
                      qwen-test, or a model file of llmc/llama.h (magic 20241202)
+    any of them:     a directory: its config.json names the family (LlamaForCausalLM,
+                     Qwen2ForCausalLM, GPT2LMHeadModel) and its safetensors hold the weights
+                     (llmc/hf_model.h); a directory without a config.json is an error
 */
 #ifndef LLMC_MODELS_H
 #define LLMC_MODELS_H
@@ -14,6 +17,7 @@ that.
 #include "utils.h"  // first: it sets the POSIX feature macros
 
 #include "gpt2.h"
+#include "hf_model.h"
 #include "llama.h"
 #include "model.h"
 
@@ -23,10 +27,14 @@ static inline int model_is_descriptor(const char *arg) { return gpt2_is_descript
 // The model of -e: fills *spec; with params != NULL also *params, the spec's num_parameters
 // fp32 values (malloc'd; free it), from the file or the family's initialisation. vocab: the
 // vocabulary of a fresh model (0: the family's own). Without params it is cheap (a
-// descriptor's table or a file's header). A file is the Llama family's when it starts with its
-// magic, else GPT-2's (whose reader reports anything else). 0, or -1 with a message.
+// descriptor's table, a file's header, a directory's config.json). A directory is a Hugging
+// Face model (never GPT-2 by default: its config.json says what it is, or it is an error); a
+// file is the Llama family's when it starts with its magic, else GPT-2's (whose reader reports
+// anything else). 0, or -1 with a message.
 static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec, float **params, char *err,
                                      size_t err_len) {
+    if (!llama_is_descriptor(arg) && !gpt2_is_descriptor(arg) && hf_is_dir(arg))
+        return hf_load_dir_checked(arg, spec, params, err, err_len);
     if (llama_is_descriptor(arg) || (!gpt2_is_descriptor(arg) && llama_is_model_file(arg))) {
         LlamaConfig c;
         if (llama_load_checked(arg, vocab, &c, params, err, err_len) != 0) return -1;

@@ -38,6 +38,7 @@ typedef struct {
     int overlap;     // -ov: 1 reduces gradients in buckets while the backward runs
     int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
     int bf16_moments;  // -bm 1: AdamW's m and v in bf16 (llmc/adamw.cuh), 0 in fp32
+    int hf_export;   // -hf 1: a Hugging Face directory <-o>/hf_<step> with each checkpoint and at the end
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -57,9 +58,10 @@ typedef struct {
 static const TrainFlag train_flags[] = {
     {"-i", 's', TRAIN_FIELD_(train_glob), 0, 0, "train data glob (default data/tiny_shakespeare_train.bin)"},
     {"-j", 's', TRAIN_FIELD_(val_glob), 0, 0, "val data glob (default data/tiny_shakespeare_val.bin)"},
-    {"-e", 's', TRAIN_FIELD_(model), 0, 0, "model file (llm.c's GPT-2 v3/v5, or llmc/llama.h's) or descriptor (default d12):\n"
-     "              GPT-2 d6|d12|d24|d36|d48; llama3.2-1b|llama3.2-3b|llama3.1-8b|qwen2.5-0.5b|\n"
-     "              qwen2.5-1.5b; test models llama-test|qwen-test"},
+    {"-e", 's', TRAIN_FIELD_(model), 0, 0, "model file (llm.c's GPT-2 v3/v5, or llmc/llama.h's), Hugging Face model directory\n"
+     "              (config.json + safetensors: LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)\n"
+     "              or descriptor (default d12): GPT-2 d6|d12|d24|d36|d48; llama3.2-1b|llama3.2-3b|\n"
+     "              llama3.1-8b|qwen2.5-0.5b|qwen2.5-1.5b; test models llama-test|qwen-test"},
     {"-V", 'i', TRAIN_FIELD_(vocab), 0, GPT2_MAX_VOCAB, "vocabulary of a fresh model (default 0: the descriptor's own, GPT-2's 50257\n"
      "              padded to 50304, Llama 3's 128256, Qwen2.5's 151936; e.g. 176245: any size,\n"
      "              padded to a multiple of 128)"},
@@ -79,6 +81,10 @@ static const TrainFlag train_flags[] = {
     {"-g", 'i', TRAIN_FIELD_(gen_tokens), 0, INT_MAX, "tokens to generate (default 64)"},
     {"-n", 'i', TRAIN_FIELD_(ckpt_every), 0, INT_MAX, "checkpoint every N steps, 0 never (default 0)"},
     {"-y", 'i', TRAIN_FIELD_(resume), 0, 1, "resume from the latest complete checkpoint in -o (default 0)"},
+    {"-hf", 'i', TRAIN_FIELD_(hf_export), 0, 1, "1: also write <-o>/hf_<step>/, a Hugging Face model directory (config.json +\n"
+     "              bf16 model.safetensors, transformers' names; AutoModelForCausalLM loads it),\n"
+     "              with each checkpoint (before its DONE_ marker) and at the end of the run\n"
+     "              (default 0); resume still reads the checkpoint's own files"},
     {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1); 0 keeps each\n"
      "              layer's GELU output (faster; L x B x T x 4C bf16 more memory)"},
     {"-w", 'i', TRAIN_FIELD_(master_weights), 0, 1, "fp32 master weights (default 1; required)"},
@@ -265,6 +271,10 @@ static inline int train_config_check(TrainConfig *c, int nproc, char *err, size_
     }
     if (c->ckpt_every > 0 && c->out_dir == NULL) {
         llmc_set_error(err, err_len, "-n %d writes checkpoints into -o <dir>, and no -o is given", c->ckpt_every);
+        return -1;
+    }
+    if (c->hf_export && c->out_dir == NULL) {
+        llmc_set_error(err, err_len, "-hf 1 writes Hugging Face directories into -o <dir>, and no -o is given");
         return -1;
     }
     if (c->tp && nproc < 2) {

@@ -7,7 +7,14 @@
 #                        [train] [train-lt] [train-b64] [train-b64-lt] [train-fa] [train-bmax] [train-vocab] [train-llama] [train-flags] [train-mpi]
 #                        [train-fs] [train-tcp] [train-nompi] [train-fault] [train-fault-tcp] [train-fault-fs]
 #                        [train-zero] [train-overlap] [train-tp] [vp-bench] [train-scale] [bench-ab] [train-f]
-#                        [train-ab] [att-ab]
+#                        [train-ab] [att-ab] [hf]
+#   hf (not in the default list): Hugging Face checkpoints (llmc/hf_model.h) against transformers:
+#   scripts/check_hf_roundtrip.py (transformers' save_pretrained -> build/hf_roundtrip -> transformers:
+#   state dicts and logits bitwise, llama / qwen2 / gpt2); then d6, qwen-test and llama-test trained 10
+#   steps with -hf 1 (d6: the end-of-run directory alone; qwen-test: with the checkpoint of step 10;
+#   llama-test: checkpoints 5 and 10): transformers' val loss of hf_00000010
+#   (scripts/check_hf_export.py, fp32) within 2e-3 of the trainer's, and the trainer started from
+#   -e hf_00000010 prints the same val loss at step 0, bitwise.
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
 #   bench-ab: dev/flce_bench's flce rows under each setting of AB_ENV (default "FLCE_PINGPONG=0
@@ -406,6 +413,28 @@ ncu_src() {
         { echo "FAIL: ncu --import (see $OUT/ncu_src.err)"; return 1; }
     python3 scripts/ncu_source.py "$OUT/ncu_src.csv"
 }
+# hf: see the top of this file
+hf_check() {
+    make -s build/hf_roundtrip || return 1
+    python3 scripts/check_hf_roundtrip.py || { echo "FAIL: check_hf_roundtrip.py"; return 1; }
+    local run m flags dir log v v2
+    for run in "d6:-x 10" "qwen-test:-x 10 -n 10" "llama-test:-x 10 -n 5"; do
+        m=${run%%:*}; flags=${run#*:}
+        dir=/tmp/hf_train_$m; rm -rf "$dir"; log="$OUT/hf_train_$m.log"
+        timeout 300 ./train_gpt -e $m -b 4 -t 64 -v 10 -m 4 -s 0 $flags -o "$dir" -hf 1 > "$log" 2>&1 ||
+            { echo "FAIL: $m with -hf 1 ($log)"; tail -5 "$log"; return 1; }
+        ls "$dir"
+        v=$(grep -oE "^val loss [0-9.]+" "$log" | tail -1 | awk '{print $3}')
+        python3 scripts/check_hf_export.py "$dir/hf_00000010" --val data/tiny_shakespeare_val.bin -b 4 -t 64 -m 4 \
+            --expect "$v" || { echo "FAIL: $m: transformers' val loss of hf_00000010 is not the trainer's $v"; return 1; }
+        timeout 300 ./train_gpt -e "$dir/hf_00000010" -b 4 -t 64 -x 1 -v 1 -m 4 -s 0 > "$log.reload" 2>&1 ||
+            { echo "FAIL: $m: -e $dir/hf_00000010"; tail -5 "$log.reload"; return 1; }
+        v2=$(grep -oE "^val loss [0-9.]+" "$log.reload" | head -1 | awk '{print $3}')
+        if [ -n "$v" ] && [ "$v" = "$v2" ]; then echo "OK: $m: -e hf_00000010 starts at its step's val loss $v, bitwise"
+        else echo "FAIL: $m: -e hf_00000010 starts at val loss '$v2', the run printed '$v'"; return 1; fi
+    done
+    echo "OK: Hugging Face checkpoints"
+}
 run_step() {  # name, command...
     local name=$1; shift
     local t0=$(date +%s)
@@ -473,6 +502,7 @@ for s in $steps; do
                     run_step train_fault_fs mg_fault_pair fault_fs "-pi fs -pf /tmp/train_fs_dir" 1:3 \
                         "TRAIN_FAULT: rank 1 stops at step 3" ;;
     train-tp) run_step train_tp mg_tp ;;
+    hf) run_step hf hf_check ;;
     train-zero) run_step train_zero mg_zero ;;
     train-overlap) run_step train_overlap mg_overlap ;;
     train-scale) run_step train_scale mg_scale; grep -E "^\|" "$OUT/train_scale.log" ;;
@@ -497,6 +527,7 @@ echo "== benchmark summary =="
 [ -f "$OUT/attention.log" ] && { echo "== attention: Hopper kernels vs mma.sync =="; grep -E "^\||vs mma" "$OUT/attention.log"; }
 [ -f "$OUT/train_profile.log" ] && { echo "== a B=64 step, TRAIN_PROFILE=1 =="; sed -n '/^step profile/,$p' "$OUT/train_profile.log"; }
 [ -f "$OUT/pytest.log" ] && { echo "== Python binding (pytest) =="; tail -1 "$OUT/pytest.log"; }
+[ -f "$OUT/hf.log" ] && { echo "== Hugging Face checkpoints =="; grep -E "^FAIL|passed, [0-9]+ failed|^val loss|^ok|^OK" "$OUT/hf.log"; }
 for f in train_fs train_tcp train_nompi; do
     [ -f "$OUT/$f.log" ] && { echo "== $f =="; grep -E "^step +[0-9]+/|val loss" "$OUT/${f}_r0.log" | tail -3;
                               grep -E "^== |^OK|^MISMATCH|^FAIL" "$OUT/$f.log"; }

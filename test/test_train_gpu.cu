@@ -168,7 +168,8 @@ static float train_step(Trainer *m, DataLoader *loader, int B, int T, int step, 
 
 // 4. a checkpoint written after 2 steps and resumed gives bitwise the same next 2 losses (at
 // ZeRO stage zero on one rank; its losses into out[4] when given), for the model of -e model,
-// AdamW's moments in bf16 when bf16_moments (-bm 1)
+// AdamW's moments in bf16 when bf16_moments (-bm 1); the checkpoint has its Hugging Face
+// directory (-hf 1), which reads back as its model file
 static void test_resume_bitwise(int zero, float *out = NULL, const char *model = "d6", int bf16_moments = 0) {
     const int B = 4, T = 64, steps = 4, at = 2;
     char dir[] = "/tmp/train_gpt_resume_XXXXXX";
@@ -186,7 +187,7 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
         for (int k = 0; k < steps; k++) {
-            if (k == at) write_checkpoint(&m, &loader, dir, k, &single);
+            if (k == at) write_checkpoint(&m, &loader, dir, k, &single, 1);
             straight[k] = train_step(&m, &loader, B, T, k, s);
         }
         dataloader_free(&loader);
@@ -215,7 +216,25 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
                "%s -z %d -bm %d, resumed run: bitwise the same losses as the uninterrupted one, and falling (%.4f -> "
                "%.4f)", model, zero, bf16_moments, straight[0], straight[steps - 1]);
     if (out != NULL) memcpy(out, straight, sizeof(float) * steps);
-    char path[CHECKPOINT_PATH_MAX];
+    char path[CHECKPOINT_PATH_MAX], err[1024] = "";
+    {
+        ModelSpec run, file, hf;
+        uint16_t *bits = NULL;
+        float *wide = NULL;
+        checkpoint_model_path(path, sizeof(path), dir, at);
+        int ok = model_load_checked(model, 0, &run, NULL, err, sizeof(err)) == 0 &&
+                 run.family->read_file(path, &file, &bits, err, sizeof(err)) == 0;
+        hf_checkpoint_path(path, sizeof(path), dir, at);
+        ok = ok && hf_load_dir_checked(path, &hf, &wide, err, sizeof(err)) == 0 &&
+             model_spec_compare(&hf, &file, err, sizeof(err)) == 0;
+        size_t differ = 0;
+        for (size_t i = 0; ok && i < file.num_parameters; i++) differ += float_from_bf16(bits[i]) != wide[i];
+        test_check(ok && differ == 0, "%s: the checkpoint's hf_%08d reads back (-e DIR) as its model file, bitwise "
+                   "(%zu differ)%s%s", model, at, differ, err[0] ? ": " : "", err);
+        free(bits);
+        free(wide);
+        hf_remove_flat_dir(path);
+    }
     for (int r = -1; r <= 1; r++) {  // the step's files, so that the directory can go
         if (r < 0) checkpoint_model_path(path, sizeof(path), dir, at);
         else if (r == 0) checkpoint_state_path(path, sizeof(path), dir, at, 0);

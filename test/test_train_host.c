@@ -157,6 +157,11 @@ static const BadLine bad_lines[] = {
     {"-tp -1", "-tp -1: out of range [0, 1]", 0},
     {"-tp 1", "-tp 1 splits the LM head's vocabulary over several processes, and this run has 1", 0},
     {"-tp 1 -pn 1", "-tp 1 splits the LM head's vocabulary over several processes, and this run has 1", 0},
+    // -hf: 0 or 1, and 1 only with -o
+    {"-hf 2", "-hf 2: out of range [0, 1]", 0},
+    {"-hf 1", "-hf 1 writes Hugging Face directories into -o <dir>, and no -o is given", 0},
+    // a directory is a Hugging Face model: without config.json it is an error, never a GPT-2 file
+    {"-e test", "model directory 'test' has no config.json", 1},
     // a path that starts like a descriptor is a path (defect 1)
     {"-e d12/model_00005000.bin", "cannot open model file 'd12/model_00005000.bin'", 1},
     {"-e d7", "unknown depth descriptor 'd7'", 1},
@@ -1616,6 +1621,9 @@ static void test_trainer_binary(const char *bin) {
     longdir[CHECKPOINT_PATH_MAX - 20] = 0;
     snprintf(args, sizeof(args), "-e d6 -o %s", longdir);
     expect_trainer_error(bin, args, "checkpoint file names in it would not fit");
+    longdir[CHECKPOINT_PATH_MAX - 60] = 0;  // checkpoint names fit, -hf 1's directories do not
+    snprintf(args, sizeof(args), "-e d6 -hf 1 -o %s", longdir);
+    expect_trainer_error(bin, args, "the Hugging Face directories in it (-hf 1) would not fit");
 
     // a small model, its data and a checkpoint at step 20 (C 16, 1 head of 16: sizes the kernels take)
     char err[1024], model[256], model63[256], shard[256], dir[256];
@@ -1643,6 +1651,29 @@ static void test_trainer_binary(const char *bin) {
     ckpt_write(&ck, dir, 0);
     ckpt_free(&ck);
     dataloader_free(&loader);
+    // the same model as a Hugging Face directory (-e DIR): read through its config.json
+    char hf[256], hf_bad[256], hf_cfg[300];
+    tmp_path(hf, sizeof(hf), "small_hf");
+    tmp_path(hf_bad, sizeof(hf_bad), "small_hf_bad");
+    ModelSpec hs;
+    gpt2_spec(&c, &hs);
+    uint16_t *bf = (uint16_t *)calloc(hs.num_parameters, sizeof(uint16_t));
+    ok = hf_write_dir_checked(hf, &hs, bf, 0, 0, err, sizeof(err)) == 0 &&
+         hf_write_dir_checked(hf_bad, &hs, bf, 0, 0, err, sizeof(err)) == 0;
+    free(bf);
+    snprintf(hf_cfg, sizeof(hf_cfg), "%s/config.json", hf_bad);
+    FILE *fc = fopen(hf_cfg, "wb");
+    if (fc != NULL) {
+        fputs("{\"model_type\": \"gpt2\", \"architectures\": [\"GPT2LMHeadModel\"], \"n_layer\": 1}", fc);
+        fclose(fc);
+    }
+    test_check(ok, "a Hugging Face directory of the small model%s%s", ok ? "" : ": ", ok ? "" : err);
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -t 16", hf, shard, shard);
+    expect_trainer_error(bin, args, "-t 16 exceeds the model's max_seq_len 8");
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -t 8", hf_bad, shard, shard);
+    expect_trainer_error(bin, args, "field 'n_embd' is missing");
+    hf_remove_flat_dir(hf);
+    hf_remove_flat_dir(hf_bad);
     const char *common = "-b 2 -t 8 -v 0 -s 0 -y 1";
     snprintf(args, sizeof(args), "-e %s -i %s -j %s -o %s %s -x 10", model, shard, shard, dir, common);
     expect_trainer_error(bin, args, "the checkpoint resumed is at step 20 and the run ends at step 10 (-x)");
