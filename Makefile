@@ -51,7 +51,8 @@ all: lib tests dev train_gpt
 lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
 tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
-       $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/test_hf $(BUILD)/hf_roundtrip $(BUILD)/bpe_encode
+       $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/test_hf $(BUILD)/hf_roundtrip $(BUILD)/bpe_encode \
+       $(BUILD)/test_hf_tokenizer
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -146,6 +147,13 @@ $(BUILD)/test_gpu: test/test_gpu.cu $(TEST_HEADERS) $(COMMON_HEADERS) $(BUILD)/f
 $(BUILD)/test_bpe: test/test_bpe.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -Idata -o $@ $< -lm
 
+# Hugging Face tokenizer.json (data/hf_tokenizer.h) against tokenizers' ids in test/fixtures/hf_tokenizers;
+# it also runs build/bpe_encode -t
+HF_TOKENIZER_HEADERS := data/hf_tokenizer.h data/bpe.h data/bpe_unicode.h data/unicode_nfc.h llmc/utils.h
+$(BUILD)/test_hf_tokenizer: test/test_hf_tokenizer.c $(HF_TOKENIZER_HEADERS) llmc/shard.h llmc/tokenizer.h \
+                            llmc/tokenizer_json.h test/test_util.h | $(BUILD)
+	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< $(CJSON_LIBS) -lm
+
 $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(BUILD)/flce_ref.o test/test_util.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ test/test_gpt2_cpu.c test/gpt2_ref.c $(BUILD)/flce_ref.o -lm
 
@@ -174,12 +182,13 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
                   END {if (n != $(1)) f++; print p " passed, " f " failed"; exit (f > 0 || p == 0)}' $(2)
 
 # every CPU suite
-CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_gpt2_cpu test/fixtures; $(BUILD)/test_llama_cpu; \
-              $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
+CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_hf_tokenizer; $(BUILD)/test_gpt2_cpu test/fixtures; \
+              $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
+              FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
               $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip
-N_CPU_SUITES := 9
-test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt \
-      $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
+N_CPU_SUITES := 10
+test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
+      $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 # the Llama / Qwen family's reference comes from transformers, run there (python3 with torch and
@@ -190,9 +199,9 @@ test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu
 	   LLAMA_FIXTURE_DIR=$(LLAMA_FIXTURE_DIR) $(BUILD)/test_train_gpu; } 2>&1 | tee $(BUILD)/test_gpu.log; \
 	 $(call sum_suites,2,$(BUILD)/test_gpu.log)
 
-# --- data: Tiny Shakespeare through the C GPT-2 BPE encoder ----------------------------
-$(BUILD)/bpe_encode: data/bpe_encode.c data/bpe.h data/bpe_unicode.h llmc/utils.h llmc/shard.h llmc/tokenizer.h | $(BUILD)
-	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -lm
+# --- data: Tiny Shakespeare through the C GPT-2 BPE encoder (or, -t, a tokenizer.json) --
+$(BUILD)/bpe_encode: data/bpe_encode.c $(HF_TOKENIZER_HEADERS) llmc/shard.h llmc/tokenizer.h | $(BUILD)
+	$(CC) -O2 -std=c11 -Wall -Wextra -Werror $(CJSON_CFLAGS) -o $@ $< $(CJSON_LIBS) -lm
 
 data: $(BUILD)/bpe_encode
 	$(BUILD)/bpe_encode -i data/tinyshakespeare.txt -e data/gpt2/encoder.json -m data/gpt2/vocab.bpe -o data

@@ -461,7 +461,7 @@ static inline int bpe_load_encoder_json(BpeEncoder *e, const char *path,
     if (j.i < j.n && j.s[j.i] == '}') { bpe_json_err(&j, "empty object"); goto done; }
     for (;;) {
         unsigned char tok[BPE_MAX_TOKEN_BYTES];
-        size_t tlen;
+        size_t tlen = 0;
         bpe_json_ws(&j);
         if (bpe_json_token(&j, tok, &tlen) != 0) goto done;
         bpe_json_ws(&j);
@@ -505,41 +505,42 @@ static inline int bpe_load_encoder_json(BpeEncoder *e, const char *path,
     bpe_json_ws(&j);
     if (j.i != j.n) { bpe_json_err(&j, "trailing data after the object"); goto done; }
 
-    // ids must be exactly 0..nent-1
-    off = (uint32_t *)malloc((nent + 1) * sizeof(uint32_t));
-    tb = (unsigned char *)malloc(nbytes ? nbytes : 1);
-    uint32_t *slot = (uint32_t *)malloc(nent * sizeof(uint32_t));
-    if (off == NULL || tb == NULL || slot == NULL) {
-        free(slot);
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
-    for (size_t k = 0; k < nent; k++) slot[k] = UINT32_MAX;
-    for (size_t k = 0; k < nent; k++) {
-        uint32_t id = ent[3 * k + 2];
-        if (id >= nent || slot[id] != UINT32_MAX) {
-            fprintf(stderr, "error: encoder.json file '%s': ids must be 0..%zu, each once; "
-                    "id %u is %s\n", path, nent - 1, id, id >= nent ? "out of range" : "repeated");
+    {  // ids must be exactly 0..nent-1 (a block: no goto above crosses its declarations in C++)
+        off = (uint32_t *)malloc((nent + 1) * sizeof(uint32_t));
+        tb = (unsigned char *)malloc(nbytes ? nbytes : 1);
+        uint32_t *slot = (uint32_t *)malloc(nent * sizeof(uint32_t));
+        if (off == NULL || tb == NULL || slot == NULL) {
             free(slot);
+            fprintf(stderr, "error: out of memory\n");
             goto done;
         }
-        slot[id] = (uint32_t)k;
+        for (size_t k = 0; k < nent; k++) slot[k] = UINT32_MAX;
+        for (size_t k = 0; k < nent; k++) {
+            uint32_t id = ent[3 * k + 2];
+            if (id >= nent || slot[id] != UINT32_MAX) {
+                fprintf(stderr, "error: encoder.json file '%s': ids must be 0..%zu, each once; "
+                        "id %u is %s\n", path, nent - 1, id, id >= nent ? "out of range" : "repeated");
+                free(slot);
+                goto done;
+            }
+            slot[id] = (uint32_t)k;
+        }
+        size_t pos = 0;
+        for (size_t id = 0; id < nent; id++) {
+            uint32_t k = slot[id];
+            off[id] = (uint32_t)pos;
+            memcpy(tb + pos, bytes + ent[3 * k], ent[3 * k + 1]);
+            pos += ent[3 * k + 1];
+        }
+        off[nent] = (uint32_t)pos;
+        free(slot);
+        e->vocab_size = (int)nent;
+        e->tok_off = off;
+        e->tok_bytes = tb;
+        off = NULL;
+        tb = NULL;
+        rc = 0;
     }
-    size_t pos = 0;
-    for (size_t id = 0; id < nent; id++) {
-        uint32_t k = slot[id];
-        off[id] = (uint32_t)pos;
-        memcpy(tb + pos, bytes + ent[3 * k], ent[3 * k + 1]);
-        pos += ent[3 * k + 1];
-    }
-    off[nent] = (uint32_t)pos;
-    free(slot);
-    e->vocab_size = (int)nent;
-    e->tok_off = off;
-    e->tok_bytes = tb;
-    off = NULL;
-    tb = NULL;
-    rc = 0;
 done:
     free(off);
     free(tb);
