@@ -67,6 +67,12 @@
 #   BENCH_PEERS_SECONDS (default 420) bounds the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# cJSON (the Hugging Face readers) on a machine that cannot install libcjson-dev: the .debs that
+# scripts/gpu_deps.sh unpacked into .deps/cjson here, carried along
+if [ ! -f /usr/include/cjson/cJSON.h ] && [ -d .deps/cjson/usr/include/cjson ]; then
+    export CJSON_DIR="$PWD/.deps/cjson"
+    export LD_LIBRARY_PATH="$CJSON_DIR/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
 steps="${*:-build test fixtures tokens gemm-sm90 attention matmul-bench pytest bench-check bench bench-timing train train-b64 train-profile train-bmax train-vocab train-llama train-flags}"
