@@ -36,6 +36,7 @@ and the bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 giv
 #include "llmc/schedulers.h"
 #include "llmc/step_profile.h"
 #include "llmc/tokenizer.h"
+#include "llmc/tokenizer_json.h"
 #include "llmc/train_config.h"
 #include "llmc/zero.h"
 
@@ -781,7 +782,8 @@ int main(int argc, char **argv) {
                dataloader_set_vocab_checked(&val_loader, spec.vocab_size, err, sizeof(err)) == 0, err);
     Tokenizer tok;  // the family's, to decode samples (missing: a warning and ids; malformed: an error)
     memset(&tok, 0, sizeof(tok));
-    if (spec.tokenizer != NULL) tokenizer_init(&tok, spec.tokenizer);
+    if (cfg.tokenizer != NULL) require_ok(tokenizer_init_any_checked(&tok, cfg.tokenizer, err, sizeof(err)) == 0, err);
+    else if (spec.tokenizer != NULL) tokenizer_init(&tok, spec.tokenizer);
     const int eot = spec.sample_start >= 0 ? spec.sample_start : tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
     const int start_token = sampler_start_token(eot, spec.vocab_size);
     const int sample_every = start_token >= 0 ? cfg.sample_every : 0;

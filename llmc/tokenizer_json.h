@@ -16,6 +16,7 @@ tell the two sources apart.
                                   t.init_ok = 0 (samples as ids); a malformed one is an error
   tokenizer_init_any(&t, path)    tokenizer_init_json for a path ending in ".json", else
                                   tokenizer_init (llm.c's .bin)
+  tokenizer_init_any_checked(&t, path, err, len)   the same, a missing file an error too
 
 Building with it needs cJSON: the Makefile's CJSON_CFLAGS / CJSON_LIBS (-lcjson).
 */
@@ -66,9 +67,18 @@ static inline void tokenizer_init_json(Tokenizer *t, const char *path) {
     exit(EXIT_FAILURE);
 }
 
+static inline int tokenizer_is_json_path(const char *path) {
+    const size_t n = strlen(path);
+    return n >= 5 && strcmp(path + n - 5, ".json") == 0;
+}
+
+static inline int tokenizer_init_any_checked(Tokenizer *t, const char *path, char *err, size_t err_len) {
+    return tokenizer_is_json_path(path) ? tokenizer_init_json_checked(t, path, err, err_len)
+                                        : tokenizer_init_checked(t, path, err, err_len);
+}
+
 static inline void tokenizer_init_any(Tokenizer *t, const char *path) {
-    size_t n = strlen(path);
-    if (n >= 5 && strcmp(path + n - 5, ".json") == 0) tokenizer_init_json(t, path);
+    if (tokenizer_is_json_path(path)) tokenizer_init_json(t, path);
     else tokenizer_init(t, path);
 }
 

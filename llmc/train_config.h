@@ -30,6 +30,7 @@ environment, by llmc/multi_gpu.h's multi_gpu_plan.
 
 typedef struct {
     const char *train_glob, *val_glob, *model, *out_dir;
+    const char *tokenizer;  // -tk: the file that decodes samples (NULL: the model family's own)
     LRSchedule schedule;
     int B, T, total_batch, max_steps, warmup;
     int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
@@ -66,6 +67,8 @@ static const TrainFlag train_flags[] = {
      "              padded to 50304, Llama 3's 128256, Qwen2.5's 151936; e.g. 176245: any size,\n"
      "              padded to a multiple of 128)"},
     {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log and checkpoints (default none)"},
+    {"-tk", 's', TRAIN_FIELD_(tokenizer), 0, 0, "tokenizer that decodes samples: llm.c's .bin or a Hugging Face tokenizer.json\n"
+     "              (default: GPT-2's data/gpt2_tokenizer.bin for GPT-2; token ids for Llama / Qwen)"},
     {"-b", 'i', TRAIN_FIELD_(B), 1, 1 << 20, "micro-batch size B (default 4)"},
     {"-t", 'i', TRAIN_FIELD_(T), 1, 1 << 24, "sequence length T (default 1024)"},
     {"-d", 'i', TRAIN_FIELD_(total_batch), -1, INT_MAX, "total batch size in tokens (default -1: B*T*processes)"},

@@ -1624,6 +1624,9 @@ static void test_trainer_binary(const char *bin) {
     longdir[CHECKPOINT_PATH_MAX - 60] = 0;  // checkpoint names fit, -hf 1's directories do not
     snprintf(args, sizeof(args), "-e d6 -hf 1 -o %s", longdir);
     expect_trainer_error(bin, args, "the Hugging Face directories in it (-hf 1) would not fit");
+    // -tk: a tokenizer named on the command line must be there (the family's default may be missing)
+    expect_trainer_error(bin, "-e d6 -tk /nonexistent/tokenizer.json", "/nonexistent/tokenizer.json");
+    expect_trainer_error(bin, "-e d6 -tk /nonexistent/tokenizer.bin", "/nonexistent/tokenizer.bin");
 
     // a small model, its data and a checkpoint at step 20 (C 16, 1 head of 16: sizes the kernels take)
     char err[1024], model[256], model63[256], shard[256], dir[256];
