@@ -42,7 +42,7 @@ LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh ll
                      llmc/rmsnorm.cuh llmc/rope.cuh llmc/swiglu.cuh llmc/step_profile.h \
                      llmc/model.cuh llmc/models.cuh llmc/gpt2.cuh llmc/llama.cuh \
                      $(COMMON_HEADERS)
-TEST_HEADERS := test/test_util.h test/fixture.h test/vp_comm.h flce/flce_ref.h
+TEST_HEADERS := test/test_util.h test/test_files.h test/fixture.h test/vp_comm.h flce/flce_ref.h
 
 .PHONY: all lib tests dev test test-gpu data clean
 
@@ -158,22 +158,22 @@ $(BUILD)/test_gpt2_cpu: test/test_gpt2_cpu.c test/gpt2_ref.c test/gpt2_ref.h $(B
 	$(CC) $(CFLAGS) -o $@ test/test_gpt2_cpu.c test/gpt2_ref.c $(BUILD)/flce_ref.o -lm
 
 # the Llama / Qwen2.5 family: llmc/llama.h and its CPU reference (test/llama_ref.c)
-$(BUILD)/test_llama_cpu: test/test_llama_cpu.c test/llama_ref.c test/llama_ref.h $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+$(BUILD)/test_llama_cpu: test/test_llama_cpu.c test/llama_ref.c test/llama_ref.h $(LLMC_HEADERS) test/test_util.h test/test_files.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ test/test_llama_cpu.c test/llama_ref.c -lm $(CJSON_LIBS)
 
 # Hugging Face checkpoints: llmc/safetensors.h, llmc/hf_config.h, llmc/hf_model.h, and the tool
 # that reads a model directory into our table and writes it back (test/hf_roundtrip.c)
-$(BUILD)/test_hf: test/test_hf.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+$(BUILD)/test_hf: test/test_hf.c $(LLMC_HEADERS) test/test_util.h test/test_files.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
 
 $(BUILD)/hf_roundtrip: test/hf_roundtrip.c $(LLMC_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
 
-$(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+$(BUILD)/test_llmc: test/test_llmc.c $(LLMC_HEADERS) test/test_util.h test/test_files.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 
 # the trainer's host logic; it also runs ./train_gpt with bad flags (no GPU needed)
-$(BUILD)/test_train_host: test/test_train_host.c $(LLMC_HEADERS) test/test_util.h | $(BUILD)
+$(BUILD)/test_train_host: test/test_train_host.c $(LLMC_HEADERS) test/test_util.h test/test_files.h | $(BUILD)
 	$(CC) $(CFLAGS) $(CJSON_CFLAGS) -o $@ $< -lm $(CJSON_LIBS)
 
 # the last line of a test run sums the suites' "N passed, M failed" lines; a suite that dies

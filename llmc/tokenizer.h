@@ -153,9 +153,12 @@ static inline int tokenizer_init_checked(Tokenizer *t, const char *path, char *e
     return 0;
 }
 
-static inline void tokenizer_init(Tokenizer *t, const char *path) {
-    char err[512];
-    if (tokenizer_init_checked(t, path, err, sizeof(err)) == 0) return;
+// A tokenizer file read by read (a *_checked reader): a missing file is a warning that leaves
+// t->init_ok 0 (samples printed as ids), a malformed one an error that exits.
+typedef int (*TokenizerReader)(Tokenizer *t, const char *path, char *err, size_t err_len);
+static inline void tokenizer_init_with(Tokenizer *t, const char *path, TokenizerReader read) {
+    char err[1024];
+    if (read(t, path, err, sizeof(err)) == 0) return;
     FILE *probe = fopen(path, "rb");
     if (probe == NULL) {
         fprintf(stderr, "---\nWARNING: failed to open the tokenizer file %s: %s\n"
@@ -167,6 +170,8 @@ static inline void tokenizer_init(Tokenizer *t, const char *path) {
     fprintf(stderr, "Error: %s\n", err);
     exit(EXIT_FAILURE);
 }
+
+static inline void tokenizer_init(Tokenizer *t, const char *path) { tokenizer_init_with(t, path, tokenizer_init_checked); }
 
 // Bytes of token id (len set), or NULL if the tokenizer is not loaded or id is out of range.
 static inline const unsigned char *tokenizer_decode(const Tokenizer *t, uint32_t id, size_t *len) {

@@ -53,18 +53,7 @@ static inline int tokenizer_init_json_checked(Tokenizer *t, const char *path, ch
 }
 
 static inline void tokenizer_init_json(Tokenizer *t, const char *path) {
-    char err[1024];
-    if (tokenizer_init_json_checked(t, path, err, sizeof(err)) == 0) return;
-    FILE *probe = fopen(path, "rb");
-    if (probe == NULL) {
-        fprintf(stderr, "---\nWARNING: failed to open the tokenizer file %s: %s\n"
-                "Samples will be printed as token ids.\n---\n", path, strerror(errno));
-        memset(t, 0, sizeof(*t));  // init_ok = 0
-        return;
-    }
-    fclose(probe);
-    fprintf(stderr, "Error: %s\n", err);
-    exit(EXIT_FAILURE);
+    tokenizer_init_with(t, path, tokenizer_init_json_checked);
 }
 
 static inline int tokenizer_is_json_path(const char *path) {

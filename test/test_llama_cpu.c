@@ -17,40 +17,9 @@ Temporary files go to a fresh /tmp/test_llama_cpu_XXXXXX directory, removed at t
 #include "../llmc/models.h"
 #include "llama_ref.h"
 #include "test_util.h"
+#include "test_files.h"
 
 #include <sys/stat.h>
-
-static char tmp_dir[64];
-
-static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
-
-static void tmp_path(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmp_dir, name); }
-
-static int write_bytes(const char *path, const void *data, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (fp == NULL) return 0;
-    const int ok = fwrite(data, 1, n, fp) == n;
-    return fclose(fp) == 0 && ok;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    *n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) return NULL;
-    int64_t size;
-    if (llmc_file_size(fp, &size) != 0) {
-        fclose(fp);
-        return NULL;
-    }
-    unsigned char *buf = (unsigned char *)malloc((size_t)size + 16);
-    if (buf != NULL && fread(buf, 1, (size_t)size, fp) != (size_t)size) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf != NULL) *n = (size_t)size;
-    return buf;
-}
 
 // the reference's configuration of a llmc/llama.h model (maxT capped: the reference's sizes)
 static LlamaRefConfig ref_config_of(const LlamaConfig *c, int max_seq_len) {

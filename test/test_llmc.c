@@ -23,6 +23,7 @@ Temporary files go to a fresh /tmp/test_llmc_XXXXXX directory, removed at the en
 #include "../llmc/tokenizer.h"
 #include "../llmc/utils.h"
 #include "test_util.h"
+#include "test_files.h"
 
 #include <sys/stat.h>
 
@@ -32,34 +33,8 @@ Temporary files go to a fresh /tmp/test_llmc_XXXXXX directory, removed at the en
 #define RAND_FIXTURE "test/fixtures/rand_torch.bin"
 #define RAND_FIXTURE_MAGIC 20261202
 
-static char tmp_dir[64];
-
 // ----------------------------------------------------------------------------
 // helpers
-
-static void tmp_path(char *buf, size_t len, const char *name) {
-    snprintf(buf, len, "%s/%s", tmp_dir, name);
-}
-
-static int write_bytes(const char *path, const void *data, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    if (fp == NULL) return 0;
-    int ok = fwrite(data, 1, n, fp) == n;
-    return fclose(fp) == 0 && ok;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    *n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) return NULL;
-    int64_t size;
-    if (llmc_file_size(fp, &size) != 0) { fclose(fp); return NULL; }
-    unsigned char *buf = (unsigned char *)malloc((size_t)size + 1);
-    if (buf != NULL && fread(buf, 1, (size_t)size, fp) != (size_t)size) { free(buf); buf = NULL; }
-    fclose(fp);
-    if (buf != NULL) *n = (size_t)size;
-    return buf;
-}
 
 static int file_exists(const char *path) {
     struct stat sb;
@@ -70,8 +45,6 @@ static int64_t file_size_of(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
-
-static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
 // the error text to append to a check's description, only when the check failed
 static const char *why(int ok, const char *err) {

@@ -31,16 +31,11 @@ The last line is "N passed, M failed". Temporary files go to /tmp/test_train_hos
 #include "../llmc/utils.h"
 #include "../llmc/zero.h"
 #include "test_util.h"
+#include "test_files.h"
 
 #include <arpa/inet.h>
 #include <signal.h>
 #include <sys/wait.h>
-
-static char tmp_dir[64];
-
-static void tmp_path(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmp_dir, name); }
-
-static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
 // The trainer's view of a GPT-2 configuration (a few live at once: one call's arguments).
 static const ModelSpec *spec_of(const GPT2Config *c) {
