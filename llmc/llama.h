@@ -886,12 +886,7 @@ static inline int llama_load_checked(const char *arg, int vocab, LlamaConfig *c,
         return -1;
     }
     if (params == NULL) return 0;
-    const size_t n = llama_num_parameters(c);
-    *params = (float *)malloc(n * sizeof(float));
-    if (*params == NULL) {
-        llmc_set_error(err, err_len, "model %s: out of host memory for %zu parameters", arg, n);
-        return -1;
-    }
+    if (model_params_alloc(arg, llama_num_parameters(c), params, err, err_len) != 0) return -1;
     llama_init_random(c, *params);
     return 0;
 }

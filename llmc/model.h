@@ -112,6 +112,16 @@ static inline void model_spec_init(ModelSpec *s, const ModelFamily *family, cons
     s->num_parameters = nt > 0 ? t[nt - 1].offset + t[nt - 1].numel : 0;
 }
 
+// n fp32 parameters for the model of -e arg, malloc'd (free them); 0, or -1 with a message.
+static inline int model_params_alloc(const char *arg, size_t n, float **params, char *err, size_t err_len) {
+    *params = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (*params == NULL) {
+        llmc_set_error(err, err_len, "model %s: out of host memory for %zu parameters", arg, n);
+        return -1;
+    }
+    return 0;
+}
+
 // 0 when a and b are the same model (family and configuration), else -1 with what differs.
 static inline int model_spec_compare(const ModelSpec *a, const ModelSpec *b, char *err, size_t err_len) {
     if (a->family != b->family) {
