@@ -647,8 +647,10 @@ static void download_moments(const Trainer *m, float *dst, const void *src, size
 }
 
 // -hf 1: the checkpoint's Hugging Face directory, written by rank 0 before the DONE_ marker
+// (extra_ctx: the largest shard's bytes, -hs)
 static int write_hf_of_checkpoint(const CheckpointWrite *w, char *err, size_t err_len) {
-    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, w->sync, err, err_len);
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, *(const uint64_t *)w->extra_ctx,
+                                       w->sync, err, err_len);
 }
 
 // The bf16 parameters on the host (malloc'd: free them).
@@ -660,11 +662,11 @@ static uint16_t *trainer_download_params(const Trainer *m) {
 }
 
 // -hf 1 at the end of a run without checkpoints: the Hugging Face directory alone (rank 0)
-static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg) {
+static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg, uint64_t shard_bytes) {
     if (mg->rank != 0) return;
     char err[1024];
     uint16_t *params = trainer_download_params(m);
-    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, 1, err, sizeof(err)) != 0) {
+    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, shard_bytes, 1, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
@@ -675,8 +677,9 @@ static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg)
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1; bf16
 // moments widened to fp32 and marked so, llmc/checkpoint.h); hf: with the Hugging Face
-// directory (-hf 1).
-static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf) {
+// directory (-hf 1) in shards of at most hf_shard_bytes (0: the default).
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf,
+                             uint64_t hf_shard_bytes = 0) {
     char err[1024];
     const size_t share = m->zero.opt_count;
     uint16_t *params = mg->rank == 0 ? trainer_download_params(m) : NULL;
@@ -709,6 +712,7 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     w.barrier = multi_gpu_barrier_cb;
     w.barrier_ctx = mg;
     w.extra = hf ? write_hf_of_checkpoint : NULL;
+    w.extra_ctx = &hf_shard_bytes;
     if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
@@ -791,6 +795,7 @@ int main(int argc, char **argv) {
         printf("note: no samples: the start token %d is outside the model's vocabulary of %d tokens\n", eot,
                spec.vocab_size);
     const char *out_dir = cfg.out_dir;
+    const uint64_t hf_shard_bytes = (uint64_t)cfg.hf_shard_mb * 1000000u;  // -hs, as transformers counts "5GB"
     if (cfg.hf_export) require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0, err);
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;
@@ -957,9 +962,9 @@ int main(int argc, char **argv) {
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
-            write_checkpoint(&model, &train_loader, out_dir, step, &mg, cfg.hf_export);
+            write_checkpoint(&model, &train_loader, out_dir, step, &mg, cfg.hf_export, hf_shard_bytes);
         else if (out_dir != NULL && cfg.hf_export && last)
-            write_hf_export(&model, out_dir, step, &mg);
+            write_hf_export(&model, out_dir, step, &mg, hf_shard_bytes);
         if (last) break;
         if (multi_gpu_fault(&mg, step + 1) == MG_FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 

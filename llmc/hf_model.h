@@ -563,16 +563,18 @@ static inline int hf_checkpoint_dir_check(const char *out_dir, char *err, size_t
     return 0;
 }
 
-// Writes <out_dir>/hf_<step> from a checkpoint's bf16 parameters (rank 0). 0, or -1 with a message.
+// Writes <out_dir>/hf_<step> from a checkpoint's bf16 parameters (rank 0), in shards of at most
+// max_shard_bytes (0: SAFETENSORS_DEFAULT_MAX_SHARD_BYTES). 0, or -1 with a message.
 static inline int hf_checkpoint_write_checked(const char *out_dir, int step, const ModelSpec *spec,
-                                              const uint16_t *params, int sync, char *err, size_t err_len) {
+                                              const uint16_t *params, uint64_t max_shard_bytes, int sync, char *err,
+                                              size_t err_len) {
     char path[HF_PATH_MAX];
     if (step < 0 || hf_checkpoint_path(path, sizeof(path), out_dir, step) != 0) {
         llmc_set_error(err, err_len, "Hugging Face checkpoint of step %d in '%.64s...': bad step or path too long", step,
                        out_dir);
         return -1;
     }
-    return hf_write_dir_checked(path, spec, params, 0, sync, err, err_len);
+    return hf_write_dir_checked(path, spec, params, max_shard_bytes, sync, err, err_len);
 }
 
 #endif // LLMC_HF_MODEL_H

@@ -40,6 +40,7 @@ typedef struct {
     int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
     int bf16_moments;  // -bm 1: AdamW's m and v in bf16 (llmc/adamw.cuh), 0 in fp32
     int hf_export;   // -hf 1: a Hugging Face directory <-o>/hf_<step> with each checkpoint and at the end
+    int hf_shard_mb; // -hs: its safetensors shards' largest size in MB (10^6 bytes)
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -88,6 +89,8 @@ static const TrainFlag train_flags[] = {
      "              bf16 model.safetensors, transformers' names; AutoModelForCausalLM loads it),\n"
      "              with each checkpoint (before its DONE_ marker) and at the end of the run\n"
      "              (default 0); resume still reads the checkpoint's own files"},
+    {"-hs", 'i', TRAIN_FIELD_(hf_shard_mb), 1, 1 << 30, "-hf 1's largest safetensors file in MB (10^6 bytes; default 5000, transformers'\n"
+     "              \"5GB\"): a larger model is written as shards and an index"},
     {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1); 0 keeps each\n"
      "              layer's GELU output (faster; L x B x T x 4C bf16 more memory)"},
     {"-w", 'i', TRAIN_FIELD_(master_weights), 0, 1, "fp32 master weights (default 1; required)"},
@@ -138,6 +141,7 @@ static inline void train_config_defaults(TrainConfig *c) {
     c->master_weights = 1;
     c->overlap = 1;
     c->flce_mib = 1024;
+    c->hf_shard_mb = 5000;
     c->lr = 3e-4f;
     c->final_frac = 1.0f;
     c->proc_num = -1;

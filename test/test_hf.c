@@ -1206,7 +1206,7 @@ static int test_hook(const CheckpointWrite *w, char *err, size_t err_len) {
     checkpoint_done_path(path, sizeof(path), w->dir, w->state->step);
     snprintf(hook_seen, sizeof(hook_seen), "%s", checkpoint_file_exists_(path) ? "marker" : "no marker");
     hook_calls++;
-    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, w->sync, err, err_len);
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, 0, w->sync, err, err_len);
 }
 
 static int failing_hook(const CheckpointWrite *w, char *err, size_t err_len) {

@@ -154,6 +154,7 @@ static const BadLine bad_lines[] = {
     {"-tp 1 -pn 1", "-tp 1 splits the LM head's vocabulary over several processes, and this run has 1", 0},
     // -hf: 0 or 1, and 1 only with -o
     {"-hf 2", "-hf 2: out of range [0, 1]", 0},
+    {"-hs 0", "-hs 0: out of range [1, 1073741824]", 0},
     {"-hf 1", "-hf 1 writes Hugging Face directories into -o <dir>, and no -o is given", 0},
     // a directory is a Hugging Face model: without config.json it is an error, never a GPT-2 file
     {"-e test", "model directory 'test' has no config.json", 1},
