@@ -91,8 +91,9 @@ static const TrainFlag train_flags[] = {
      "              (default 0); resume still reads the checkpoint's own files"},
     {"-hs", 'i', TRAIN_FIELD_(hf_shard_mb), 1, 1 << 30, "-hf 1's largest safetensors file in MB (10^6 bytes; default 5000, transformers'\n"
      "              \"5GB\"): a larger model is written as shards and an index"},
-    {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes GELU in the backward (default 1); 0 keeps each\n"
-     "              layer's GELU output (faster; L x B x T x 4C bf16 more memory)"},
+    {"-r", 'i', TRAIN_FIELD_(recompute), 0, 1, "recompute: 1 recomputes the MLP's activation (GPT-2's GELU, Llama's SwiGLU)\n"
+     "              in the backward (default 1); 0 keeps each layer's (faster; L x B x T x 4C,\n"
+     "              or x I, bf16 more memory)"},
     {"-w", 'i', TRAIN_FIELD_(master_weights), 0, 1, "fp32 master weights (default 1; required)"},
     {"-f", 'i', TRAIN_FIELD_(flce_mib), 1, 1 << 20, "flce workspace budget in MiB (default 1024)"},
     {"-fl", 'i', TRAIN_FIELD_(flce_fp32_logits), 0, 1, "flce's logits buffer: 0 bf16 (as llm.c; faster), 1 fp32 (exact loss)\n"
