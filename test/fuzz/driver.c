@@ -9,7 +9,9 @@ as crash-<n> in the artifact directory); a run longer than -timeout seconds is k
     driver -seconds=N -timeout=S -artifact_prefix=DIR/ corpus_dir... [-regressions=DIR]
 The last line is "executions: N".
 */
+#ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
+#endif
 #include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
