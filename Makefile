@@ -208,3 +208,31 @@ data: $(BUILD)/bpe_encode
 
 clean:
 	rm -rf $(BUILD) train_gpt
+
+# --- fuzzing ------------------------------------------------------------------------------
+# make fuzz [FUZZ_SECONDS=60]: one libFuzzer target per reader of outside input (test/fuzz/,
+# test/fuzz/README.md), each run FUZZ_SECONDS seconds after replaying its regression inputs;
+# "N passed, M failed" at the end, non-zero on any finding. Without clang's libFuzzer the same
+# targets run under test/fuzz/driver.c's mutation loop (gcc, ASan + UBSan).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := gpt2 llama checkpoint shard tokenizer bpe train_config safetensors hf_config hf_tokenizer \
+                hf_tokenizer_encode
+FUZZ_ENGINE ?= $(shell echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; return (int)(n & 0); }' | \
+                 clang -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1 && echo libfuzzer || echo builtin)
+FUZZ_BUILD := $(BUILD)/fuzz
+FUZZ_FLAGS := -g -O1 -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -Iflce -Itest -Idata $(CJSON_CFLAGS) -fno-sanitize-recover=all
+comma := ,
+FUZZ_CC_LIBFUZZER = clang $(FUZZ_FLAGS) -fsanitize=fuzzer$(comma)address$(comma)undefined
+FUZZ_CC_BUILTIN = $(CC) $(FUZZ_FLAGS) -fsanitize=address$(comma)undefined test/fuzz/driver.c
+FUZZ_BINS := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
+
+$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_common.h test/fuzz/driver.c $(LLMC_HEADERS) $(HF_TOKENIZER_HEADERS) \
+                      llmc/tokenizer_json.h
+	@mkdir -p $(FUZZ_BUILD)
+	$(if $(filter libfuzzer,$(FUZZ_ENGINE)),$(FUZZ_CC_LIBFUZZER),$(FUZZ_CC_BUILTIN)) -o $@ $< -lm $(CJSON_LIBS)
+
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BINS)
+fuzz: $(FUZZ_BINS)
+	@echo "fuzzing with $(FUZZ_ENGINE), $(FUZZ_SECONDS) s per target"
+	@test/fuzz/run.sh $(FUZZ_ENGINE) $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
