@@ -1,6 +1,6 @@
 /*
 flce_vp_bench.cu - flce's vocabulary-parallel mode on P GPUs of one host against flce on one GPU
-(issue 10 item 4, issue 13), on the same inputs, llm.c dev/cuda style.
+on the same inputs, llm.c dev/cuda style.
 
 ./flce_vp_bench [-p P] [-s NxHxV[,NxHxV...]] [-r repeats] [-w warmups]
   -p  ranks, one GPU each (default: every GPU, at most 8; 1 runs the mode on one rank)

@@ -111,7 +111,7 @@ static void lt_gemm(const sm90_problem &p, int d_fp32, float beta, cudaStream_t 
 // registers with ldmatrix (.trans for an MN-major A), exactly as flce's d_h and d_W products
 // read their E tiles, and hands them to wgmma unchanged (RS instead of SS). Timed against the
 // plain product, it measures what reading A through registers costs apart from flce's
-// transform (an experiment of issue 8: flce's fused d_W runs well below the plain product).
+// transform (flce's fused d_W runs well below the plain product).
 template <int TRANS_A, bool ADD>
 struct probe_rs : sm90_policy_base {
     struct Args {

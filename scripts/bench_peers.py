@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 bench_peers.py - fused linear cross-entropy: flce (through its PyTorch binding) and its peers in
-one process on one GPU, on the same inputs (issue 12, item 5).
+one process on one GPU, on the same inputs.
 
 Peers (each in its own try/except; a missing or failing one is a row with its error):
   flce                  flce.linear_cross_entropy (flce/python, ctypes over build/libflce.so)
@@ -47,7 +47,7 @@ Method
              torch._dynamo.reset() per shape. OOM (torch.cuda.OutOfMemoryError) and any other
              exception become the row's error text (type, message, the raising line); a CUDA
              error that breaks the context marks the rest "not run".
-  overhead   (issue 12's "< 3%") per shape, flce's C entry point flce_forward_backward called
+  overhead   (the binding against the C call) per shape, flce's C entry point flce_forward_backward called
              directly through ctypes (the binding's own library and context; workspace, loss,
              bf16 d_h and the binding's d_W dtype and budget preallocated: dev/flce_bench's "flce"
              row writes an fp32 d_W) against the binding's fwd+bwd (flce.linear_cross_entropy
@@ -944,7 +944,7 @@ def make_peer(key, torch, F, args, h, W, t):
             return None, "not installed: " + error_text(e)
         # QuACK cannot tell its row and column vectors apart when the chunk equals H ("m == n
         # makes row/col inference ambiguous"): a user picks another chunk, so this does (twice
-        # the size, as issue 8's run did at 16384 x 4096 x 151936); N = H itself still fails
+        # the size, as at 16384 x 4096 x 151936); N = H itself still fails
         chunk = args.quack_chunk
         H = h.shape[1]
         chunk_note = ""

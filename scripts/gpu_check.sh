@@ -24,7 +24,7 @@
 #   memory, step 40's loss; att-ab: dev/attention_bench builds (ATT_AB) alternated, their Hopper
 #   rows (forward | backward ms) and backward checks; train-f: the trainer at B = 64 with each
 #   flce budget of TRAIN_F (default "1024 4096" MiB): median step, tok/s, memory.
-#   train-scale (several GPUs): issue 13's table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
+#   train-scale (several GPUs): the scaling table on MG_NP GPUs (SCALE_MODELS="d12 d24" for both):
 #   one GPU, then -z 0|1 x -ov 0|1 at B = 64, tok/s, efficiency, memory (mg_scale says how).
 #   (default: all but the multi-GPU steps, which need 2 GPUs (MG_NP=N runs the mpirun ones on N: train-mpi,
 #   train-fault, train-zero, train-overlap, train-tp; the pairs below are 2 ranks and compare with a
@@ -285,7 +285,7 @@ mg_median_ms() {
 }
 # MiB in use on rank 0 at the end of a log's run (the trainer's last report)
 mg_mib() { grep -oE "at the end \(rank 0\): [0-9]+" "$1" | grep -oE "[0-9]+$"; }
-# Issue 13's table: $SCALE_MODELS (default d12) at B = 64, T = 1024 per GPU, 30 steps: one GPU,
+# The scaling table: $SCALE_MODELS (default d12) at B = 64, T = 1024 per GPU, 30 steps: one GPU,
 # then $MG_NP under mpirun with -z 0|1 x -ov 0|1. tok/s from the median step time of steps 11-30
 # (B T processes tokens a step), efficiency = tok/s / (MG_NP x one GPU's), MiB in use on rank 0
 # at the end. The data: Tiny Shakespeare's train shard repeated until a step fits (repeat_shard).

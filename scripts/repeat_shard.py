@@ -3,7 +3,7 @@
 repeat_shard.py - an llm.c token shard whose tokens are another's, repeated: enough tokens for
 runs whose step wants more than the shipped data has. Tiny Shakespeare's train shard holds
 305,260 tokens; a step of B = 64, T = 1024 on 8 processes reads 524,288 (plus one), so the
-8-GPU scaling runs (issue 13) train on this shard repeated. Throughput only: a repeated text
+8-GPU scaling runs train on this shard repeated. Throughput only: a repeated text
 teaches nothing new.
 
     python3 scripts/repeat_shard.py IN OUT TIMES
