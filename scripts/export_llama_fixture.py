@@ -3,13 +3,15 @@ export_llama_fixture.py - transformers' answer for small Llama 3 / Qwen2.5 model
 reference the trainer's Llama family is tested against (build/test_train_gpu reads the files
 when given their directory; scripts/gpu_check.sh llama makes them first).
 
-Two models that between them exercise every feature of the family, with the published
-models' vocabularies (the LM head at real size) and head size 64:
+Three models that between them exercise every feature of the family, with the published
+models' vocabularies (the LM head at real size):
   llama: LlamaForCausalLM, 4 layers, hidden 512, 8 heads / 2 kv heads, intermediate 1408,
          V 128256, rope_theta 500000 with Llama 3.1 frequency scaling (factor 32, low 1,
          high 4, original 8192, as Llama 3.2), eps 1e-5, untied LM head, no biases;
   qwen:  Qwen2ForCausalLM, the same sizes, V 151936, rope_theta 1e6, eps 1e-6, q/k/v
-         biases, tied embeddings.
+         biases, tied embeddings;
+  llama_hd128: LlamaForCausalLM, 2 layers, hidden 768, 6 heads / 2 kv heads: head size 128 and
+         groups of 3 query heads per kv head, as Llama-3.2-3B; its rope scaling, tied embeddings.
 Weights are random (torch.manual_seed per model): matrices and embeddings N(0, 0.02), the
 norms' weights 1 + N(0, 0.1) and the biases N(0, 0.02), so that every gradient is exercised;
 each value rounded to bf16, so that the trainer's bf16 parameters are exactly the ones
@@ -42,7 +44,7 @@ File (little-endian), one per model, NAME.bin:
 The file size is exactly that.
 
 Run on a machine with torch and transformers (the GPU machine; a GPU is used when present):
-    python3 scripts/export_llama_fixture.py OUTDIR [llama] [qwen]
+    python3 scripts/export_llama_fixture.py OUTDIR [llama] [qwen] [llama_hd128]
 """
 import math
 import os
@@ -65,6 +67,10 @@ MODELS = {
                   tied=False, bias=False, max_pos=131072, seed=1),
     "qwen": dict(arch="qwen2", L=4, C=512, NH=8, NKV=2, I=1408, V=151936, theta=1000000.0, eps=1e-6,
                  scaling=None, tied=True, bias=True, max_pos=32768, seed=2),
+    "llama_hd128": dict(arch="llama", L=2, C=768, NH=6, NKV=2, I=1024, V=128256, theta=500000.0, eps=1e-5,
+                        scaling=dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                     original_max_position_embeddings=8192),
+                        tied=True, bias=False, max_pos=131072, seed=3),
 }
 
 
@@ -222,7 +228,7 @@ def export(name, outdir, device):
 
 def main():
     if len(sys.argv) < 2:
-        sys.exit("usage: export_llama_fixture.py OUTDIR [llama] [qwen]")
+        sys.exit("usage: export_llama_fixture.py OUTDIR [" + "] [".join(MODELS) + "]")
     outdir = sys.argv[1]
     names = sys.argv[2:] or list(MODELS)
     os.makedirs(outdir, exist_ok=True)
@@ -230,7 +236,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     for n in names:
         if n not in MODELS:
-            sys.exit(f"unknown model '{n}' (llama, qwen)")
+            sys.exit(f"unknown model '{n}' ({', '.join(MODELS)})")
         export(n, outdir, device)
 
 

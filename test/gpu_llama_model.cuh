@@ -248,6 +248,7 @@ static void test_llama_vs_transformers(void) {
         return;
     test_llama_fixture(dir, "llama");
     test_llama_fixture(dir, "qwen");
+    test_llama_fixture(dir, "llama_hd128");
 }
 
 #endif // TEST_GPU_LLAMA_MODEL_CUH
