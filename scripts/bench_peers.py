@@ -104,7 +104,7 @@ calls; /tmp and ignored paths there survive only while it does):
   (The folder's name must contain site-packages: QuACK keys its compile cache by the source of
   the functions an epilogue reaches, but treats code under a site-packages folder as pinned by
   its version; from any other folder it walks into CuTe-DSL's globals and fails with "epilogue fn
-  depends on <ContextVar '_LOC_TRANSFORMS'> ... no fail-closed semantic key", as on 2026-12-01.
+  depends on <ContextVar '_LOC_TRANSFORMS'> ... no fail-closed semantic key".
   PYTHONPATH does not run .pth files; this script runs site.addsitedir() on each PYTHONPATH
   folder that has one, as nvidia-cutlass-dsl's .pth puts its dsl_packages on sys.path.) If
   part-aa is lost between the calls, the wheel is not assembled and QuACK reports its import

@@ -284,7 +284,7 @@ static void scaled(float *dst, const float *src, size_t n, float s) {
 }
 
 // Compares r with ex (gradients times grad_mult, for accumulation runs). grad_tol_bf16 is
-// the bound on bf16 gradients: the issue's 3e-3 for the PyTorch fixtures; the random
+// the bound on bf16 gradients: the library's 3e-3 for the PyTorch fixtures; the random
 // problems (wider vocabularies) sit at the bf16 floor of about 3e-3 (one rounding of the
 // dominant target entry of dlogits plus one of a bf16 d_h, 1.6e-3 RMS each), held to 5e-3.
 static void compare(const char *label, const Problem *pb, const Result *r, const Expected *ex,
@@ -297,7 +297,7 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
              g_hopper && c->dtype == FLCE_BF16 ? (lt != NULL && strcmp(lt, "1") == 0 ? "hopper-lt" : "hopper") : "cublaslt",
              label);
     label = tagged;
-    // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the issue's bounds,
+    // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the library's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
     // Liger share, held to 1e-2, the bound dev/flce_bench -c holds every version to.
     const int bf16 = c->dtype == FLCE_BF16, bf16_logits = bf16 && c->bf16_logits;

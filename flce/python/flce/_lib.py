@@ -303,9 +303,9 @@ def d_weight_plan(cfg, base_budget=0):
     try:
         cfg.d_weight_dtype = Dtype.BF16
         budget = base + cfg.vocab_padded * cfg.hidden * 2
-        # the chunk schedule only: one chunk of every token over vocabulary tiles (the lean
-        # schedule's four GEMMs) writes d_weight whole too, but runs ~1.3x longer than chunks
-        # of fewer tokens with an fp32 d_weight (H200, 16384 x 4096 x 151936: 137 against 103 ms)
+        # the chunk schedule only: one chunk of every token over vocabulary tiles writes
+        # d_weight whole too, but pays the tile schedule's second logits GEMM, which costs more
+        # than chunks of fewer tokens with an fp32 d_weight (dev/RESULTS.md, "What was tried")
         if chunk_tokens(cfg, budget) == cfg.n_tokens and vocab_tile(cfg, budget) >= cfg.vocab_padded:
             return Dtype.BF16, budget
     finally:
