@@ -2,6 +2,8 @@
 #   make                 everything (CUDA code for sm_$(GPU_COMPUTE_CAPABILITY), default 90)
 #   make test            the CPU test suite (no GPU needed; what CI runs)
 #   make test-gpu        the GPU test suites (on a machine with a CUDA GPU)
+#   make test-multigpu   the trainer on 2 GPUs (MG_NP=N: N under mpirun)
+#   make bench           the benchmarks' standard rows; bench-train, bench-peers
 #   make train_gpt       the trainer (./train_gpt -h)
 #   make data            re-creates the Tiny Shakespeare shards and tokenizer in data/
 # Warnings are errors everywhere: nvcc's own and the host compiler's.
@@ -27,6 +29,14 @@ NVCC_LIBS := -lcublasLt -lcublas
 # the safetensors header. On a machine without it installed, CJSON_DIR points at an unpacked
 # copy (dpkg -x of libcjson-dev and libcjson1): its include/ and lib/ are used.
 CJSON_DIR ?=
+# a GPU machine without it: the copy scripts/gpu_deps.sh unpacks into .deps/cjson (carried there),
+# also on the library path of the programs run here (a binary built elsewhere has no rpath to it)
+ifeq ($(CJSON_DIR)$(wildcard /usr/include/cjson/cJSON.h),)
+ifneq ($(wildcard .deps/cjson/usr/include/cjson),)
+CJSON_DIR := $(CURDIR)/.deps/cjson
+export LD_LIBRARY_PATH := $(CJSON_DIR)/usr/lib/x86_64-linux-gnu$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
+endif
+endif
 CJSON_CFLAGS := $(if $(CJSON_DIR),-I$(CJSON_DIR)/usr/include)
 CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(CJSON_DIR)/usr/lib/x86_64-linux-gnu) -lcjson
 
@@ -80,12 +90,14 @@ $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
 # --- the trainer ------------------------------------------------------------------------
 # Several GPUs when NCCL is installed (-DMULTI_GPU: -pi fs and -pi tcp, llmc/multi_gpu.h), and
 # with OpenMPI too also under mpirun (-DUSE_MPI: -pi mpi). NO_USE_MPI=1 leaves MPI out,
-# NO_MULTI_GPU=1 builds a single-GPU trainer anyway.
+# NO_MULTI_GPU=1 builds a single-GPU trainer anyway. build/train_gpt_nompi: the trainer as
+# NO_USE_MPI=1 builds it, beside ./train_gpt (make test-multigpu runs both).
 OPENMPI_DIR ?= /usr/lib/x86_64-linux-gnu/openmpi
 NCCL_H := $(firstword $(wildcard /usr/include/nccl.h /usr/local/include/nccl.h $(dir $(shell which $(NVCC)))../include/nccl.h))
 ifeq ($(NO_MULTI_GPU),)
 ifneq ($(NCCL_H),)
-TRAIN_MULTI_GPU := -DMULTI_GPU -lnccl
+TRAIN_NCCL := -DMULTI_GPU -lnccl
+TRAIN_MULTI_GPU := $(TRAIN_NCCL)
 ifeq ($(NO_USE_MPI),)
 ifneq ($(wildcard $(OPENMPI_DIR)/include/mpi.h),)
 TRAIN_MULTI_GPU += -DUSE_MPI -DOMPI_SKIP_MPICXX -I$(OPENMPI_DIR)/include -L$(OPENMPI_DIR)/lib -lmpi
@@ -97,6 +109,9 @@ endif
 train_gpt: train_gpt.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) $(CJSON_CFLAGS) -I. -o $@ train_gpt.cu $(BUILD)/libflce.a $(NVCC_LIBS) $(TRAIN_MULTI_GPU) \
 	    $(CJSON_LIBS)
+
+$(BUILD)/train_gpt_nompi: train_gpt.cu $(LLMC_HEADERS) $(LLMC_CUDA_HEADERS) $(FLCE_HEADERS) $(BUILD)/libflce.a
+	$(NVCC) $(NVCC_FLAGS) $(CJSON_CFLAGS) -I. -o $@ train_gpt.cu $(BUILD)/libflce.a $(NVCC_LIBS) $(TRAIN_NCCL) $(CJSON_LIBS)
 
 $(BUILD)/gpt2_ref.o: test/gpt2_ref.c test/gpt2_ref.h flce/flce_ref.h | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -191,13 +206,50 @@ test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bp
       $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
-# the Llama / Qwen family's reference comes from transformers, run there (python3 with torch and
-# transformers): scripts/export_llama_fixture.py writes it into LLAMA_FIXTURE_DIR first
+# --- on a GPU machine ----------------------------------------------------------------------
+# Each target runs what it needs, building it first where it is missing or out of date
+# (NO_BUILD=1: never, for binaries built elsewhere and carried with a copy of the sources that
+# looks newer), logs into $(OUT) when set, else gpu_logs/, and ends with "N passed, M failed".
+GPU_LOGS := $(or $(OUT),gpu_logs)
+gpu_needs = $(if $(NO_BUILD),,$(1))
+.PHONY: test-multigpu bench bench-train bench-peers
+
+# the library's suite, the trainer's, and the Python binding's (pytest; its summary counted as
+# a suite's "N passed, M failed"). The Llama / Qwen family's reference comes from transformers,
+# run there (python3 with torch and transformers): scripts/export_llama_fixture.py writes it into
+# LLAMA_FIXTURE_DIR first. NCCL's NVLink multicast stays off (the library's vocab-parallel checks
+# run NCCL over every GPU of the host), as in scripts/gpu_common.sh
 LLAMA_FIXTURE_DIR ?= $(BUILD)/llama_fixtures
-test-gpu: $(BUILD)/test_gpu $(BUILD)/test_train_gpu
-	@{ $(BUILD)/test_gpu test/fixtures; python3 scripts/export_llama_fixture.py $(LLAMA_FIXTURE_DIR); \
-	   LLAMA_FIXTURE_DIR=$(LLAMA_FIXTURE_DIR) $(BUILD)/test_train_gpu; } 2>&1 | tee $(BUILD)/test_gpu.log; \
-	 $(call sum_suites,2,$(BUILD)/test_gpu.log)
+pytest_suite = awk '{print} / in [0-9.]+m?s/ {n = 1; p = f = 0; for (i = 2; i <= NF; i++) \
+                    {if ($$i ~ /^passed/) p = $$(i - 1); if ($$i ~ /^(failed|errors?)/) f += $$(i - 1)}} \
+                    END {if (n) print p + 0 " passed, " f + 0 " failed"}'
+test-gpu: $(call gpu_needs,$(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/libflce.so)
+	@mkdir -p $(GPU_LOGS); export NCCL_NVLS_ENABLE=0; \
+	 { $(BUILD)/test_gpu test/fixtures; python3 scripts/export_llama_fixture.py $(LLAMA_FIXTURE_DIR); \
+	   LLAMA_FIXTURE_DIR=$(LLAMA_FIXTURE_DIR) $(BUILD)/test_train_gpu; \
+	   FLCE_LIBRARY=$(BUILD)/libflce.so python3 -m pytest -q -p no:cacheprovider flce/python/tests/test_gpu.py | \
+	   $(pytest_suite); } 2>&1 | tee $(GPU_LOGS)/test_gpu.log; \
+	 grep -E '^FAIL' $(GPU_LOGS)/test_gpu.log | head -40; $(call sum_suites,3,$(GPU_LOGS)/test_gpu.log)
+
+# the trainer on several GPUs: mpirun on MG_NP (default 2) ranks, -pi fs|tcp pairs, a build
+# without MPI, failures, ZeRO-1, the overlap, -tp 1 (scripts/test_multigpu.sh CHECK... runs some)
+test-multigpu: $(call gpu_needs,train_gpt $(BUILD)/train_gpt_nompi)
+	@OUT=$(GPU_LOGS) bash scripts/test_multigpu.sh
+
+# dev/flce_bench (-c, then every version at the four shapes), gemm_sm90, attention_bench and
+# matmul_bench (scripts/bench.sh)
+bench: $(call gpu_needs,$(BUILD)/flce_bench $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench)
+	@OUT=$(GPU_LOGS) bash scripts/bench.sh
+
+# the trainer at GPT-2 124M's B = 4, 64, 256, a large vocabulary, the published Llama 3.2 and
+# Qwen2.5 shapes, flce's flags, and a step profile (scripts/train_runs.sh RUN... runs others)
+bench-train: $(call gpu_needs,train_gpt)
+	@OUT=$(GPU_LOGS) bash scripts/train_runs.sh
+
+# flce through its binding against the Python peers, from the wheels carried in .whl/
+# (scripts/bench_peers.sh; scripts/bench_peers.py's header says which and how)
+bench-peers: $(call gpu_needs,$(BUILD)/libflce.so $(BUILD)/flce_bench)
+	@OUT=$(GPU_LOGS) bash scripts/bench_peers.sh
 
 # --- data: Tiny Shakespeare through the C GPT-2 BPE encoder (or, -t, a tokenizer.json) --
 $(BUILD)/bpe_encode: data/bpe_encode.c $(HF_TOKENIZER_HEADERS) llmc/shard.h llmc/tokenizer.h | $(BUILD)

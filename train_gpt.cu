@@ -328,15 +328,7 @@ static void trainer_alloc(Trainer *m, int B, int T, size_t flce_budget, int grad
     cudaCheck(cudaMalloc(&m->norm_sq, sizeof(float)));
     cudaCheck(cudaMalloc(&m->norm_scratch, global_norm_scratch_floats() * sizeof(float)));
     cudaCheck(cudaMalloc(&m->logits_row, (size_t)c->padded_vocab_size * sizeof(floatX)));
-    matmul_init(&m->mm);
-    // MATMUL_AUTOTUNE=1 (a dev/ aid, like TRAIN_PROFILE): the layers' GEMMs time cuBLASLt's
-    // candidates on their first call and report each shape's times on stderr. Off by default:
-    // a timed choice can differ between runs, and the runs and resumes must be bitwise alike
-    const char *tune = getenv("MATMUL_AUTOTUNE");
-    if (tune != NULL && strcmp(tune, "1") == 0) {
-        m->mm.gemm.autotune = 1;
-        m->mm.gemm.report = stderr;
-    }
+    matmul_init(&m->mm);  // cuBLASLt's heuristic picks: bitwise alike runs (dev/matmul_bench -a 1 times its candidates)
     m->model.ops->alloc(&m->model, B, T, recompute);
     m->act_bytes += m->model.act_bytes;
 
@@ -844,7 +836,7 @@ int main(int argc, char **argv) {
     const GpuPeak *peak = mfu_gpu_peak(prop.name);
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    step_profile_init();
+    step_profile_init(cfg.step_profile);
     Trainer model;
     trainer_build(&model, &spec, &mg, cfg.zero_stage, cfg.overlap, cfg.bf16_moments);
     if (resumed) trainer_upload_checkpoint(&model, &ck);

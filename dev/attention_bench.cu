@@ -4,8 +4,11 @@ style: the forward on the Hopper kernel (llmc/attention_sm90.cuh, hs = 64) again
 one, and the backward, at GPT-2 124M's shape by default; -k sets the key/value heads (GQA:
 -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention, -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
 
-./attention_bench [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats]
+./attention_bench [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]
 
+-g sets the heads per group of the Hopper kernels' work tiles (att90_set_group; 0: all heads
+in one group, the order before the groups) in place of the kernels' own choice, enough heads
+that a group's tiles fill the grid.
 Random bf16 q, k, v packed per token in one (B, T, (NH + 2 NKV) hs) buffer, as the trainer's
 qkv (uniform, scores of std ~1); each version's median time over the repeats (CUDA events,
 after a warm-up), its TFLOP/s counting the causal half of the products (forward 2 products,
@@ -70,7 +73,7 @@ static float time_it(int which, int repeats, floatX *out, void *saved, void *scr
 }
 
 int main(int argc, char **argv) {
-    int B = 64, T = 1024, C = 768, NH = 12, NKV = 0, repeats = 20;  // NKV 0: NH
+    int B = 64, T = 1024, C = 768, NH = 12, NKV = 0, repeats = 20, group = -1;  // NKV 0: NH; group -1: the kernels' own
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-b") == 0) B = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-t") == 0) T = atoi(argv[i + 1]);
@@ -78,16 +81,19 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-n") == 0) NH = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-k") == 0) NKV = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-r") == 0) repeats = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-g") == 0) group = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]\n", argv[0]);
             return 1;
         }
     }
     if (NKV == 0) NKV = NH;
-    if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV != 0 || C < NH || C % NH != 0 || repeats < 1) {
-        fprintf(stderr, "attention_bench: need B, T, NH, NKV, repeats >= 1, NKV dividing NH and C a multiple of NH\n");
+    if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV != 0 || C < NH || C % NH != 0 || repeats < 1 || group < -1) {
+        fprintf(stderr, "attention_bench: need B, T, NH, NKV, repeats >= 1, NKV dividing NH, C a multiple of NH and "
+                "-g >= 0\n");
         return 1;
     }
+    att90_set_group(group);
     const int hs = C / NH, ckv = NKV * hs;  // ckv: the columns of k (and of v)
     const AttentionShape att = attention_shape_packed(B, T, NH, NKV, hs);
     const size_t n_qkv = (size_t)B * T * att.ldq, n_out = (size_t)B * T * C;
@@ -116,7 +122,9 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&s));
 
     const double flop = 2.0 * B * NH * (double)T * T * hs / 2.0;  // one causal T x T x hs product
-    printf("attention B=%d T=%d C=%d NH=%d NKV=%d (hs %d), median of %d\n", B, T, C, NH, NKV, hs, repeats);
+    printf("attention B=%d T=%d C=%d NH=%d NKV=%d (hs %d), median of %d", B, T, C, NH, NKV, hs, repeats);
+    if (group >= 0) printf(", Hopper work tiles in groups of %d heads (-g; 0: all)", group);
+    printf("\n");
     printf("| version | ms | TFLOP/s |\n|---|---|---|\n");
     attention_set_sm90(0);
     const float f_ref = time_it(0, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);

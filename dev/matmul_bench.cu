@@ -3,14 +3,18 @@ matmul_bench.cu - the trainer's linear layers (llmc/matmul.cuh) timed on both of
 llm.c dev/cuda style: cuBLASLt with its epilogues, and our Hopper GEMM for the calls of short K
 (llmc/matmul_sm90.cuh), at GPT-2's shapes of one B x T step (default d12, B = 64, T = 1024).
 
-./matmul_bench [-b B] [-t T] [-c C] [-r repeats]
+./matmul_bench [-b B] [-t T] [-c C] [-r repeats] [-a 1]
 
 Each row is one call of the forward or of the backward's input gradient (the weight gradients
 are cuBLASLt's on both paths and are not timed), random bf16 inputs, outputs poisoned (NaN)
 before every call; median ms over the repeats (CUDA events, after a warm-up), the two paths
 alternated; TFLOP/s count the product (2 M N K). "differ" is the rel L2 of the Hopper path's
-output against cuBLASLt's, and "unwritten" counts its elements still NaN. Reports, never
-asserts (test/gpu_kernels_matmul.cuh checks correctness against CPU references).
+output against cuBLASLt's, and "unwritten" counts its elements still NaN. The last rows sum
+the calls on each path and on the trainer's choice (mm90_available: our kernel for the kinds of
+MM90_DEFAULT, cuBLASLt for the others). -a 1 autotunes cuBLASLt's calls (gemm_lt times its
+candidates on the warm-up call and reports each shape's times on stderr), which the trainer
+leaves off: a timed pick can differ between runs, and its runs and resumes are bitwise alike.
+Reports, never asserts (test/gpu_kernels_matmul.cuh checks correctness against CPU references).
 */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +25,8 @@ asserts (test/gpu_kernels_matmul.cuh checks correctness against CPU references).
 #include "../llmc/matmul.cuh"
 #include "common.cuh"
 
-enum { FWD, FWD_RES, FWD_GELU, DINP, DINP_DGELU };
+// a call's kind: its bit in MatmulContext's use_sm90 (llmc/matmul_sm90.cuh) is 1 << kind
+enum { FWD = MM90_BIAS, FWD_RES = MM90_RESIDUAL, FWD_GELU = MM90_GELU, DINP_DGELU = MM90_DGELU, DINP = MM90_DINP };
 
 typedef struct {
     const char *what;
@@ -52,24 +57,29 @@ static void run(MatmulContext *ctx, const Call *c, floatX *out, floatX *pre, flo
 }
 
 int main(int argc, char **argv) {
-    int B = 64, T = 1024, C = 768, reps = 20;
+    int B = 64, T = 1024, C = 768, reps = 20, tune = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) B = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-t")) T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-c")) C = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-a")) tune = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-r repeats]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-r repeats] [-a 1]\n", argv[0]);
             return 2;
         }
     }
-    if (B < 1 || T < 1 || C < 8 || C % 8 != 0 || reps < 1 || reps > 1000) {
-        fprintf(stderr, "matmul_bench: B, T >= 1, C a multiple of 8, 1 <= repeats <= 1000\n");
+    if (B < 1 || T < 1 || C < 8 || C % 8 != 0 || reps < 1 || reps > 1000 || tune < 0 || tune > 1) {
+        fprintf(stderr, "matmul_bench: B, T >= 1, C a multiple of 8, 1 <= repeats <= 1000, -a 0 or 1\n");
         return 2;
     }
     const int BT = B * T;
     MatmulContext ctx;
     matmul_init(&ctx);
+    if (tune) {
+        ctx.gemm.autotune = 1;
+        ctx.gemm.report = stderr;
+    }
     if (!sm90_available()) printf("note: no Hopper path here (not an sm_90a build on a compute 9.0 GPU)\n");
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
@@ -97,12 +107,13 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    const int have_sm90 = sm90_available();  // every kind of call, whatever MATMUL_SM90 says
+    const int have_sm90 = sm90_available();  // every kind of call, not only the trainer's
 
-    printf("B = %d, T = %d, C = %d (BT = %d), median of %d, the two paths alternated\n\n", B, T, C, BT, reps);
+    printf("B = %d, T = %d, C = %d (BT = %d), median of %d, the two paths alternated%s\n\n", B, T, C, BT, reps,
+           tune ? "; cuBLASLt autotuned (-a 1)" : "");
     printf("| call | M x N x K | cuBLASLt ms | TFLOP/s | Hopper path | ms | TFLOP/s | speed-up | differ | unwritten |\n");
     printf("|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n");
-    double sum[2] = {0.0, 0.0};
+    double sum[2] = {0.0, 0.0}, trainer = 0.0;  // trainer: each call on the path mm90_available picks
     for (int i = 0; i < n_calls; i++) {
         const Call *c = &calls[i];
         long long took = 0;
@@ -136,10 +147,13 @@ int main(int argc, char **argv) {
         const double flop = 2.0 * BT * (double)c->N * c->K;
         sum[0] += m0;
         sum[1] += m1;
+        trainer += took && (MM90_DEFAULT >> c->kind & 1) ? m1 : m0;
         printf("| %s | %d x %d x %d | %.3f | %.0f | %s | %.3f | %.0f | %.2fx | %.1e | %zu |\n", c->what, BT, c->N, c->K,
                m0, flop / m0 / 1e9, took ? "ours" : "cuBLASLt", m1, flop / m1 / 1e9, m0 / m1, sqrt(num / den), nan);
     }
     printf("| all of them | | %.3f | | | %.3f | | %.2fx | | |\n", sum[0], sum[1], sum[0] / sum[1]);
+    printf("| all of them, the trainer's choice (kinds %d) | | %.3f | | mixed | %.3f | | %.2fx | | |\n", MM90_DEFAULT,
+           sum[0], trainer, sum[0] / trainer);
     cudaCheck(cudaFree(a));
     cudaCheck(cudaFree(res));
     cudaCheck(cudaFree(w));

@@ -928,16 +928,13 @@ static inline unsigned att90_grid(long long tiles) {
     return (unsigned)(tiles < sms[dev] ? tiles : sms[dev]);
 }
 
-// Heads per group of work tiles (att90_tile): enough that a group's tiles fill the grid. The
-// environment's ATT90_GROUP sets it (0: all heads in one group, heaviest tiles first over all
-// of them, the order before the groups), for measurements.
+// Heads per group of work tiles (att90_tile): enough that a group's tiles fill the grid.
+// att90_set_group sets it instead, for measurements (dev/attention_bench -g): 0 all heads in
+// one group, heaviest tiles first over all of them (the order before the groups); -1 this choice.
+static int att90_group_set = -1;
+static inline void att90_set_group(int heads) { att90_group_set = heads; }
 static inline int att90_group(unsigned grid, int n, int BH) {
-    static int env = -2;  // -2: not read yet; -1: not set
-    if (env == -2) {
-        const char *e = getenv("ATT90_GROUP");
-        env = e != NULL && *e != '\0' ? atoi(e) : -1;
-    }
-    const int G = env == 0 ? BH : env > 0 ? env : (int)grid / n;
+    const int G = att90_group_set == 0 ? BH : att90_group_set > 0 ? att90_group_set : (int)grid / n;
     return G < 1 ? 1 : G > BH ? BH : G;
 }
 

@@ -25,8 +25,8 @@ result goes out from the same box by a TMA store.
 Requirements (mm90_fits): an sm_90a build (SM90_GEMM_BUILD) on a compute 9.0 device, K <=
 MM90_MAX_K (past it the wide tile is slower than cuBLASLt's kernels: dev/RESULTS.md), N and K
 multiples of 8, every pointer 16-byte aligned, out not aliasing an input. Which kinds of call
-take it is mm90_available's choice (by default the GELU and residual forwards, the two that
-measured faster; MATMUL_SM90=0 in the environment leaves every call to cuBLASLt, 31 sends all).
+take it is mm90_available's choice: the GELU and residual forwards, the two that measured
+faster (dev/matmul_bench times every kind on both paths).
 */
 #ifndef LLMC_MATMUL_SM90_CUH
 #define LLMC_MATMUL_SM90_CUH
@@ -187,30 +187,18 @@ struct mm90_policy : sm90_wide_base {
 // host side
 
 // The calls that take the kernel where it fits, a bit each: MM90_BIAS .. MM90_DGELU as
-// 1 << EPI, and the dinp without an epilogue as 1 << MM90_DINP. By default the two that
+// 1 << EPI, and the dinp without an epilogue as 1 << MM90_DINP. The trainer's are the two that
 // measured faster than cuBLASLt at GPT-2 124M's B = 64 shapes (dev/matmul_bench: the GELU
-// forward 1.14x, the residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md);
-// MATMUL_SM90 in the environment sets the sum (0: none, 31: all; read once).
+// forward 1.14x, the residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md); the
+// tests and dev/matmul_bench set a MatmulContext's use_sm90 to others (MM90_ALL: every kind).
 #define MM90_DINP 4
 #define MM90_ALL 31
 #define MM90_DEFAULT ((1 << MM90_RESIDUAL) | (1 << MM90_GELU))
 
-// The kinds MATMUL_SM90's value names: a whole number 0 .. MM90_ALL; unset, the default; any
-// other value (a typo, a sign, trailing characters) the default too, with a note that says so.
-static inline int mm90_kinds(const char *env) {
-    if (env == NULL) return MM90_DEFAULT;
-    char *end = NULL;
-    const long v = strtol(env, &end, 10);
-    if (end != env && *end == '\0' && env[0] >= '0' && env[0] <= '9' && v >= 0 && v <= MM90_ALL) return (int)v;
-    fprintf(stderr, "note: MATMUL_SM90=\"%s\" is not a whole number from 0 to %d (a sum of the kinds of matmul_sm90.cuh); "
-            "using the default %d\n", env, MM90_ALL, MM90_DEFAULT);
-    return MM90_DEFAULT;
-}
-
 // The bits of the calls that take it on this build and device (0 where it cannot run).
 static inline int mm90_available(void) {
     static int avail = -1;
-    if (avail < 0) avail = sm90_available() ? mm90_kinds(getenv("MATMUL_SM90")) : 0;
+    if (avail < 0) avail = sm90_available() ? MM90_DEFAULT : 0;
     return avail;
 }
 

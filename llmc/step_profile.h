@@ -1,7 +1,7 @@
 /*
 step_profile.h - where a training step's time goes, measured in the run itself: CUDA events
 recorded on the step's stream at phase boundaries, the time between consecutive events
-summed per phase over the steps. Off unless TRAIN_PROFILE=1 is in the environment (then the
+summed per phase over the steps. Off unless the trainer's flag -sp 1 asks for it (then the
 trainer prints the table at the end); a mark costs one cudaEventRecord. Phases of the same
 name (each micro-step's) are added together.
 
@@ -38,10 +38,9 @@ typedef struct {
 
 static StepProfile step_profile;
 
-static inline void step_profile_init(void) {
-    const char *e = getenv("TRAIN_PROFILE");
+static inline void step_profile_init(int on) {
     memset(&step_profile, 0, sizeof(step_profile));
-    step_profile.on = e != NULL && strcmp(e, "0") != 0;
+    step_profile.on = on;
     if (!step_profile.on) return;
     for (int i = 0; i < STEP_PROFILE_MAX; i++) cudaCheck(cudaEventCreate(&step_profile.ev[i]));
 }
@@ -78,7 +77,7 @@ static inline void step_profile_end_step(int first_step) {
 static inline void step_profile_print(void) {
     StepProfile *p = &step_profile;
     if (!p->on || p->steps == 0) return;
-    printf("step profile (TRAIN_PROFILE=1): mean of %d steps, %.2f ms a step\n", p->steps, p->total_ms / p->steps);
+    printf("step profile (-sp 1): mean of %d steps, %.2f ms a step\n", p->steps, p->total_ms / p->steps);
     printf("| phase | ms | share |\n|---|---|---|\n");
     for (int k = 0; k < p->n_phases; k++)
         printf("| %s | %.2f | %.1f%% |\n", p->phase[k], p->sum_ms[k] / p->steps, 100.0 * p->sum_ms[k] / p->total_ms);

@@ -41,6 +41,7 @@ typedef struct {
     int bf16_moments;  // -bm 1: AdamW's m and v in bf16 (llmc/adamw.cuh), 0 in fp32
     int hf_export;   // -hf 1: a Hugging Face directory <-o>/hf_<step> with each checkpoint and at the end
     int hf_shard_mb; // -hs: its safetensors shards' largest size in MB (10^6 bytes)
+    int step_profile;  // -sp 1: where a step's time goes, printed at the end (llmc/step_profile.h)
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
     // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
@@ -110,6 +111,8 @@ static const TrainFlag train_flags[] = {
     {"-tp", 'i', TRAIN_FIELD_(tp), 0, 1, "1: the LM head vocabulary-parallel over the processes (flce's vocab_parallel:\n"
      "              each rank computes the logits of its 1/P of wte's rows for every rank's tokens;\n"
      "              wte stays replicated); several processes only; default 0 (data parallel)"},
+    {"-sp", 'i', TRAIN_FIELD_(step_profile), 0, 1, "1: prints at the end where a step's time goes (CUDA events at its phases: batch,\n"
+     "              forward, flce head, backward, gradient reduction, norm, AdamW; steps 2 on); default 0"},
     {"-pn", 'i', TRAIN_FIELD_(proc_num), 1, 65536, "processes (one per GPU) without mpirun (default: srun's SLURM_NTASKS\n"
      "              with -pi fs|tcp, else 1)"},
     {"-pr", 'i', TRAIN_FIELD_(proc_rank), 0, 65535, "this process's rank, 0..pn-1 (default: srun's SLURM_PROCID with -pi fs|tcp)"},

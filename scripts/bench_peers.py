@@ -96,7 +96,7 @@ calls; /tmp and ignored paths there survive only while it does):
           (--assemble copies the parts it finds in .whl/parts/ to /tmp/flce_whl/; once all are
           there, it writes `cat parts/* > x.whl` and checks its sha256)
   call B  carry [".whl/parts/<...>.whl.part-ab", and the 7 wheels ".whl/<name>.whl" one by one]
-          scripts/gpu_check.sh bench-peers
+          make bench-peers (scripts/bench_peers.sh)
           which runs --assemble /tmp/flce_whl again (completing the wheel), then the device
           README's install, then this script:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

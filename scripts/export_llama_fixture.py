@@ -1,7 +1,7 @@
 """
 export_llama_fixture.py - transformers' answer for small Llama 3 / Qwen2.5 models, the
 reference the trainer's Llama family is tested against (build/test_train_gpu reads the files
-when given their directory; scripts/gpu_check.sh llama makes them first).
+when given their directory; make test-gpu makes them first).
 
 Three models that between them exercise every feature of the family, with the published
 models' vocabularies (the LM head at real size):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Unpacks the C libraries a GPU machine without apt needs into .deps/ (ignored by git), to be
 # carried there: Debian's libcjson1 and libcjson-dev (cJSON, for the Hugging Face readers).
-# scripts/gpu_check.sh and the Makefile find them through CJSON_DIR=.deps/cjson; a binary built
+# scripts/gpu_common.sh and the Makefile find them through CJSON_DIR=.deps/cjson; a binary built
 # elsewhere runs with LD_LIBRARY_PATH=.deps/cjson/usr/lib/x86_64-linux-gnu.
 set -euo pipefail
 cd "$(dirname "$0")/.."

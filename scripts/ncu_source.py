@@ -2,7 +2,7 @@
 """Where a kernel's cycles and shared-memory traffic go, per SASS instruction, from Nsight
 Compute's source counters.
 
-On the GPU machine (scripts/gpu_check.sh ncu-src does this):
+On the GPU machine (scripts/dev/ncu_src.sh does this):
     ncu --clock-control none --kernel-name-base demangled -k regex:KERNELS --launch-count N \\
         --section SourceCounters -o rep ./program ...
     ncu --import rep.ncu-rep --page source --csv --print-source sass > src.csv

@@ -14,7 +14,7 @@ test_train_gpu.cu - the trainer's GPU tests (make test-gpu; needs a CUDA GPU):
      update of its slice, slice boundaries inside tensors, gives bitwise the ZeRO-0 parameters
      and its slice of master, m, v, and its slice's squared norm ZeRO-0's; a backward with
      gradient buckets (-ov 1) leaves bitwise the same gradients. The real collectives run in
-     scripts/gpu_check.sh train-zero and train-overlap (2 GPUs). 4 and 6 again with AdamW's
+     make test-multigpu (train-zero, train-overlap: 2 GPUs). 4 and 6 again with AdamW's
      moments in bf16 (-bm 1): resume bitwise, ZeRO-1's slices bitwise ZeRO-0's, the losses
      those of fp32 moments up to bf16 rounding;
   7. the Llama / Qwen2.5 family against transformers (test/gpu_llama_model.cuh): loss, logits,
