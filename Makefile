@@ -44,7 +44,8 @@ CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
-                llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h llmc/multi_gpu.h \
+                llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h \
+                llmc/multi_gpu.h llmc/launch_plan.h llmc/fault.h llmc/rendezvous.h llmc/comm.h \
                 llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h llmc/safetensors.h llmc/hf_config.h llmc/hf_model.h \
                 flce/flce.h
 LLMC_CUDA_HEADERS := llmc/cuda_common.cuh llmc/encoder.cuh llmc/layernorm.cuh llmc/gelu.cuh llmc/adamw.cuh \

@@ -62,14 +62,10 @@ typedef struct {
                                           // those of parameters [zero.opt_lo, ...)
     int bf16_moments;                     // -bm 1: m, v are floatX
     // the ranks: the slices of the flat vector, the gradient buckets
-    MultiGpu *mg;                         // NULL: one process
+    Comm *comm;                           // NULL: one process
     ZeroLayout zero;
     int overlap;                          // buckets reduced during the last micro-step's backward
-    int buckets_pending;                  // the backward launched them: trainer_reduce_grads waits
-    ZeroPiece *pieces;                    // bucket b: pieces[bucket_first[b] .. bucket_first[b + 1])
-    int *bucket_first;
-    cudaStream_t comm;                    // the buckets' stream
-    cudaEvent_t grads_ready, comm_done;
+    CommBuckets buckets;                  // overlap: the backward launches them (llmc/comm.h)
     float *norm_partials;                 // per rank: the squared norm of its slice of the gradients
     int B, T;                             // activation sizes
     MatmulContext mm;
@@ -83,9 +79,9 @@ typedef struct {
     float *norm_sq, *norm_scratch;
     floatX *logits_row;                   // (Vp): one position's logits, for sampling
     size_t act_bytes;                     // for the memory report (the model's and the trainer's)
-    // -tp 1 (trainer_alloc with a MultiGpu of several processes): the LM head
+    // -tp 1 (trainer_alloc with a Comm of several processes): the LM head
     // vocabulary-parallel, see trainer_tp_head. NULL / 0 otherwise.
-    MultiGpu *tp;
+    Comm *tp;
     int tp_v0;                            // this rank's first row of the head (flce_cfg.vocab_offset)
     floatX *tp_hidden;                    // (P, B*T, C): every rank's hidden; model.hidden is this rank's block
     int *tp_targets;                      // (P, B*T): every rank's targets; targets is this rank's
@@ -123,20 +119,20 @@ static void *trainer_alloc_zeroed(size_t bytes) {
 // The bytes of one AdamW moment (m or v) element
 static size_t trainer_moment_bytes(const Trainer *m) { return m->bf16_moments ? sizeof(floatX) : sizeof(float); }
 
-// The model of spec (checked: model_load_checked) on the device, for rank mg->rank of
-// mg->nproc processes (mg NULL: one process) at ZeRO stage zero_stage (-z), reducing gradients
+// The model of spec (checked: model_load_checked) on the device, for rank comm->rank of
+// comm->nproc processes (comm NULL: one process) at ZeRO stage zero_stage (-z), reducing gradients
 // in buckets during the backward when overlap (-ov; several processes only), AdamW's moments
 // in bf16 when bf16_moments (-bm 1): gradients and AdamW moments zero, the parameters for
 // trainer_upload_params or trainer_upload_checkpoint to fill.
-static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL, int zero_stage = 0,
+static void trainer_build(Trainer *m, const ModelSpec *spec, Comm *comm = NULL, int zero_stage = 0,
                           int overlap = 1, int bf16_moments = 0) {
     memset(m, 0, sizeof(*m));
     m->spec = *spec;
-    m->mg = mg;
+    m->comm = comm;
     m->bf16_moments = bf16_moments ? 1 : 0;
     char err[256];
-    require(zero_layout(&m->zero, m->spec.num_parameters, mg ? mg->nproc : 1, mg ? mg->rank : 0, zero_stage, err,
-                        sizeof(err)) == 0, err);
+    require(zero_layout(&m->zero, m->spec.num_parameters, comm ? comm->nproc : 1, comm ? comm->rank : 0, zero_stage,
+                        err, sizeof(err)) == 0, err);
     const ZeroLayout *z = &m->zero;
     // the flat buffers are nproc slices long, so that the collectives see equal slices; their
     // padding is zero and stays so (no kernel writes past the parameters)
@@ -154,23 +150,8 @@ static void trainer_build(Trainer *m, const ModelSpec *spec, MultiGpu *mg = NULL
     model->grads = m->grads_memory;
     model->mm = &m->mm;
     if (z->nproc > 1 && overlap) {
-        const int nb = zero_num_buckets(&m->spec);
         m->overlap = 1;
-        m->pieces = (ZeroPiece *)malloc_check((size_t)nb * zero_bucket_pieces_max(z, &m->spec) * sizeof(ZeroPiece));
-        m->bucket_first = (int *)malloc_check((size_t)(nb + 1) * sizeof(int));
-        int k = 0;
-        for (int b = 0; b < nb; b++) {
-            m->bucket_first[b] = k;
-            k += zero_bucket_pieces(z, &m->spec, b, m->pieces + k);
-        }
-        m->bucket_first[nb] = k;
-        // the highest priority: a bucket's reduction takes SMs as soon as the backward's kernels
-        // free some, so that it finishes under the backward rather than after it
-        int least = 0, greatest = 0;
-        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        cudaCheck(cudaStreamCreateWithPriority(&m->comm, cudaStreamNonBlocking, greatest));
-        cudaCheck(cudaEventCreateWithFlags(&m->grads_ready, cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&m->comm_done, cudaEventDisableTiming));
+        comm_buckets_init(&m->buckets, z, &m->spec);
     }
 }
 
@@ -311,7 +292,7 @@ static int trainer_flce_config(const ModelSpec *c, int B, int T, int grad_accum_
 // tp: -tp 1's processes (several; NULL or one process: the data-parallel head): the LM head
 // runs vocabulary-parallel through tp's communicator (trainer_tp_head).
 static void trainer_alloc(Trainer *m, int B, int T, size_t flce_budget, int grad_accum_steps, int bf16_logits,
-                          int recompute = 1, MultiGpu *tp = NULL) {
+                          int recompute = 1, Comm *tp = NULL) {
     const ModelSpec *c = &m->spec;
     const size_t BT = (size_t)B * T, C = (size_t)c->channels;
     m->B = B;
@@ -348,7 +329,7 @@ static void trainer_alloc(Trainer *m, int B, int T, size_t flce_budget, int grad
     cudaCheck(cudaMalloc(&m->flce_ws, m->flce_ws_bytes));
     if (m->tp) {
         m->tp_v0 = (int)m->flce_cfg.vocab_offset;
-        const flce_comm comm = multi_gpu_flce_comm(m->tp);
+        const flce_comm comm = comm_flce(m->tp);
         flce_set_comm(m->flce, &comm);
     }
 }
@@ -372,16 +353,16 @@ __global__ void floats_to_bf16_kernel(floatX *out, const float *in, size_t n) {
 // its own tokens, and the one all-reduce of the gradients (ncclAvg) stays as in data parallel;
 // only the head's work is split. Every rank's hidden states and targets are gathered in place
 // (P*B*T tokens, the same on every rank), flce runs them against this rank's rows of the head
-// (vocab_parallel, its row statistics combined through multi_gpu_flce_allreduce) and writes the
+// (vocab_parallel, its row statistics combined through comm_flce_allreduce) and writes the
 // loss over all tokens (the same on every rank), the gradient of this rank's rows and its fp32
 // partial d(hidden) of every token; a reduce-scatter sums those and leaves this rank's B*T
 // rows, rounded to bf16 into the model's d_hidden as its backward expects.
-// The collectives are enqueued on s, not waited for (the caller's multi_gpu_wait does).
+// The collectives are enqueued on s, not waited for (the caller's comm_wait does).
 static void trainer_tp_head(Trainer *m, int grads, float *loss_dev, cudaStream_t s) {
     const size_t BT = (size_t)m->B * m->T, C = (size_t)m->spec.channels;
-    MultiGpu *mg = m->tp;
-    multi_gpu_all_gather(mg, m->tp_hidden, BT * C * sizeof(floatX), s);
-    multi_gpu_all_gather(mg, m->tp_targets, BT * sizeof(int), s);
+    Comm *tp = m->tp;
+    comm_all_gather(tp, m->tp_hidden, BT * C * sizeof(floatX), s);
+    comm_all_gather(tp, m->tp_targets, BT * sizeof(int), s);
     flce_config cfg = m->flce_cfg;
     flce_tensors t;
     memset(&t, 0, sizeof(t));
@@ -397,8 +378,8 @@ static void trainer_tp_head(Trainer *m, int grads, float *loss_dev, cudaStream_t
     t.d_hidden = m->tp_dh;
     t.d_weight = trainer_head_grad(m) + (size_t)m->tp_v0 * C;
     flceCheck(flce_forward_backward(m->flce, &cfg, &t, m->flce_ws, m->flce_ws_bytes, s), m);
-    float *own = m->tp_dh + (size_t)mg->rank * BT * C;
-    multi_gpu_reduce_scatter_sum(mg, m->tp_dh, BT * C, s);
+    float *own = m->tp_dh + (size_t)tp->rank * BT * C;
+    comm_reduce_scatter_sum(tp, m->tp_dh, BT * C, s);
     floats_to_bf16_kernel<<<(unsigned)((BT * C + 255) / 256), 256, 0, s>>>(m->model.d_hidden, own, BT * C);
     cudaCheck(cudaGetLastError());
 }
@@ -467,14 +448,11 @@ static void trainer_forward_eval(Trainer *m, int B, int T, float *loss_dev, floa
 }
 
 // Bucket b of the gradients (llmc/zero.h: layer b, or the tensors outside the layers for b =
-// L), final in s's work so far, averaged over the ranks on the comm stream while s goes on:
-// the model's backward calls it (GradReadyHook) on the step's last micro-step.
+// L) is final in s's work so far: the model's backward calls it (GradReadyHook) on the step's
+// last micro-step, and llmc/comm.h reduces the bucket while s goes on.
 static void trainer_reduce_bucket(void *ctx, int b, cudaStream_t s) {
     Trainer *m = (Trainer *)ctx;
-    cudaCheck(cudaEventRecord(m->grads_ready, s));
-    cudaCheck(cudaStreamWaitEvent(m->comm, m->grads_ready, 0));
-    const int first = m->bucket_first[b];
-    multi_gpu_reduce_bucket(m->mg, m->grads_memory, m->pieces + first, m->bucket_first[b + 1] - first, m->comm);
+    comm_buckets_launch(&m->buckets, m->comm, m->grads_memory, b, s);
 }
 
 // Training micro-step, backward half: the model's backward from d(hidden), every parameter
@@ -485,7 +463,6 @@ static void trainer_backward(Trainer *m, int B, int T, cudaStream_t s, int last_
     const GradReadyHook hook = {trainer_reduce_bucket, m};
     const int bucketed = last_micro && m->overlap;
     m->model.ops->backward(&m->model, B, T, bucketed ? &hook : NULL, s);
-    if (bucketed) m->buckets_pending = 1;
 }
 
 static void trainer_zero_grad(Trainer *m, cudaStream_t s) {
@@ -495,7 +472,7 @@ static void trainer_zero_grad(Trainer *m, cudaStream_t s) {
 // Returns once s's work so far is done: with several processes by polling (so that a process
 // that failed in a collective cannot hang this one), with one by a plain synchronize.
 static void trainer_sync(Trainer *m, cudaStream_t s, const char *what) {
-    if (m->zero.nproc > 1) multi_gpu_wait(m->mg, s, what);
+    if (m->zero.nproc > 1) comm_wait(m->comm, s, what);
     cudaCheck(cudaStreamSynchronize(s));
 }
 
@@ -506,14 +483,9 @@ static void trainer_sync(Trainer *m, cudaStream_t s, const char *what) {
 static void trainer_reduce_grads(Trainer *m, cudaStream_t s) {
     const ZeroLayout *z = &m->zero;
     if (z->nproc <= 1) return;
-    if (m->buckets_pending) {
-        m->buckets_pending = 0;
-        cudaCheck(cudaEventRecord(m->comm_done, m->comm));
-        cudaCheck(cudaStreamWaitEvent(s, m->comm_done, 0));
-        return;
-    }
-    if (z->stage == 1) multi_gpu_reduce_scatter_avg(m->mg, m->grads_memory, z->slice, s);
-    else multi_gpu_all_reduce_avg(m->mg, m->grads_memory, m->spec.num_parameters, s);
+    if (comm_buckets_wait(&m->buckets, s)) return;
+    if (z->stage == 1) comm_reduce_scatter_avg(m->comm, m->grads_memory, z->slice, s);
+    else comm_all_reduce_avg(m->comm, m->grads_memory, m->spec.num_parameters, s);
 }
 
 // Global gradient norm of the reduced gradients (waits for the stream: the host needs it for
@@ -529,7 +501,7 @@ static float trainer_grad_norm(Trainer *m, cudaStream_t s) {
         global_norm_squared(m->norm_partials + r, m->grads_memory + (size_t)r * z->slice, z->slice,
                             m->norm_scratch, 0, s);
     }
-    if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->norm_partials, sizeof(float), s);
+    if (z->stage == 1 && z->nproc > 1) comm_all_gather(m->comm, m->norm_partials, sizeof(float), s);
     sum_in_order(m->norm_sq, m->norm_partials, z->nproc, s);
     // the wait first: a copy into pageable memory would block the host until the stream got
     // there, which a collective with a failed process never does
@@ -567,18 +539,12 @@ static void trainer_update(Trainer *m, float lr, float beta1, float beta2, float
     else
         adamw_update_multi(m->params_memory, m->master, m->grads_memory, (float *)m->m, (float *)m->v, tensors, nr,
                            lr, beta1, beta2, t, eps, grad_scale, NULL, s);
-    if (z->stage == 1 && z->nproc > 1) multi_gpu_all_gather(m->mg, m->params_memory, z->slice * sizeof(floatX), s);
+    if (z->stage == 1 && z->nproc > 1) comm_all_gather(m->comm, m->params_memory, z->slice * sizeof(floatX), s);
 }
 
 static void trainer_free(Trainer *m) {
     cudaCheck(cudaFree(m->norm_partials));
-    if (m->overlap) {
-        cudaCheck(cudaStreamDestroy(m->comm));
-        cudaCheck(cudaEventDestroy(m->grads_ready));
-        cudaCheck(cudaEventDestroy(m->comm_done));
-    }
-    free(m->pieces);
-    free(m->bucket_first);
+    comm_buckets_free(&m->buckets);
     if (m->B > 0) m->model.ops->free(&m->model);
     void *ptrs[] = {m->params_memory, m->master, m->grads_memory, m->m, m->v, m->tp_hidden, m->tp_targets, m->losses,
                     m->norm_sq, m->norm_scratch, m->logits_row, m->flce_ws, m->tp_dh};
@@ -654,8 +620,8 @@ static uint16_t *trainer_download_params(const Trainer *m) {
 }
 
 // -hf 1 at the end of a run without checkpoints: the Hugging Face directory alone (rank 0)
-static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg, uint64_t shard_bytes) {
-    if (mg->rank != 0) return;
+static void write_hf_export(Trainer *m, const char *dir, int step, Comm *comm, uint64_t shard_bytes) {
+    if (comm->rank != 0) return;
     char err[1024];
     uint16_t *params = trainer_download_params(m);
     if (hf_checkpoint_write_checked(dir, step, &m->spec, params, shard_bytes, 1, err, sizeof(err)) != 0) {
@@ -670,15 +636,15 @@ static void write_hf_export(Trainer *m, const char *dir, int step, MultiGpu *mg,
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1; bf16
 // moments widened to fp32 and marked so, llmc/checkpoint.h); hf: with the Hugging Face
 // directory (-hf 1) in shards of at most hf_shard_bytes (0: the default).
-static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, MultiGpu *mg, int hf,
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, Comm *comm, int hf,
                              uint64_t hf_shard_bytes = 0) {
     char err[1024];
     const size_t share = m->zero.opt_count;
-    uint16_t *params = mg->rank == 0 ? trainer_download_params(m) : NULL;
+    uint16_t *params = comm->rank == 0 ? trainer_download_params(m) : NULL;
     TrainingState st;
     memset(&st, 0, sizeof(st));
-    st.num_processes = mg->nproc;
-    st.process_rank = mg->rank;
+    st.num_processes = comm->nproc;
+    st.process_rank = comm->rank;
     st.use_master_weights = 1;
     st.zero_stage = m->zero.stage;
     st.bf16_moments = m->bf16_moments;
@@ -701,8 +667,8 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     w.params = params;
     w.state = &st;
     w.sync = 1;
-    w.barrier = multi_gpu_barrier_cb;
-    w.barrier_ctx = mg;
+    w.barrier = comm_barrier_cb;
+    w.barrier_ctx = comm;
     w.extra = hf ? write_hf_of_checkpoint : NULL;
     w.extra_ctx = &hf_shard_bytes;
     if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
@@ -711,7 +677,7 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     }
     state_free(&st);
     free(params);
-    if (mg->rank == 0) printf("wrote checkpoint of step %d to %s\n", step, dir);
+    if (comm->rank == 0) printf("wrote checkpoint of step %d to %s\n", step, dir);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -742,19 +708,20 @@ int main(int argc, char **argv) {
     TrainConfig cfg;
     const int parsed = train_config_parse(&cfg, argc, argv, err, sizeof(err));
     if (parsed == 1) {
-        if (multi_gpu_env_rank() == 0) {
+        if (launch_env_rank() == 0) {
             train_usage(stdout);
-            multi_gpu_usage(stdout);
+            launch_usage(stdout);
         }
         return 0;
     }
     require_ok(parsed == 0, err);
     // the processes (llmc/multi_gpu.h): the -p flags and the launcher's environment; MPI_Init
-    // under mpi; under fs and tcp every process joins now, so that a later failure stops them all
-    MultiGpuPlan plan;
-    MultiGpu mg;
-    require_ok(multi_gpu_plan(&plan, cfg.proc_num, cfg.proc_rank, cfg.proc_gpus, cfg.proc_init, cfg.proc_server,
-                              cfg.proc_fs, NULL, err, sizeof(err)) == 0 &&
+    // under mpi; under fs and tcp every process joins now, so that a later failure stops them all.
+    // mg is static: the exit path reads it after main() returns
+    LaunchPlan plan;
+    static MultiGpu mg;
+    require_ok(launch_plan(&plan, cfg.proc_num, cfg.proc_rank, cfg.proc_gpus, cfg.proc_init, cfg.proc_server,
+                           cfg.proc_fs, NULL, err, sizeof(err)) == 0 &&
                multi_gpu_init_processes(&mg, &plan, err, sizeof(err)) == 0 &&
                train_config_check(&cfg, mg.nproc, err, sizeof(err)) == 0 &&
                multi_gpu_join(&mg, &plan, err, sizeof(err)) == 0, err);
@@ -825,9 +792,9 @@ int main(int argc, char **argv) {
     cudaCheck(cudaSetDevice(gpu));
     multi_gpu_init_comm(&mg);
     if (out_dir != NULL && mg.nproc > 1) {  // several processes: through NCCL's barrier
-        multi_gpu_barrier(&mg);  // every rank has read its checkpoint
+        comm_barrier(&mg.comm);  // every rank has read its checkpoint
         if (main_rank) clear_stale_markers(out_dir, resumed ? start_step : -1);
-        multi_gpu_barrier(&mg);
+        comm_barrier(&mg.comm);
     }
     int device = 0;
     cudaCheck(cudaGetDevice(&device));
@@ -838,13 +805,13 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&s));
     step_profile_init(cfg.step_profile);
     Trainer model;
-    trainer_build(&model, &spec, &mg, cfg.zero_stage, cfg.overlap, cfg.bf16_moments);
+    trainer_build(&model, &spec, &mg.comm, cfg.zero_stage, cfg.overlap, cfg.bf16_moments);
     if (resumed) trainer_upload_checkpoint(&model, &ck);
     else trainer_upload_params(&model, init_params);
     free(init_params);
     checkpoint_free(&ck);
     trainer_alloc(&model, B, T, (size_t)cfg.flce_mib << 20, grad_accum, !cfg.flce_fp32_logits, cfg.recompute,
-                  cfg.tp ? &mg : NULL);
+                  cfg.tp ? &mg.comm : NULL);
     flce_set_autotune(model.flce, cfg.flce_autotune);
 
     const ModelSpec *c = &model.spec;
@@ -937,7 +904,7 @@ int main(int argc, char **argv) {
                 dataloader_next_batch(&val_loader);
                 trainer_set_batch(&model, val_loader.inputs, val_loader.targets, B, T, 0, s);
                 trainer_forward_eval(&model, B, T, val_sum, val_token_loss, s);
-                if (model.tp) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives (eval)");
+                if (model.tp) comm_wait(&mg.comm, s, "the vocab-parallel head's collectives (eval)");
                 float batch_sum = 0.0f;
                 cudaCheck(cudaMemcpyAsync(&batch_sum, val_sum, sizeof(float), cudaMemcpyDeviceToHost, s));
                 cudaCheck(cudaStreamSynchronize(s));
@@ -945,8 +912,8 @@ int main(int argc, char **argv) {
                 n_targets += val_loader.num_targets;
             }
             // -tp 1: each batch's sum is already over every rank's tokens (the same on every rank)
-            if (!model.tp) loss_sum = multi_gpu_sum(&mg, loss_sum);
-            const double all_targets = multi_gpu_sum(&mg, (double)n_targets);
+            if (!model.tp) loss_sum = comm_sum(&mg.comm, loss_sum);
+            const double all_targets = comm_sum(&mg.comm, (double)n_targets);
             const double val_loss = all_targets > 0 ? loss_sum / all_targets : 0.0;
             if (main_rank) printf("val loss %f (%.0f tokens)\n", val_loss, all_targets);
             if (log) { fprintf(log, "s:%d tel:%.4f\n", step, val_loss); fflush(log); }
@@ -954,11 +921,11 @@ int main(int argc, char **argv) {
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
-            write_checkpoint(&model, &train_loader, out_dir, step, &mg, cfg.hf_export, hf_shard_bytes);
+            write_checkpoint(&model, &train_loader, out_dir, step, &mg.comm, cfg.hf_export, hf_shard_bytes);
         else if (out_dir != NULL && cfg.hf_export && last)
-            write_hf_export(&model, out_dir, step, &mg, hf_shard_bytes);
+            write_hf_export(&model, out_dir, step, &mg.comm, hf_shard_bytes);
         if (last) break;
-        if (multi_gpu_fault(&mg, step + 1) == MG_FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
+        if (multi_gpu_fault(&mg, step + 1) == FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 
         cudaEvent_t e0, e1;
         cudaCheck(cudaEventCreate(&e0));
@@ -976,7 +943,7 @@ int main(int argc, char **argv) {
             // -tp 1: the head's collectives done (polled) before the next micro-step's uploads,
             // which may block; the last one's are waited for with the gradients' reduction
             // (trainer_grad_norm's wait)
-            if (model.tp && micro + 1 < grad_accum) multi_gpu_wait(&mg, s, "the vocab-parallel head's collectives");
+            if (model.tp && micro + 1 < grad_accum) comm_wait(&mg.comm, s, "the vocab-parallel head's collectives");
         }
         trainer_reduce_grads(&model, s);
         step_profile_mark("gradient reduction (what the backward left)", s);
@@ -1006,7 +973,7 @@ int main(int argc, char **argv) {
         // ranks' means, as every batch has B*T real targets
         double loss = 0.0;
         for (int k = 0; k < grad_accum; k++) loss += losses[k];
-        loss = multi_gpu_sum(&mg, loss / grad_accum) / mg.nproc;
+        loss = comm_sum(&mg.comm, loss / grad_accum) / mg.nproc;
         if (!isfinite(loss)) {
             fprintf(stderr, "Error: the loss is %f at step %d: stopping\n", loss, step + 1);
             return 1;

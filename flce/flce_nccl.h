@@ -3,7 +3,7 @@ flce_nccl.h - flce's communicator (flce.h, flce_comm) over an NCCL communicator,
 programs built with NCCL (nccl.h, -lnccl): flce_comm_nccl(comm) gives what flce_set_comm takes.
 flce calls the all-reduce on its own stream with device buffers, so the collective is enqueued
 there like any other work of the call; an NCCL error comes back to flce as -1 (FLCE_ERR_COMM).
-A caller that needs time limits or fault handling (the trainer's llmc/multi_gpu.h) writes its
+A caller that needs time limits or fault handling (the trainer's llmc/comm.h) writes its
 own allreduce instead.
 */
 #ifndef FLCE_NCCL_H

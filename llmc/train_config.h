@@ -9,7 +9,7 @@ the usage text. Every error names the flag and its value.
   train_config_check_model(&cfg, &model, err, len) flags against the model (-t, kernel sizes)
   train_config_steps(&cfg, tokens, start, err, len) -x resolved (-1: one epoch), > start
 The processes' flags (-pn -pr -pg -pi -ps -pf) are parsed here and checked, with the launcher's
-environment, by llmc/multi_gpu.h's multi_gpu_plan.
+environment, by llmc/launch_plan.h's launch_plan.
 */
 #ifndef LLMC_TRAIN_CONFIG_H
 #define LLMC_TRAIN_CONFIG_H
@@ -44,7 +44,7 @@ typedef struct {
     int step_profile;  // -sp 1: where a step's time goes, printed at the end (llmc/step_profile.h)
     float lr, final_frac, weight_decay;
     int grad_accum;  // derived by train_config_check: total_batch / (B * T * processes)
-    // the processes (llmc/multi_gpu.h's multi_gpu_plan checks them): -1, 0 or NULL when not given
+    // the processes (llmc/launch_plan.h's launch_plan checks them): -1, 0 or NULL when not given
     int proc_num, proc_rank, proc_gpus;
     const char *proc_init, *proc_server, *proc_fs;
 } TrainConfig;

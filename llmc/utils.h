@@ -13,6 +13,8 @@ Two kinds of error handling, as in llm.c plus a testable layer under it:
 Atomic writes: AtomicFile writes to "<path>.tmp", checks every write, flushes, optionally
 fsyncs, closes and renames the temporary over <path>; on any failure the temporary is
 removed. So a reader (or a resumed run) never sees a half-written checkpoint.
+atomic_write_signal_safe is the same commit without stdio or malloc, for an exit path or a
+signal handler (the multi-GPU rendezvous' files: llmc/rendezvous.h).
 
 Files are little endian; like llm.c, headers and tensors are read and written as raw
 host integers and floats, so the host must be little endian (x86-64 and aarch64 are).
@@ -380,6 +382,27 @@ static inline int atomic_write_file(const char *path, const void *data, size_t n
     atomic_file_write(&af, data, n);
     if (atomic_file_commit(&af) != 0) {
         llmc_set_error(err, err_len, "%s", af.err);
+        return -1;
+    }
+    return 0;
+}
+
+// A whole buffer to path through the temporary tmp, in async-signal-safe calls only (open,
+// write, close, rename, unlink: no stdio, no malloc), so that an exit path or a signal handler
+// may write a file. tmp is the caller's, made beforehand: one per process where several may
+// write path at once (a shared directory). No fsync. 0, or -1 after removing the temporary.
+static inline int atomic_write_signal_safe(const char *path, const char *tmp, const void *data, size_t n) {
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t w = write(fd, (const char *)data + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    if (close(fd) != 0 || done != n || rename(tmp, path) != 0) {
+        unlink(tmp);
         return -1;
     }
     return 0;

@@ -2,7 +2,7 @@
 zero.h - ZeRO-1's arithmetic on the host (llm.c's -z 1): how the flat parameter vector is cut
 into one slice per rank, which part of each tensor a rank's AdamW updates, and the gradient
 buckets that are reduced while the backward pass runs. C11, no CUDA, no NCCL: the trainer
-(train_gpt.cu) and llmc/multi_gpu.h act on what it computes, test_train_host checks it.
+(train_gpt.cu) and llmc/comm.h act on what it computes, test_train_host checks it.
 
 Slices: the flat vector of n parameters (the model's table order, llmc/model.h) is cut into nproc slices of
 S elements each, S = ceil(n / nproc) rounded up to ZERO_ALIGN, so that every slice is the same

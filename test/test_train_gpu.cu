@@ -43,9 +43,9 @@ printed with the measured errors.
 static const char *MODEL_PATH = "test/fixtures/gpt2_debug.bin";
 static const char *STATE_PATH = "test/fixtures/gpt2_debug_state.bin";
 
-// The model of -e arg (a file or a descriptor) on the device, as main() builds it (mg: the ranks,
+// The model of -e arg (a file or a descriptor) on the device, as main() builds it (comm: the ranks,
 // NULL for one; zero: -z; overlap: -ov; bf16_moments: -bm).
-static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int zero = 0, int overlap = 1,
+static void build_model(Trainer *m, const char *arg, Comm *comm = NULL, int zero = 0, int overlap = 1,
                         int bf16_moments = 0) {
     char err[1024];
     ModelSpec spec;
@@ -54,18 +54,18 @@ static void build_model(Trainer *m, const char *arg, MultiGpu *mg = NULL, int ze
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
-    trainer_build(m, &spec, mg, zero, overlap, bf16_moments);
+    trainer_build(m, &spec, comm, zero, overlap, bf16_moments);
     trainer_upload_params(m, host);
     free(host);
 }
 
 // Loads the latest complete checkpoint of dir into m and loader, as main() resumes (the moments
 // converted to m's precision, the note into note when given); its step or -1.
-static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, const MultiGpu *mg,
+static int resume_checkpoint(Trainer *m, DataLoader *loader, const char *dir, const Comm *comm,
                              char *note = NULL, size_t note_len = 0) {
     char err[1024];
     Checkpoint ck;
-    const int rc = checkpoint_load_checked(dir, &m->spec, mg->rank, mg->nproc, m->zero.stage, loader, &ck, err,
+    const int rc = checkpoint_load_checked(dir, &m->spec, comm->rank, comm->nproc, m->zero.stage, loader, &ck, err,
                                            sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "Error: %s\n", err);
@@ -177,7 +177,7 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
     float straight[8], resumed[8];
-    MultiGpu single;
+    Comm single;
     memset(&single, 0, sizeof(single));
     single.nproc = 1;
     {
@@ -328,7 +328,7 @@ static void test_zero(int bf16_moments, float *losses) {
     const int B = 4, T = 64, nproc = 3, steps = 3;
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    MultiGpu ranks[nproc];
+    Comm ranks[nproc];
     Trainer A, Z, R[nproc];
     build_model(&A, "d6", NULL, 0, 1, bf16_moments);
     trainer_alloc(&A, B, T, (size_t)256 << 20, 1, 1);
@@ -366,7 +366,7 @@ static void test_zero(int bf16_moments, float *losses) {
             trainer_backward(m, B, T, s, 1);
             trainer_reduce_grads(m, s);
         }
-        test_check(Z.buckets_pending == 0, "the buckets' wait was taken (step %d)", k + 1);
+        test_check(Z.buckets.pending == 0, "the buckets' wait was taken (step %d)", k + 1);
         cudaCheck(cudaStreamSynchronize(s));
         cudaCheck(cudaMemcpy(h, A.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(h2, Z.grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost));

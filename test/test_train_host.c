@@ -8,8 +8,8 @@ another model; zero.h (ZeRO-1's slices, each rank's share of every tensor, the g
 buckets) and ZeRO-1's per-rank state files, with the refusal to resume a checkpoint of another
 process count or ZeRO stage; bf16 AdamW moments (-bm 1) in the state file (marked in
 header[7], bitwise round trips, a corrupt mark refused) and resumed in the other precision.
-multi_gpu.h: the -p flags and the launchers' environment (multi_gpu_plan), and its fs and tcp
-link between processes (forked here, no GPU): joining, NCCL's id (never an
+launch_plan.h: the -p flags and the launchers' environment (launch_plan), fault.h's TRAIN_FAULT;
+rendezvous.h: the fs and tcp link between processes (forked here, no GPU): joining, NCCL's id (never an
 earlier run's under fs), a failure or a kill of one process ending the others within seconds
 with its message, timeouts. Then ./train_gpt itself (given as the first argument) with a table
 of bad command lines: each must exit non-zero with its own message before touching a GPU, so
@@ -19,7 +19,7 @@ processes of which one fails (the other must stop with its message).
     build/test_train_host [./train_gpt]     (from the repository root: it reads data/)
 The last line is "N passed, M failed". Temporary files go to /tmp/test_train_host_XXXXXX.
 */
-#define _GNU_SOURCE  // multi_gpu.h's tee on stderr (fopencookie), as in the trainer (g++ defines it)
+#define _GNU_SOURCE  // rendezvous.h's tee on stderr (fopencookie), as in the trainer (g++ defines it)
 #include "../llmc/checkpoint.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
@@ -60,7 +60,7 @@ static int split_args(const char *line, char *buf, size_t len, char **argv, int 
     return argc;
 }
 
-// a stand-in environment for multi_gpu_plan: "NAME=value" strings, NULL-terminated
+// a stand-in environment for launch_plan: "NAME=value" strings, NULL-terminated
 static const char *const *test_env = NULL;
 static const char *test_getenv(const char *name) {
     const size_t n = strlen(name);
@@ -69,23 +69,23 @@ static const char *test_getenv(const char *name) {
     return NULL;
 }
 
-// train_config_parse, multi_gpu_plan (in the environment env, NULL: an empty one) and
+// train_config_parse, launch_plan (in the environment env, NULL: an empty one) and
 // train_config_check as main() calls them; 0, or -1 with err
-static int parse_plan_check(const char *line, const char *const *env, int nproc, TrainConfig *c, MultiGpuPlan *plan,
+static int parse_plan_check(const char *line, const char *const *env, int nproc, TrainConfig *c, LaunchPlan *plan,
                             char *err, size_t err_len) {
     char buf[8192], *argv[64];
     const int argc = split_args(line, buf, sizeof(buf), argv, 64);
     const int rc = train_config_parse(c, argc, argv, err, err_len);
     if (rc != 0) return rc > 0 ? 1 : -1;
     test_env = env;
-    if (multi_gpu_plan(plan, c->proc_num, c->proc_rank, c->proc_gpus, c->proc_init, c->proc_server, c->proc_fs,
-                       test_getenv, err, err_len) != 0)
+    if (launch_plan(plan, c->proc_num, c->proc_rank, c->proc_gpus, c->proc_init, c->proc_server, c->proc_fs,
+                    test_getenv, err, err_len) != 0)
         return -1;
     return train_config_check(c, nproc, err, err_len);
 }
 
 static int parse_and_check(const char *line, int nproc, TrainConfig *c, char *err, size_t err_len) {
-    MultiGpuPlan plan;
+    LaunchPlan plan;
     return parse_plan_check(line, NULL, nproc, c, &plan, err, err_len);
 }
 
@@ -171,7 +171,7 @@ static const BadLine bad_lines[] = {
     {"-e d6 -V 1000", "token 5 has id 50256, outside the model's vocabulary of 1000 tokens", 1},
     {"-e d6 -i data", "cannot open shard 'data': Is a directory", 1},
     {"-e d6 -j data/no_such_*.bin", "no files match 'data/no_such_*.bin'", 1},
-    // the processes (-p flags; multi_gpu_plan), wrong in every build
+    // the processes (-p flags; launch_plan), wrong in every build
     {"-pi foo", "-pi foo: unknown init method (mpi, fs or tcp)", 0},
     {"-pi", "flag -pi needs a value", 0},
     {"-pn 0", "-pn 0: out of range [1, 65536]", 0},
@@ -200,40 +200,40 @@ static const BadLine bad_lines[] = {
 };
 
 // ----------------------------------------------------------------------------
-// multi_gpu.h: the plan (flags and environment)
+// launch_plan.h: the plan (flags and environment), fault.h
 
-static int plan_of(const char *line, const char *const *env, MultiGpuPlan *p, char *err, size_t err_len) {
+static int plan_of(const char *line, const char *const *env, LaunchPlan *p, char *err, size_t err_len) {
     TrainConfig c;
     return parse_plan_check(line, env, 1, &c, p, err, err_len);
 }
 
-static void test_multi_gpu_plan(void) {
-    printf("-- multi_gpu.h: the -p flags and the launchers' environment\n");
-    MultiGpuPlan p;
+static void test_launch_plan(void) {
+    printf("-- launch_plan.h: the -p flags and the launchers' environment\n");
+    LaunchPlan p;
     char err[1024] = "";
     int rc = plan_of("", NULL, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_SINGLE && p.nproc == 1 && p.rank == 0 && p.local_rank == 0 &&
-               p.timeout_s == MG_DEFAULT_TIMEOUT_S && p.fault_step == 0, "no flags: one process, no MPI%s", err);
+    test_check(rc == 0 && p.method == LAUNCH_SINGLE && p.nproc == 1 && p.rank == 0 && p.local_rank == 0 &&
+               p.timeout_s == LAUNCH_DEFAULT_TIMEOUT_S && p.fault.step == 0, "no flags: one process, no MPI%s", err);
     rc = plan_of("-pn 4 -pr 3 -pi tcp -ps 10.0.0.1:23456 -pg 2", NULL, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_TCP && p.nproc == 4 && p.rank == 3 && p.local_rank == 1 &&
+    test_check(rc == 0 && p.method == LAUNCH_TCP && p.nproc == 4 && p.rank == 3 && p.local_rank == 1 &&
                strcmp(p.host, "10.0.0.1") == 0 && p.port == 23456, "-pi tcp -ps host:port, GPU = rank %% -pg%s", err);
     int ok = plan_of("-pn 2 -pr 0 -pi tcp -ps [::1]:999", NULL, &p, err, sizeof(err)) == 0 &&
              strcmp(p.host, "::1") == 0 && p.port == 999;
     ok = ok && plan_of("-pn 2 -pr 0 -pi tcp -ps ::1", NULL, &p, err, sizeof(err)) == 0 && strcmp(p.host, "::1") == 0 &&
-         p.port == MG_DEFAULT_PORT;
+         p.port == LAUNCH_DEFAULT_PORT;
     ok = ok && plan_of("-pn 2 -pr 1 -pi tcp -ps node7", NULL, &p, err, sizeof(err)) == 0 &&
          strcmp(p.host, "node7") == 0 && p.port == 12345 && p.local_rank == 1;
     test_check(ok, "-ps [v6]:port, a bare IPv6 address, a host name (port 12345, llm.c's)%s", err);
     rc = plan_of("-pn 2 -pr 1 -pi fs -pf data", NULL, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_FS && strcmp(p.fs_dir, "data") == 0 && p.rank == 1,
+    test_check(rc == 0 && p.method == LAUNCH_FS && strcmp(p.fs_dir, "data") == 0 && p.rank == 1,
                "-pi fs -pf dir%s", err);
     rc = plan_of("-pn 1 -pi tcp -ps 127.0.0.1", NULL, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_SINGLE && p.nproc == 1, "-pn 1: one process whatever -pi says");
+    test_check(rc == 0 && p.method == LAUNCH_SINGLE && p.nproc == 1, "-pn 1: one process whatever -pi says");
 
     // srun: the ranks from Slurm (under -pi fs|tcp), a guard without -pi
     const char *slurm[] = {"SLURM_NTASKS=8", "SLURM_PROCID=5", "SLURM_LOCALID=1", "SLURM_STEP_NUM_TASKS=8", NULL};
     rc = plan_of("-pi tcp -ps h", slurm, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_TCP && p.nproc == 8 && p.rank == 5 && p.local_rank == 1,
+    test_check(rc == 0 && p.method == LAUNCH_TCP && p.nproc == 8 && p.rank == 5 && p.local_rank == 1,
                "srun: -pn, -pr and the GPU from SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID%s", err);
     rc = plan_of("-pi tcp -ps h -pg 3", slurm, &p, err, sizeof(err));
     test_check(rc == 0 && p.local_rank == 2, "srun with -pg 3: the GPU is rank %% 3 = 2 (%d)", p.local_rank);
@@ -243,7 +243,7 @@ static void test_multi_gpu_plan(void) {
     test_check(rc < 0 && contains(err, "one of 8 Slurm tasks") && contains(err, "-pi tcp"),
                "8 srun tasks without -pi: an error, not 8 separate runs: %s", err);
     const char *batch[] = {"SLURM_NTASKS=8", "SLURM_PROCID=0", NULL};
-    test_check(plan_of("", batch, &p, err, sizeof(err)) == 0 && p.method == MG_SINGLE,
+    test_check(plan_of("", batch, &p, err, sizeof(err)) == 0 && p.method == LAUNCH_SINGLE,
                "a batch script's own process (SLURM_NTASKS, no job step): one process");
     const char *bad_slurm[] = {"SLURM_NTASKS=4", "SLURM_PROCID=9", NULL};
     rc = plan_of("-pi tcp -ps h", bad_slurm, &p, err, sizeof(err));
@@ -252,21 +252,21 @@ static void test_multi_gpu_plan(void) {
     // mpirun: MPI by default; only a launcher with -pi fs|tcp
     const char *ompi[] = {"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_LOCAL_RANK=1", NULL};
     rc = plan_of("", ompi, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_MPI && contains(p.why_mpi, "OMPI_COMM_WORLD_SIZE=2"),
+    test_check(rc == 0 && p.method == LAUNCH_MPI && contains(p.why_mpi, "OMPI_COMM_WORLD_SIZE=2"),
                "under mpirun: -pi mpi by default (%s)%s", p.why_mpi, err);
-    rc = multi_gpu_plan_check_build(&p, err, sizeof(err));
+    rc = launch_plan_check_build(&p, err, sizeof(err));
     test_check(rc < 0 && contains(err, "started by mpirun (OMPI_COMM_WORLD_SIZE=2): this trainer was built for one GPU"),
                "and a build without NCCL says so (this test's build has none): %s", err);
     rc = plan_of("-pi fs -pf data", ompi, &p, err, sizeof(err));
-    test_check(rc == 0 && p.method == MG_FS && p.nproc == 2 && p.rank == 1 && p.local_rank == 1,
+    test_check(rc == 0 && p.method == LAUNCH_FS && p.nproc == 2 && p.rank == 1 && p.local_rank == 1,
                "mpirun as a launcher only (-pi fs): its OMPI_COMM_WORLD_* ranks%s", err);
     rc = plan_of("-pn 2 -pr 1", ompi, &p, err, sizeof(err));
     test_check(rc < 0 && contains(err, "-pn 2: under mpirun the ranks and GPUs come from MPI"), "%s", err);
     const char *ompi1[] = {"OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=0", NULL};
-    test_check(plan_of("", ompi1, &p, err, sizeof(err)) == 0 && p.method == MG_SINGLE,
+    test_check(plan_of("", ompi1, &p, err, sizeof(err)) == 0 && p.method == LAUNCH_SINGLE,
                "mpirun -np 1: one process, no MPI needed");
     rc = plan_of("-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", NULL, &p, err, sizeof(err)) == 0 ? 
-         multi_gpu_plan_check_build(&p, err, sizeof(err)) : 0;
+         launch_plan_check_build(&p, err, sizeof(err)) : 0;
     test_check(rc < 0 && contains(err, "2 processes: this trainer was built for one GPU"), "%s", err);
 
     // the environment's own values
@@ -276,23 +276,27 @@ static void test_multi_gpu_plan(void) {
                "%s", err);
     test_check(plan_of("", t_zero, &p, err, sizeof(err)) < 0 && plan_of("", t_five, &p, err, sizeof(err)) == 0 &&
                p.timeout_s == 5, "TRAIN_COMM_TIMEOUT in [1, 604800] seconds");
-    int r = 0, st = 0, mode = 0;
-    ok = multi_gpu_parse_fault("1:3", &r, &st, &mode, err, sizeof(err)) == 0 && r == 1 && st == 3 &&
-         mode == MG_FAULT_EXIT;
-    ok = ok && multi_gpu_parse_fault("0:12:kill", &r, &st, &mode, err, sizeof(err)) == 0 && r == 0 && st == 12 &&
-         mode == MG_FAULT_KILL;
-    ok = ok && multi_gpu_parse_fault("2:1:cuda", &r, &st, &mode, err, sizeof(err)) == 0 && mode == MG_FAULT_CUDA;
-    ok = ok && multi_gpu_parse_fault(NULL, &r, &st, &mode, err, sizeof(err)) == 0 && st == 0;
-    const char *bad_faults[] = {"1", "1:0", "x:3", "1:3:boom", "-1:3", "1:3x", ":3", "1:", "1:3:exit:4"};
+    Fault f;
+    const int max = LAUNCH_MAX_PROCS;
+    ok = fault_parse("1:3", max, &f, err, sizeof(err)) == 0 && f.rank == 1 && f.step == 3 && f.mode == FAULT_EXIT;
+    ok = ok && fault_parse("0:12:kill", max, &f, err, sizeof(err)) == 0 && f.rank == 0 && f.step == 12 &&
+         f.mode == FAULT_KILL;
+    ok = ok && fault_parse("2:1:cuda", max, &f, err, sizeof(err)) == 0 && f.mode == FAULT_CUDA;
+    ok = ok && fault_parse(NULL, max, &f, err, sizeof(err)) == 0 && f.step == 0;
+    const char *bad_faults[] = {"1", "1:0", "x:3", "1:3:boom", "-1:3", "1:3x", ":3", "1:", "1:3:exit:4", "65536:1"};
     for (size_t i = 0; i < sizeof(bad_faults) / sizeof(bad_faults[0]); i++)
-        ok = ok && multi_gpu_parse_fault(bad_faults[i], &r, &st, &mode, err, sizeof(err)) < 0 &&
+        ok = ok && fault_parse(bad_faults[i], max, &f, err, sizeof(err)) < 0 &&
              contains(err, "expected rank:step[:exit|cuda|kill]");
     test_check(ok, "TRAIN_FAULT=rank:step[:exit|cuda|kill], strict: %s", err);
+    fault_parse("1:3:cuda", max, &f, err, sizeof(err));
+    test_check(fault_due(&f, 1, 3) == FAULT_CUDA && fault_due(&f, 0, 3) == FAULT_NONE &&
+               fault_due(&f, 1, 2) == FAULT_NONE && fault_parse(NULL, max, &f, err, sizeof(err)) == 0 &&
+               fault_due(&f, 0, 1) == FAULT_NONE, "a fault is due on its rank at its step only, none when unset");
     const char *f1[] = {"TRAIN_FAULT=1:3", NULL};
     test_check(plan_of("", f1, &p, err, sizeof(err)) < 0 && contains(err, "rank 1, and the run has 1 process"),
                "a fault for a rank the run lacks: %s", err);
-    test_check(plan_of("-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", f1, &p, err, sizeof(err)) == 0 && p.fault_rank == 1 &&
-               p.fault_step == 3, "a fault for rank 1 of 2");
+    test_check(plan_of("-pn 2 -pr 0 -pi tcp -ps 127.0.0.1", f1, &p, err, sizeof(err)) == 0 && p.fault.rank == 1 &&
+               p.fault.step == 3, "a fault for rank 1 of 2");
 }
 
 static void test_bad_lines_parsed(void) {
@@ -1270,7 +1274,7 @@ static void test_bf16_moment_states(void) {
 }
 
 // ----------------------------------------------------------------------------
-// multi_gpu.h: the fs and tcp link, between forked processes (no NCCL: a made-up id)
+// rendezvous.h: the fs and tcp link, between forked processes (no NCCL: a made-up id)
 
 typedef struct {
     int rank;
@@ -1296,7 +1300,7 @@ static int free_port(void) {
 }
 
 static void make_id(unsigned char *id, int tag) {
-    for (int i = 0; i < MG_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + tag);
+    for (int i = 0; i < RV_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + tag);
 }
 
 // One process of a link test (a child): its output in log; exit 0 done, 1 failed (its own or
@@ -1307,8 +1311,8 @@ static void link_child(int method, int nproc, int port, const char *dir, int tim
     dup2(fd, 1);
     dup2(fd, 2);
     close(fd);
-    if (r->delay_ms > 0) mg_sleep_us(r->delay_ms * 1000L);
-    MultiGpuPlan p;
+    if (r->delay_ms > 0) rv_sleep_us(r->delay_ms * 1000L);
+    LaunchPlan p;
     memset(&p, 0, sizeof(p));
     p.method = method;
     p.nproc = r->nproc_claim > 0 ? r->nproc_claim : nproc;
@@ -1318,7 +1322,8 @@ static void link_child(int method, int nproc, int port, const char *dir, int tim
     p.port = port;
     snprintf(p.fs_dir, sizeof(p.fs_dir), "%s", dir ? dir : "");
     char err[1024];
-    if (mg_link_join(&p, err, sizeof(err)) != 0) {
+    Rendezvous rv;  // this child's: it ends in exit, never returns
+    if (rv_init(&rv, &p, err, sizeof(err)) != 0 || rv_join(&rv, &p, err, sizeof(err)) != 0) {
         fprintf(stderr, "join failed: %s\n", err);
         _exit(3);
     }
@@ -1326,28 +1331,26 @@ static void link_child(int method, int nproc, int port, const char *dir, int tim
         fprintf(stderr, "Error: link test: rank %d fails after the join\n", r->rank);
         exit(1);
     }
-    unsigned char id[MG_ID_BYTES], want[MG_ID_BYTES];
+    unsigned char id[RV_ID_BYTES], want[RV_ID_BYTES];
     make_id(want, tag);
-    if (r->rank == 0) {
-        mg_link_send_id(want);
-    } else {
-        if (mg_link_recv_id(id, err, sizeof(err)) != 0) {
-            fprintf(stderr, "Error: %s\n", err);
-            exit(4);
-        }
-        if (memcmp(id, want, MG_ID_BYTES) != 0) {
-            fprintf(stderr, "a wrong id (tag %d)\n", id[0]);
-            mg_link_finish();
-            _exit(5);
-        }
+    memset(id, 0, sizeof(id));
+    if (r->rank == 0) memcpy(id, want, RV_ID_BYTES);
+    if (rv_share_id(&rv, id, err, sizeof(err)) != 0) {  // as the trainer's comm_init: rank 0's id to every rank
+        fprintf(stderr, "Error: %s\n", err);
+        exit(4);
+    }
+    if (memcmp(id, want, RV_ID_BYTES) != 0) {
+        fprintf(stderr, "a wrong id (tag %d)\n", id[0]);
+        rv_finish(&rv);
+        _exit(5);
     }
     if (r->fail == 2) {
         fprintf(stderr, "Error: link test: rank %d fails after the id\n", r->rank);
         exit(1);
     }
     if (r->kill) raise(SIGKILL);
-    mg_sleep_us(r->work_ms * 1000L);
-    mg_link_finish();
+    rv_sleep_us(r->work_ms * 1000L);
+    rv_finish(&rv);
     printf("done\n");
     exit(0);
 }
@@ -1357,7 +1360,7 @@ static double run_link(int method, int port, const char *dir, int timeout_s, int
                        int *codes, char (*outs)[2048]) {
     pid_t pids[8];
     char log[8][300];
-    const double t0 = mg_now();
+    const double t0 = rv_now();
     for (int i = 0; i < n; i++) {
         snprintf(log[i], sizeof(log[i]), "%s/link_%d.log", tmp_dir, i);
         fflush(stdout);
@@ -1370,7 +1373,7 @@ static double run_link(int method, int port, const char *dir, int timeout_s, int
         waitpid(pids[i], &status, 0);
         codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     }
-    const double secs = mg_now() - t0;
+    const double secs = rv_now() - t0;
     for (int i = 0; i < n; i++) {
         outs[i][0] = 0;
         FILE *f = fopen(log[i], "rb");
@@ -1387,17 +1390,17 @@ static double run_link(int method, int port, const char *dir, int timeout_s, int
 }
 
 static void test_link_tcp(void) {
-    printf("-- multi_gpu.h: the tcp link (forked processes on 127.0.0.1)\n");
+    printf("-- rendezvous.h: the tcp link (forked processes on 127.0.0.1)\n");
     int codes[4];
     char outs[4][2048];
     LinkRole ok3[3] = {{0, 0, 0, 0, 0, 200}, {1, 0, 0, 0, 0, 100}, {2, 0, 300, 0, 0, 0}};
-    double t = run_link(MG_TCP, free_port(), NULL, 20, 11, ok3, 3, codes, outs);
+    double t = run_link(LAUNCH_TCP, free_port(), NULL, 20, 11, ok3, 3, codes, outs);
     test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0 && contains(outs[0], "done") && contains(outs[2], "done"),
                "3 processes join (rank 2 late), every one gets rank 0's id, all end cleanly (%.1f s): %d %d %d | %.200s",
                t, codes[0], codes[1], codes[2], outs[2]);
 
     LinkRole fail2[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 0, 0, 20000}, {2, 0, 0, 2, 0, 0}};
-    t = run_link(MG_TCP, free_port(), NULL, 20, 12, fail2, 3, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 20, 12, fail2, 3, codes, outs);
     test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 &&
                contains(outs[0], "rank 2 of 3 stopped the run") && contains(outs[0], "rank 2 fails after the id") &&
                contains(outs[1], "rank 2 of 3 stopped the run") && contains(outs[1], "rank 2 fails after the id"),
@@ -1405,34 +1408,34 @@ static void test_link_tcp(void) {
                outs[1]);
 
     LinkRole fail0[3] = {{0, 0, 0, 1, 0, 0}, {1, 0, 0, 0, 0, 20000}, {2, 0, 0, 0, 0, 20000}};
-    t = run_link(MG_TCP, free_port(), NULL, 20, 13, fail0, 3, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 20, 13, fail0, 3, codes, outs);
     test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 && contains(outs[2], "rank 0 of 3") &&
                contains(outs[2], "rank 0 fails after the join"),
                "rank 0 fails before sending the id: the others (waiting for it) exit 1 with its message in %.1f s | %.300s",
                t, outs[2]);
 
     LinkRole kill1[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 0, 1, 0}, {2, 0, 0, 0, 0, 20000}};
-    t = run_link(MG_TCP, free_port(), NULL, 20, 14, kill1, 3, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 20, 14, kill1, 3, codes, outs);
     test_check(codes[0] == 1 && codes[1] == 128 + SIGKILL && codes[2] == 1 && t < 5 &&
                contains(outs[0], "rank 1 of 3 stopped the run") && contains(outs[0], "without a message") &&
                contains(outs[2], "rank 1 of 3 stopped the run"),
                "rank 1 killed (SIGKILL, no message): the others exit 1 in %.1f s | %.300s", t, outs[2]);
 
     LinkRole lonely[1] = {{1, 2, 0, 0, 0, 0}};
-    t = run_link(MG_TCP, free_port(), NULL, 1, 15, lonely, 1, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 1, 15, lonely, 1, codes, outs);
     test_check(codes[0] == 3 && t < 5 && contains(outs[0], "rank 0 did not answer at 127.0.0.1") &&
                contains(outs[0], "within 1 s"), "no rank 0: rank 1 gives up after TRAIN_COMM_TIMEOUT | %.300s", outs[0]);
     LinkRole alone0[1] = {{0, 3, 0, 0, 0, 0}};
-    t = run_link(MG_TCP, free_port(), NULL, 1, 15, alone0, 1, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 1, 15, alone0, 1, codes, outs);
     test_check(codes[0] == 3 && t < 5 && contains(outs[0], "1 of 3 processes came") && contains(outs[0], "missing ranks 1, 2"),
                "nobody else comes: rank 0 gives up and names the missing ranks | %.300s", outs[0]);
     LinkRole mismatch[2] = {{0, 0, 0, 0, 0, 0}, {1, 3, 0, 0, 0, 0}};
-    t = run_link(MG_TCP, free_port(), NULL, 5, 16, mismatch, 2, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 5, 16, mismatch, 2, codes, outs);
     test_check(codes[0] == 3 && codes[1] == 3 && contains(outs[0], "rank 1 has -pn 3, and rank 0 has -pn 2") &&
                contains(outs[1], "rank 0 refused it: rank 1 has -pn 3"),
                "different -pn: both stop, saying so | %.200s", outs[1]);
     LinkRole twice[3] = {{0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0}, {1, 0, 200, 0, 0, 0}};
-    t = run_link(MG_TCP, free_port(), NULL, 5, 17, twice, 3, codes, outs);
+    t = run_link(LAUNCH_TCP, free_port(), NULL, 5, 17, twice, 3, codes, outs);
     test_check(codes[0] == 3 && contains(outs[0], "two processes say they are rank 1"),
                "-pr 1 twice: rank 0 says so | %.200s", outs[0]);
 }
@@ -1441,32 +1444,32 @@ static void test_link_tcp(void) {
 static void write_stale_fs(const char *dir) {
     char path[512], text[1024];
     const unsigned long long run = 0x1234567890abcdefULL, n1 = 0x1111, n2 = 0x2222;
-    unsigned char id[MG_ID_BYTES];
+    unsigned char id[RV_ID_BYTES];
     make_id(id, 99);
     size_t k = (size_t)snprintf(text, sizeof(text), "train_gpt fs 1\n%016llx 3\n%016llx %016llx\n", run, n1, n2);
-    for (int i = 0; i < MG_ID_BYTES; i++) k += (size_t)snprintf(text + k, sizeof(text) - k, "%02x", id[i]);
+    for (int i = 0; i < RV_ID_BYTES; i++) k += (size_t)snprintf(text + k, sizeof(text) - k, "%02x", id[i]);
     snprintf(text + k, sizeof(text) - k, "\n");
     snprintf(path, sizeof(path), "%s/train_gpt_fs.run", dir);
-    mg_write_file(path, text);
+    rv_write_file(path, text);
     for (int r = 1; r <= 2; r++) {
         snprintf(path, sizeof(path), "%s/train_gpt_fs.hello.%d", dir, r);
         snprintf(text, sizeof(text), "%016llx 3\n", r == 1 ? n1 : n2);
-        mg_write_file(path, text);
+        rv_write_file(path, text);
         snprintf(path, sizeof(path), "%s/train_gpt_fs.ack.%d", dir, r);
         snprintf(text, sizeof(text), "%016llx %016llx\n", run, r == 1 ? n1 : n2);
-        mg_write_file(path, text);
+        rv_write_file(path, text);
     }
 }
 
 static void test_link_fs(void) {
-    printf("-- multi_gpu.h: the fs link (forked processes, one directory)\n");
+    printf("-- rendezvous.h: the fs link (forked processes, one directory)\n");
     char dir[256];
     int codes[4];
     char outs[4][2048];
     make_dir(dir, sizeof(dir), "fs");
     write_stale_fs(dir);
     LinkRole late0[3] = {{0, 0, 500, 0, 0, 100}, {1, 0, 0, 0, 0, 100}, {2, 0, 0, 0, 0, 100}};
-    double t = run_link(MG_FS, 0, dir, 20, 21, late0, 3, codes, outs);
+    double t = run_link(LAUNCH_FS, 0, dir, 20, 21, late0, 3, codes, outs);
     test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0,
                "an earlier run's id, hellos and acks in -pf, rank 0 starting 0.5 s after the others: they wait for "
                "this run's id and take it, not the stale one (%.1f s): %d %d %d | %.200s", t, codes[0], codes[1],
@@ -1475,14 +1478,14 @@ static void test_link_fs(void) {
     make_dir(dir, sizeof(dir), "fs");
     write_stale_fs(dir);
     LinkRole late2[3] = {{0, 0, 0, 0, 0, 100}, {1, 0, 0, 0, 0, 100}, {2, 0, 600, 0, 0, 100}};
-    t = run_link(MG_FS, 0, dir, 20, 22, late2, 3, codes, outs);
+    t = run_link(LAUNCH_FS, 0, dir, 20, 22, late2, 3, codes, outs);
     test_check(codes[0] == 0 && codes[1] == 0 && codes[2] == 0,
                "rank 0 first, reading rank 2's stale hello until rank 2 comes 0.6 s later: all get this run's id "
                "(%.1f s): %d %d %d | %.200s", t, codes[0], codes[1], codes[2], outs[2]);
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "fs");
     LinkRole fail1[3] = {{0, 0, 0, 0, 0, 20000}, {1, 0, 0, 2, 0, 0}, {2, 0, 0, 0, 0, 20000}};
-    t = run_link(MG_FS, 0, dir, 20, 23, fail1, 3, codes, outs);
+    t = run_link(LAUNCH_FS, 0, dir, 20, 23, fail1, 3, codes, outs);
     test_check(codes[0] == 1 && codes[1] == 1 && codes[2] == 1 && t < 5 &&
                contains(outs[0], "rank 1 of 3 stopped the run") && contains(outs[0], "rank 1 fails after the id") &&
                contains(outs[2], "rank 1 of 3 stopped the run") && contains(outs[2], "rank 1 fails after the id"),
@@ -1490,11 +1493,11 @@ static void test_link_fs(void) {
     clear_dir(dir);
     make_dir(dir, sizeof(dir), "fs");
     LinkRole alone[1] = {{2, 3, 0, 0, 0, 0}};
-    t = run_link(MG_FS, 0, dir, 1, 24, alone, 1, codes, outs);
+    t = run_link(LAUNCH_FS, 0, dir, 1, 24, alone, 1, codes, outs);
     test_check(codes[0] == 3 && t < 5 && contains(outs[0], "no word from rank 0"),
                "no rank 0: rank 2 gives up after TRAIN_COMM_TIMEOUT | %.200s", outs[0]);
     LinkRole alone0[1] = {{0, 3, 0, 0, 0, 0}};
-    t = run_link(MG_FS, 0, dir, 1, 24, alone0, 1, codes, outs);
+    t = run_link(LAUNCH_FS, 0, dir, 1, 24, alone0, 1, codes, outs);
     test_check(codes[0] == 3 && t < 5 && contains(outs[0], "ranks 1, 2 did not join"),
                "nobody else: rank 0 gives up naming the missing ranks | %.200s", outs[0]);
     clear_dir(dir);
@@ -1597,9 +1600,9 @@ static void test_trainer_processes(const char *bin) {
         if (i == 0) snprintf(common, sizeof(common), "-e d12 -x 2 -pi tcp -ps 127.0.0.1:%d", free_port());
         else snprintf(common, sizeof(common), "-e d12 -x 2 -pi fs -pf %s", dir);
         int rc0 = -1, rc1 = -1;
-        const double t0 = mg_now();
+        const double t0 = rv_now();
         run_trainer_pair(bin, common, "", "-j data/no_such_*.bin", &rc0, &rc1, out, out1, sizeof(out));
-        const double t = mg_now() - t0;
+        const double t = rv_now() - t0;
         test_check(rc0 == 1 && rc1 == 1 && t < 30 && contains(out1, "no files match 'data/no_such_*.bin'") &&
                    contains(out, "rank 1 of 2 stopped the run") && contains(out, "no files match 'data/no_such_*.bin'"),
                    "-pi %s: rank 1's bad -j stops rank 0 too, with rank 1's message (exits %d %d, %.1f s) | %.300s",
@@ -1719,7 +1722,7 @@ int main(int argc, char **argv) {
         return test_summary();
     }
     test_train_config();
-    test_multi_gpu_plan();
+    test_launch_plan();
     test_bad_lines_parsed();
     test_gpt2();
     test_schedules_sampler_mfu();
