@@ -28,10 +28,18 @@ targets (ignore_index -100):
   v5 flce      the library (flce/flce.h), flce_forward_backward with a 1 GiB workspace
                budget and "flce lean" with 160 MiB, on its default path (its own Hopper
                GEMMs with the loss fused, on an sm_90a build and a 9.0 GPU); then the
-               cuBLASLt path (FLCE_HOPPER=0) with 1 GiB and fp32 logits, bf16 logits, and
-               160 MiB. The planner takes the tile schedule where it models it faster.
+               cuBLASLt path (flce_set_hopper_default(0)) with 1 GiB and fp32 logits, bf16
+               logits, and 160 MiB. The planner takes the tile schedule where it models it
+               faster.
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
+             [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
+
+The flce rows under the library's own choices by default; the -- options set its switches for
+an A/B (flce.h's flce_set_autotune, flce_internal.h's dev switches): cuBLASLt's heuristic pick
+instead of autotuning, per-phase times (printed to stderr per configuration), the Hopper
+logits GEMM's schedule, the Hopper path's gradients from cuBLASLt's GEMMs (1) or the fused
+ones (0), the scaled d_W transform off (0).
 
 Benchmark mode, per shape, in one process: random inputs (h, W uniform with std H^-1/4 so
 the logits are ~N(0, 1); targets uniform, ~5% ignored), a GPU reference (fp32 GEMMs on the
@@ -52,6 +60,7 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 #include <math.h>
 #include <mma.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +68,7 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 
 #include "common.cuh"
 #include "flce.h"
+#include "flce_internal.h"  // the library's dev switches (--pingpong, --lt-backward, ...)
 #include "test_util.h"
 
 #define DEFAULT_SHAPES "8192x768x50304,4096x4096x128256,16384x4096x151936,65535x1024x176245"
@@ -85,6 +95,12 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 static gemm_cache g_gemm;   // the cuBLASLt handle and the descriptor cache, all versions
 static flce_context *g_flce = NULL;
 static int g_sm_count = 132;
+
+// the library's switches for the flce rows (-- options): -1 leaves the library's choice
+typedef struct {
+    int autotune, timing, pingpong, lt_backward, dw_scaled;
+} FlceSwitches;
+static FlceSwitches g_switches = {-1, -1, -1, -1, -1};
 
 // ----------------------------------------------------------------------------------------
 // the report: markdown to stdout, and kept for -o
@@ -719,13 +735,23 @@ static void fuse_mn_run(const Problem *P, Work *w) {
 // ----------------------------------------------------------------------------------------
 // v5 the library
 
+// A fresh context with the switches of the command line.
+static void flce_new_context(void) {
+    flce_destroy(g_flce);
+    flceCheck(flce_create(&g_flce), NULL);
+    if (g_switches.autotune >= 0) flce_set_autotune(g_flce, g_switches.autotune);
+    if (g_switches.timing >= 0) flce_dev_set_timing(g_flce, g_switches.timing);
+    if (g_switches.pingpong >= 0) flce_dev_set_pingpong(g_flce, g_switches.pingpong);
+    if (g_switches.dw_scaled >= 0) flce_dev_set_dw_scaled(g_flce, g_switches.dw_scaled);
+}
+
 // the library's defaults (bf16 in, int32 targets, mean, bf16 d_h, fp32 d_W, fp32 logits)
-// except the budget, the GEMM path (cublaslt: FLCE_HOPPER=0 while the configuration is planned
-// and its context made, so that the plan printed is the one that runs) and, for the "bf16
-// logits" row, the logits buffer's dtype
+// except the budget, the GEMM path (cublaslt: flce_set_hopper_default(0) while the
+// configuration is planned and its context made, so that the plan printed is the one that
+// runs) and, for the "bf16 logits" row, the logits buffer's dtype
 static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_logits, int cublaslt, char *why,
                              size_t why_len) {
-    if (cublaslt) setenv("FLCE_HOPPER", "0", 1);
+    if (cublaslt) flce_set_hopper_default(0);
     flce_config_init(&w->cfg, P->N, P->H, P->V);
     w->cfg.bf16_logits = bf16_logits;
     size_t bytes = 0;
@@ -733,7 +759,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     if (st == FLCE_ERR_WORKSPACE) {
         snprintf(why, why_len, "budget %.0f MiB too small: needs %.0f MiB", (double)budget / 1048576.0,
                  (double)bytes / 1048576.0);
-        if (cublaslt) unsetenv("FLCE_HOPPER");
+        if (cublaslt) flce_set_hopper_default(1);
         return 1;
     }
     flceCheck(st, NULL);
@@ -745,17 +771,18 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     if (vtile < P->V)
         snprintf(tiles, sizeof(tiles), " x vocab tiles of %lld (%lld tiles, 4 GEMMs)", (long long)vtile,
                  (long long)ceil_div(P->V, vtile));
-    // a fresh context per configuration, so that FLCE_TIMING=1 (which prints the per-phase
-    // times of a context when it is destroyed) reports each configuration on its own
+    // a fresh context per configuration, so that --timing (which prints the per-phase times of
+    // a context when it is destroyed) reports each configuration on its own
     flce_destroy(g_flce);
+    g_flce = NULL;
     fprintf(stderr, "flce config: %lldx%lldx%lld, %s, budget %.0f MiB, chunk %lld%s, %s logits\n",
             (long long)P->N, (long long)P->H, (long long)P->V, path, (double)budget / 1048576.0,
             (long long)chunk, tiles, bf16_logits ? "bf16" : "fp32");
-    flceCheck(flce_create(&g_flce), NULL);
+    flce_new_context();
     snprintf(w->note, sizeof(w->note), "%s, budget %.0f MiB: chunk %lld tokens (%lld chunks)%s%s", path,
              (double)budget / 1048576.0, (long long)chunk, (long long)(chunk > 0 ? ceil_div(P->N, chunk) : 0),
              tiles, cublaslt ? (bf16_logits ? ", bf16 logits" : ", fp32 logits") : "");
-    if (cublaslt) unsetenv("FLCE_HOPPER");
+    if (cublaslt) flce_set_hopper_default(1);
     return 0;
 }
 
@@ -1386,8 +1413,39 @@ static void usage(const char *prog) {
             "  -r  timed repeats per version and shape (default 7; fewer for slow versions)\n"
             "  -w  warm-up runs (default 2, at least 1)\n"
             "  -o  also write the markdown report to path\n"
-            "  -c  correctness mode: small odd shapes against a CPU fp64 reference; exit 1 on a failure\n",
+            "  -c  correctness mode: small odd shapes against a CPU fp64 reference; exit 1 on a failure\n"
+            "  the flce rows' library switches (default: the library's choice; NAME=V works too):\n"
+            "  --autotune 0|1     0: cuBLASLt's heuristic pick, no autotuning (flce_set_autotune)\n"
+            "  --timing           every phase of every call timed; per-call means on stderr\n"
+            "  --pingpong 0|1     the Hopper logits GEMM: 0 cooperative, 1 ping-pong (default: by H)\n"
+            "  --lt-backward 0|1  the Hopper path's gradients: 1 cuBLASLt's GEMMs on dlogits, 0 the\n"
+            "                     fused GEMMs (default: by H)\n"
+            "  --dw-scaled 0|1    0: the Hopper d_W GEMM without the scaled transform\n",
             prog, DEFAULT_SHAPES, CHECK_SHAPES);
+}
+
+// --NAME V or --NAME=V (V 0 or 1; --timing alone is 1) into g_switches; 0 for anything else
+static int parse_switch(int argc, char **argv, int *i) {
+    static const struct {
+        const char *name;
+        size_t offset;
+    } names[] = {{"autotune", offsetof(FlceSwitches, autotune)},
+                 {"timing", offsetof(FlceSwitches, timing)},
+                 {"pingpong", offsetof(FlceSwitches, pingpong)},
+                 {"lt-backward", offsetof(FlceSwitches, lt_backward)},
+                 {"dw-scaled", offsetof(FlceSwitches, dw_scaled)}};
+    const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
+    const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        if (strlen(names[k].name) != len || strncmp(arg, names[k].name, len) != 0) continue;
+        const char *v = eq != NULL ? eq + 1 : NULL;
+        if (v == NULL && strcmp(names[k].name, "timing") == 0) v = "1";
+        if (v == NULL && *i + 1 < argc) v = argv[++*i];
+        if (v == NULL || (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)) return 0;
+        *(int *)((char *)&g_switches + names[k].offset) = v[0] - '0';
+        return 1;
+    }
+    return 0;
 }
 
 static unsigned parse_versions(const char *s) {
@@ -1434,6 +1492,8 @@ int main(int argc, char **argv) {
             a.warmups = atoi(argv[++i]);
         } else if (strcmp(arg, "-o") == 0 && has_val) {
             a.out_path = argv[++i];
+        } else if (strncmp(arg, "--", 2) == 0 && parse_switch(argc, argv, &i)) {
+            continue;
         } else {
             usage(argv[0]);
             return strcmp(arg, "-h") == 0 ? 0 : 2;
@@ -1461,7 +1521,8 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&s));
     memset(&g_gemm, 0, sizeof(g_gemm));
     cublasCheck(cublasLtCreate(&g_gemm.handle));
-    flceCheck(flce_create(&g_flce), NULL);
+    if (g_switches.lt_backward >= 0) flce_dev_set_lt_backward(g_switches.lt_backward);  // (process-wide)
+    flce_new_context();
     cudaCheck(cudaMalloc(&g_diff_sums, 2 * sizeof(double)));
     cudaCheck(cudaMalloc(&g_diff_bad, sizeof(unsigned long long)));
 

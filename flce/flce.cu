@@ -81,15 +81,10 @@ flce_status flce_create(flce_context **out) {
         return FLCE_ERR_CUDA;
     }
     memset(host, 0, sizeof(flce_host_status));
-    const char *autotune = getenv("FLCE_AUTOTUNE");
-    ctx->gemm.autotune = !(autotune != NULL && strcmp(autotune, "0") == 0);
+    ctx->gemm.autotune = 1;
     ctx->hopper = flce_hopper_default();
-    const char *pp = getenv("FLCE_PINGPONG");
-    ctx->pingpong = pp == NULL || (strcmp(pp, "0") != 0 && strcmp(pp, "1") != 0) ? -1 : atoi(pp);
-    const char *timing = getenv("FLCE_TIMING");
-    if (timing != NULL && strcmp(timing, "1") == 0 &&
-        cudaEventCreate(&ctx->t_start) == cudaSuccess && cudaEventCreate(&ctx->t_stop) == cudaSuccess)
-        ctx->timing = 1;
+    ctx->pingpong = -1;
+    ctx->dw_scaled = 1;
     ctx->host_status = (flce_host_status *)host;
     if (cudaHostGetDevicePointer((void **)&ctx->host_status_device, host, 0) != cudaSuccess) {
         cudaFreeHost(host);
@@ -112,9 +107,9 @@ void flce_destroy(flce_context *ctx) {
                 fprintf(stderr, " %s %.3f,", flce_phase_names[k], ctx->t_ms[k] / (double)ctx->t_calls);
         fprintf(stderr, " sum %.3f; GEMM shapes autotuned %d (another algorithm won %d)\n",
                 total / (double)(ctx->t_calls ? ctx->t_calls : 1), ctx->gemm.tuned, ctx->gemm.retuned);
-        cudaEventDestroy(ctx->t_start);
-        cudaEventDestroy(ctx->t_stop);
     }
+    if (ctx->t_start != NULL) cudaEventDestroy(ctx->t_start);
+    if (ctx->t_stop != NULL) cudaEventDestroy(ctx->t_stop);
     gemm_cache_release(&ctx->gemm);
     cublasLtDestroy(ctx->gemm.handle);
     cudaFreeHost((void *)ctx->host_status);
@@ -131,13 +126,39 @@ void flce_set_autotune(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->gemm.autotune = on != 0;
 }
 
-int flce_hopper_default(void) {
-    const char *env = getenv("FLCE_HOPPER");
-    return !(env != NULL && strcmp(env, "0") == 0) && sm90_available();
-}
+// flce_set_hopper_default's choice: process-wide, like the planner it steers
+static int g_hopper_default = 1;
+
+void flce_set_hopper_default(int on) { g_hopper_default = on != 0; }
+
+int flce_hopper_default(void) { return g_hopper_default && sm90_available(); }
 
 void flce_set_hopper(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->hopper = on != 0 && sm90_available();
+}
+
+void flce_dev_set_pingpong(flce_context *ctx, int mode) {
+    if (ctx != NULL) ctx->pingpong = mode == 0 || mode == 1 ? mode : -1;
+}
+
+void flce_dev_set_dw_scaled(flce_context *ctx, int on) {
+    if (ctx != NULL) ctx->dw_scaled = on != 0;
+}
+
+// The events are made the first time; a context whose events cannot be made is not timed.
+void flce_dev_set_timing(flce_context *ctx, int on) {
+    if (ctx == NULL) return;
+    ctx->timing = 0;
+    if (!on) return;
+    if (ctx->t_start == NULL && cudaEventCreate(&ctx->t_start) != cudaSuccess) {
+        ctx->t_start = NULL;
+        return;
+    }
+    if (ctx->t_stop == NULL && cudaEventCreate(&ctx->t_stop) != cudaSuccess) {
+        ctx->t_stop = NULL;
+        return;
+    }
+    ctx->timing = 1;
 }
 
 // An error of an earlier call recorded by the device: reported once, then cleared.
@@ -235,7 +256,7 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     flce_call_scalars *scalars = (flce_call_scalars *)(ws + p->off_scalars);
     float *target_logit = (float *)(ws + p->off_target_logit);
     float *token_loss = t->token_loss ? t->token_loss : (float *)(ws + p->off_token_loss);
-    // FLCE_TIMING: a call that autotuned GEMMs is left out of the per-phase times
+    // flce_dev_set_timing: a call that autotuned GEMMs is left out of the per-phase times
     double t_ms_before[FLCE_T_COUNT];
     memcpy(t_ms_before, ctx->t_ms, sizeof(t_ms_before));
     const int tuned_before = ctx->gemm.tuned;

@@ -15,17 +15,17 @@ Internal: C++ for nvcc, never included by programs that use the library.
 #include "flce_kernels.cuh"
 #include "gemm_lt.cuh"  // common/
 
-// FLCE_TIMING=1: every phase of every call is timed with events (the host waits for each
-// phase, so calls lose their asynchrony) and flce_destroy prints the per-call means over the
-// calls that did not autotune; for dev/ work.
+// The phases of a call, as flce_dev_set_timing times them.
 enum { FLCE_T_PREPARE, FLCE_T_LOGITS, FLCE_T_ROWS, FLCE_T_DHIDDEN, FLCE_T_DWEIGHT, FLCE_T_DBIAS,
        FLCE_T_FINALIZE, FLCE_T_COUNT };
 
 struct flce_context {
     gemm_cache gemm;
     int hopper;       // bf16 calls take the Hopper path (flce_set_hopper)
-    int timing;
-    int pingpong;     // the logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 by H (FLCE_PINGPONG)
+    // dev switches (flce_internal.h)
+    int pingpong;     // the Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 by H
+    int dw_scaled;    // 1: the scaled d_W transform where it applies; 0: never
+    int timing;       // 1: every phase timed (t_start, t_stop made)
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];
     long long t_calls;
@@ -68,7 +68,7 @@ static inline flce_status flce_allreduce(flce_context *ctx, float *buf, size_t n
     return FLCE_OK;
 }
 
-// FLCE_TIMING: marks the start of a phase / adds its time (waits for the stream)
+// flce_dev_set_timing: marks the start of a phase / adds its time (waits for the stream)
 static inline void flce_phase_begin(flce_context *ctx, cudaStream_t stream) {
     if (ctx->timing) cudaEventRecord(ctx->t_start, stream);
 }
@@ -82,8 +82,8 @@ static inline void flce_phase_end(flce_context *ctx, cudaStream_t stream, int ph
         ctx->t_ms[phase] += ms;
 }
 
-// The statements after `phase`, timed as that phase of the call under FLCE_TIMING (a
-// statement that returns an error leaves the phase untimed).
+// The statements after `phase`, timed as that phase of the call when the context times them
+// (a statement that returns an error leaves the phase untimed).
 #define FLCE_PHASE(ctx, stream, phase, ...)  \
     do {                                     \
         flce_phase_begin(ctx, stream);       \
@@ -151,15 +151,16 @@ static flce_status flce_finish_dh(flce_call_state<T, TL, Tgt> *s, void *dh, floa
 
 // The cuBLASLt path (flce_lt.cu): every chunk on the plan's schedule (the chunk schedule, or
 // the tile schedule, which vocab_parallel always takes).
-template <typename T, typename TL, typename Tgt> flce_status flce_run_lt(flce_call_state<T, TL, Tgt> *s);
+template <typename T, typename TL, typename Tgt> FLCE_HIDDEN flce_status flce_run_lt(flce_call_state<T, TL, Tgt> *s);
 
 // The cuBLASLt path's gradient GEMMs of vocabulary columns v0 .. v0+w for the `rows` tokens at
 // c0 (flce_lt.cu), which the Hopper path's lt_backward runs too (T = TL = bf16).
 template <typename T, typename TL, typename Tgt>
-flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows, int64_t v0, int64_t w,
-                               int with_db);
+FLCE_HIDDEN flce_status flce_tile_backward(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t rows, int64_t v0,
+                                           int64_t w, int with_db);
 
 // The Hopper path (flce_sm90.cu): bf16 inputs, E in a bf16 buffer (T = TL = bf16).
-template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s);
+template <typename T, typename TL, typename Tgt>
+FLCE_HIDDEN flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s);
 
 #endif // FLCE_CALL_CUH

@@ -6,6 +6,9 @@ beyond the public API (flce.h). Plain C, so that the planner (flce_plan.c) compi
                  per row (their sizes are what the planner lays out)
   the planner    flce_plan: a schedule and the workspace layout for a config and a byte budget
                  (flce_plan.c), and the messages every file writes (flce_fail)
+  dev switches   choices that exist to compare kernels, not for users: dev/flce_bench and the
+                 tests set them; a program that never calls them gets the library's own
+                 choices. What users may set is flce.h's (its setters) and the trainer's flags.
 
 Files: flce_plan.c (configuration, planner, cost model), flce.cu (the API and the dispatch of
 one call), flce_lt.cu (the cuBLASLt path), flce_sm90.cu (the Hopper path), flce_call.cuh (what
@@ -21,6 +24,14 @@ the three CUDA files share).
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+// the functions between the library's files: not exported from libflce.so, which exports the
+// API (flce.h) and the dev switches below
+#if defined(__GNUC__)
+#define FLCE_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define FLCE_HIDDEN
 #endif
 
 #define FLCE_DEFAULT_BUDGET ((size_t)1 << 30)
@@ -95,30 +106,58 @@ typedef struct {
 // The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the
 // call produces d_weight; backward: it produces gradients at all; sms: 0 for the cuBLASLt
 // path, else the Hopper path on a GPU of that many multiprocessors. p->chunk = 0: nothing fits.
-void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms, flce_plan *p);
+FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
+                                flce_plan *p);
 
 // The planned workspace for budget on the path of sms, or the minimum with FLCE_ERR_WORKSPACE
 // when nothing fits.
-flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes);
+FLCE_HIDDEN flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes);
 
 // The multiprocessors of the current GPU where new contexts take the Hopper path, else 0
 // (flce.cu: it asks the device).
-int flce_device_hopper_sms(void);
+FLCE_HIDDEN int flce_device_hopper_sms(void);
 
 // Writes "flce: <status>: <message>" into msg (when msg is not NULL) and returns st.
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-flce_status flce_fail(char *msg, size_t len, flce_status st, const char *fmt, ...);
+FLCE_HIDDEN flce_status flce_fail(char *msg, size_t len, flce_status st, const char *fmt, ...);
 
-size_t flce_dtype_size(flce_dtype t);
-int flce_is_dtype(flce_dtype t);
+FLCE_HIDDEN size_t flce_dtype_size(flce_dtype t);
+FLCE_HIDDEN int flce_is_dtype(flce_dtype t);
 
 static inline int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // A GEMM over vocabulary columns v0 .. v0+w: cut at a multiple of FLCE_VOCAB_ALIGN, so that
 // an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
 static inline int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
+
+// ----------------------------------------------------------------------------------------
+// dev switches: the kernels a benchmark or test compares. Every default is the library's own
+// choice; a program that never calls these gets exactly what flce.h documents.
+
+// Process-wide, read whenever a plan is made (flce_workspace_size and every call), because they
+// change the workspace's layout: set them before sizing a workspace and keep them for its calls.
+//   sms > 0: plan the Hopper path for a GPU of sms multiprocessors on any machine, for bf16
+//   inputs (the CPU tests check its planner so); calls still take their context's path.
+//   0 (the default): plan the path new contexts take on the current device.
+void flce_dev_set_plan_sms(int sms);
+//   The Hopper path's gradients: 1 from dlogits written over E, by cuBLASLt's GEMMs; 0 from the
+//   fused GEMMs; -1 (the default): 1 for H >= 2048 (flce_plan.c's flce_sm90_lt_backward).
+void flce_dev_set_lt_backward(int mode);
+
+// Per context, for its calls from then on:
+//   The Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 (the default): ping-pong
+//   for H <= 2048. Both run the same arithmetic in the same order: only which warpgroup runs a
+//   tile changes.
+void flce_dev_set_pingpong(flce_context *ctx, int mode);
+//   0: never the scaled d_W transform; 1 (the default): where it applies (flce_sm90.cu's
+//   flce_sm90_dw_scaled).
+void flce_dev_set_dw_scaled(flce_context *ctx, int on);
+//   1: every phase of every call timed with events (the host waits for each phase, so calls
+//   lose their asynchrony), and flce_destroy prints the means per call over the calls that did
+//   not autotune to stderr ("flce timing over N calls (ms per call): ..."); 0 (the default).
+void flce_dev_set_timing(flce_context *ctx, int on);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,6 @@ contexts take there and on how many multiprocessors, goes to flce.cu (flce_devic
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "flce_internal.h"
@@ -230,12 +229,16 @@ and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fus
 slower than cuBLASLt's on stored dlogits (the d_W GEMM most: its transform needs per-token
 coefficients every K step), a cost per logit that grows with H, while the pass's cost per
 logit does not: on an H200 (dev/RESULTS.md) the pass won at H = 4096 and lost at H = 768 and
-1024. FLCE_LT_BACKWARD=0|1 forces either (read when a plan is made: the layouts differ).
+1024. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/ and the tests (read
+when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 2048
+static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
+
+void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
+
 static int flce_sm90_lt_backward(const flce_config *cfg) {
-    const char *e = getenv("FLCE_LT_BACKWARD");
-    if (e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)) return atoi(e);
+    if (g_lt_backward >= 0) return g_lt_backward;
     return cfg->hidden >= FLCE_LT_BACKWARD_MIN_H;
 }
 
@@ -468,14 +471,17 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     }
 }
 
+static int g_plan_sms = 0;  // flce_dev_set_plan_sms: 0, or the Hopper path for that many multiprocessors
+
+void flce_dev_set_plan_sms(int sms) { g_plan_sms = sms > 0 ? sms : 0; }
+
 // The multiprocessors of the current GPU when a new context's call with cfg takes the Hopper
 // path there (bf16 inputs; the planner's argument), else 0.
 static int flce_default_sms(const flce_config *cfg) {
     if (cfg->dtype != FLCE_BF16) return 0;  // fp32 inputs run cuBLASLt's GEMMs on every GPU
-    // FLCE_PLAN_SMS=n: the Hopper path's plans for a GPU of n multiprocessors, on any machine
-    // (what the CPU tests check of its planner); calls still take their context's path
-    const char *plan = getenv("FLCE_PLAN_SMS");
-    if (plan != NULL && atoi(plan) > 0) return atoi(plan);
+    // the Hopper path's plans for a GPU of g_plan_sms multiprocessors, on any machine (what the
+    // CPU tests check of its planner); calls still take their context's path
+    if (g_plan_sms > 0) return g_plan_sms;
     return flce_device_hopper_sms();
 }
 

@@ -29,12 +29,12 @@ one 16-byte load a stage, its B operand carries each row's factor (flce_sm90_xs_
 target's term sits in E. Our GEMMs are bound by shared-memory bandwidth (dev/RESULTS.md: ncu's
 wavefronts), to which the plain transform's loads add ~20%. The scaled one applies without a
 softcap, an entropy gradient or label smoothing (their terms are not a row factor) and where d_W
-is fp32 (the rare target term left out of E is added after the GEMM, in fp32). FLCE_DW_SCALED=0
-turns it off (read per call).
+is fp32 (the rare target term left out of E is added after the GEMM, in fp32).
+flce_dev_set_dw_scaled(ctx, 0) turns it off, for dev/ comparisons.
 */
-static int flce_sm90_dw_scaled(const flce_config *cfg, const flce_plan *p, const flce_tensors *t, int xf) {
-    const char *e = getenv("FLCE_DW_SCALED");
-    if (e != NULL && strcmp(e, "0") == 0) return 0;
+static int flce_sm90_dw_scaled(const flce_context *ctx, const flce_config *cfg, const flce_plan *p,
+                               const flce_tensors *t, int xf) {
+    if (!ctx->dw_scaled) return 0;
     const int bf16_out = !p->dw_accumulator && cfg->d_weight_dtype == FLCE_BF16;
     // (the target's term sums a column's rows in shared memory: H up to 51,200)
     return !xf && cfg->label_smoothing == 0.0f && !p->lt_backward && t->d_weight != NULL && !bf16_out &&
@@ -299,7 +299,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.want_q = s->ra.p.want_entropy;
     // the general transform: a softcap, an entropy gradient, weighted smoothing
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
-    r.sc = flce_sm90_dw_scaled(cfg, p, s->t, r.xf);
+    r.sc = flce_sm90_dw_scaled(s->ctx, cfg, p, s->t, r.xf);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;

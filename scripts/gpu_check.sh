@@ -17,9 +17,9 @@
 #   -e hf_00000010 prints the same val loss at step 0, bitwise.
 #   vp-bench (several GPUs, not in the default list): dev/flce_vp_bench, vocab-parallel flce on
 #   every GPU of the host against one GPU (ms per call, errors).
-#   bench-ab: dev/flce_bench's flce rows under each setting of AB_ENV (default "FLCE_PINGPONG=0
-#   FLCE_PINGPONG=1"; a setting is VAR=value, a flce_bench binary's path (another build's), or
-#   path+VAR=value), AB_ROUNDS (2) alternated rounds; train-ab: train_gpt builds (TRAIN_AB, paths)
+#   bench-ab: dev/flce_bench's flce rows under each setting of AB_ARGS (default "--pingpong=0
+#   --pingpong=1"; a setting is flce_bench's options joined by commas (--lt-backward=1,--dw-scaled=0),
+#   a flce_bench binary's path (another build's), or path+options), AB_ROUNDS (2) alternated rounds; train-ab: train_gpt builds (TRAIN_AB, paths)
 #   alternated, AB_ROUNDS rounds of -b TRAIN_AB_B (64) -x 40: median and mean of steps 11-40,
 #   memory, step 40's loss; att-ab: dev/attention_bench builds (ATT_AB) alternated, their Hopper
 #   rows (forward | backward ms) and backward checks; train-f: the trainer at B = 64 with each
@@ -48,16 +48,16 @@
 #   ncu-src (not in the default list): the same chunk's kernels matching NCU_KERNELS (default
 #   flce_sm90_(logits|dh|dw)) with Nsight Compute's source counters: stall reasons, shared-memory
 #   wavefronts by opcode and the most-stalled SASS instructions (scripts/ncu_source.py), CSV in
-#   $OUT/ncu_src.csv; FLCE_* settings in the environment reach the benchmark (FLCE_PINGPONG=0:
-#   the cooperative logits kernel); NCU_CMD another program (NCU_KERNELS=att90 NCU_SKIP=0
+#   $OUT/ncu_src.csv; NCU_ARGS more options of the benchmark (flce_bench's switches, --pingpong=0:
+#   the cooperative logits kernel; ncu-flce too); NCU_CMD another program (NCU_KERNELS=att90 NCU_SKIP=0
 #   NCU_CMD=build/attention_bench: the trainer's attention kernels), NCU_SKIP / NCU_COUNT the
 #   matching launches skipped (3) and profiled (3);
-#   bench-timing: the library's per-phase times (FLCE_TIMING=1); bench-noat: the flce rows
-#   with autotuning off (FLCE_AUTOTUNE=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
+#   bench-timing: the library's per-phase times (flce_bench --timing); bench-noat: the flce rows
+#   with autotuning off (flce_bench --autotune=0); gemm-sm90: our Hopper GEMM against cuBLASLt;
 #   attention: dev/attention_bench (the trainer's attention, Hopper kernels against mma.sync);
 #   matmul-bench: dev/matmul_bench (the trainer's linear layers, cuBLASLt against our Hopper GEMM);
 #   pytest: the Python binding's GPU tests; train-profile: a B=64 run with TRAIN_PROFILE=1;
-#   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (FLCE_HOPPER=0);
+#   train: ./train_gpt as a user runs it; train-lt: the same on the cuBLASLt path (-fh 0);
 #   train-b64: GPT-2 124M at B=64 (llm.c's comparison point), train-b64-lt the same on the
 #   cuBLASLt path; train-bmax: B=256; train-llama: the published Qwen2.5 and Llama 3.2 shapes from random
 #   init, 12 steps each; bench-flce: the flce rows of the benchmark only.
@@ -311,23 +311,24 @@ mg_scale() {
     done
     [ $bad -eq 0 ] && echo "OK: scaling table for $models on $MG_NP GPUs" || return 1
 }
-# A/B of library settings in one call: dev/flce_bench's flce rows under each environment
-# setting of $AB_ENV (default "FLCE_PINGPONG=0 FLCE_PINGPONG=1"; "-" for none), $AB_ROUNDS
-# rounds (default 2) alternated so that the GPU's warm-up and clock drift fall on both; the
-# summary's flce row of each run (x the same run's floor).
+# A/B of library settings in one call: dev/flce_bench's flce rows under each setting of
+# $AB_ARGS (default "--pingpong=0 --pingpong=1"; "-" for none), $AB_ROUNDS rounds (default 2)
+# alternated so that the GPU's warm-up and clock drift fall on both; the summary's flce row of
+# each run (x the same run's floor).
 bench_ab() {
-    local settings=${AB_ENV:-"FLCE_PINGPONG=0 FLCE_PINGPONG=1"} rounds=${AB_ROUNDS:-2} r set log bad=0
+    local settings=${AB_ARGS:-"--pingpong=0 --pingpong=1"} rounds=${AB_ROUNDS:-2} r set log bad=0
     for r in $(seq 1 "$rounds"); do for set in $settings; do
         log="$OUT/ab_${set//[^A-Za-z0-9_]/_}_$r.log"
-        # a setting: "-" (as is), VAR=value, a flce_bench binary (a path), or a path+VAR=value
-        local bin=build/flce_bench envs=()
+        # a setting: "-" (as is), options joined by commas, a flce_bench binary (a path), or
+        # a path+options
+        local bin=build/flce_bench opts=""
         case $set in
         -) ;;
-        */*+*) bin=${set%%+*}; envs=("${set#*+}") ;;
+        */*+*) bin=${set%%+*}; opts=${set#*+} ;;
         */*) bin=$set ;;
-        *) envs=("$set") ;;
+        *) opts=$set ;;
         esac
-        env "${envs[@]}" timeout 200 "$bin" -v flce -r 9 > "$log" 2>&1 || bad=1
+        timeout 200 "$bin" -v flce -r 9 ${opts//,/ } > "$log" 2>&1 || bad=1
         echo "| $set | $r | $(grep -A9 '^## Summary' "$log" | grep -E '^\| flce \|' | cut -d'|' -f3- )"
     done; done
     [ $bad -eq 0 ] && echo "OK: A/B of $settings, $rounds rounds" || { echo "FAIL: a run of the A/B"; return 1; }
@@ -383,7 +384,7 @@ ncu_flce() {
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
         --section MemoryWorkloadAnalysis --section InstructionStats \
         --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
-        build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$csv" 2> "$OUT/ncu_flce.err" ||
+        build/flce_bench -v flce -s "$shape" -r 1 -w 1 ${NCU_ARGS:-} > "$csv" 2> "$OUT/ncu_flce.err" ||
         { echo "FAIL: ncu (see $OUT/ncu_flce.err)"; tail -5 "$OUT/ncu_flce.err"; return 1; }
     # the kernels' duration and SM clock: "ID","Kernel Name",...,"Metric Name","Metric Unit","Metric Value"
     python3 - "$csv" <<'PY'
@@ -411,7 +412,7 @@ ncu_src() {
     local shape=${NCU_SHAPE:-65536x768x50304} kern=${NCU_KERNELS:-"flce_sm90_(logits|dh|dw)"} rep=/tmp/ncu_src
     command -v ncu > /dev/null || { echo "FAIL: no ncu on this machine"; return 1; }
     rm -f "$rep.ncu-rep"
-    local cmd=${NCU_CMD:-"build/flce_bench -v flce -s $shape -r 1 -w 1"}
+    local cmd=${NCU_CMD:-"build/flce_bench -v flce -s $shape -r 1 -w 1 ${NCU_ARGS:-}"}
     timeout 400 ncu --clock-control none --kernel-name-base demangled -k "regex:$kern" --launch-skip "${NCU_SKIP:-3}" \
         --launch-count "${NCU_COUNT:-3}" --section SourceCounters -o "$rep" $cmd > "$OUT/ncu_src.err" 2>&1 ||
         { echo "FAIL: ncu (see $OUT/ncu_src.err)"; tail -5 "$OUT/ncu_src.err"; return 1; }
@@ -461,7 +462,7 @@ for s in $steps; do
     bench-check) run_step bench_check timeout 300 build/flce_bench -c ;;
     bench) run_step bench timeout 480 build/flce_bench -o "$OUT/bench.md" ;;
     bench-flce) run_step bench timeout 300 build/flce_bench -v flce -o "$OUT/bench.md" ;;
-    bench-noat) FLCE_AUTOTUNE=0 run_step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
+    bench-noat) run_step bench_noat timeout 240 build/flce_bench -v flce --autotune=0 -o "$OUT/bench_noat.md" ;;
     gemm-algos) run_step gemm_algos timeout 240 build/gemm_algos ;;
     ncu-flce) run_step ncu_flce ncu_flce ;;
     ncu-src) run_step ncu_src ncu_src ;;
@@ -481,11 +482,11 @@ for s in $steps; do
     vp-bench) run_step vp_bench timeout 400 build/flce_vp_bench ;;
     pytest) run_step pytest env FLCE_LIBRARY=build/libflce.so timeout 300 python3 -m pytest -q flce/python/tests/test_gpu.py ;;
     train-profile) TRAIN_PROFILE=1 run_step train_profile timeout 300 ./train_gpt -b 64 -x 25 -v 0 -s 0 ;;
-    train-lt) FLCE_HOPPER=0 run_step train_lt timeout 400 ./train_gpt ;;
-    bench-timing) FLCE_TIMING=1 run_step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
+    train-lt) run_step train_lt timeout 400 ./train_gpt -fh 0 ;;
+    bench-timing) run_step bench_timing timeout 240 build/flce_bench -v flce --timing -o "$OUT/bench_timing.md" ;;
     train) run_step train timeout 400 ./train_gpt ;;
     train-b64) run_step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
-    train-b64-lt) FLCE_HOPPER=0 run_step train_b64_lt timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
+    train-b64-lt) run_step train_b64_lt timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fh 0 ;;
     train-fa) run_step train_b64_fa timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fa 1 ;;
     train-bmax) run_step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) run_step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;
