@@ -133,14 +133,15 @@ $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(B
 $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_algos.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/gemm_sm90: dev/gemm_sm90.cu $(COMMON_HEADERS) | $(BUILD)
+$(BUILD)/gemm_sm90: dev/gemm_sm90.cu dev/common.cuh flce/flce.h test/test_util.h $(COMMON_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_sm90.cu $(NVCC_LIBS)
 
 # the trainer's linear layers on cuBLASLt and on our Hopper GEMM
 $(BUILD)/matmul_bench: dev/matmul_bench.cu dev/common.cuh $(LLMC_CUDA_HEADERS) llmc/bf16.h $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/matmul_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/attention_bench: dev/attention_bench.cu $(LLMC_CUDA_HEADERS) llmc/bf16.h llmc/rand.h | $(BUILD)
+$(BUILD)/attention_bench: dev/attention_bench.cu dev/common.cuh flce/flce.h test/test_util.h $(LLMC_CUDA_HEADERS) llmc/bf16.h \
+                          llmc/rand.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/attention_bench.cu $(NVCC_LIBS)
 
 # --- tests ------------------------------------------------------------------------------
