@@ -42,7 +42,8 @@ CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker
 
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
-FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_kernels.cuh flce/flce_sm90.cuh $(COMMON_HEADERS)
+FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_internal.h flce/flce_call.cuh flce/flce_kernels.cuh \
+                flce/flce_sm90.cuh $(COMMON_HEADERS)
 LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h \
                 llmc/multi_gpu.h llmc/launch_plan.h llmc/fault.h llmc/rendezvous.h llmc/comm.h \
@@ -69,20 +70,32 @@ $(BUILD):
 	mkdir -p $(BUILD)
 
 # --- the flce library -------------------------------------------------------------------
-$(BUILD)/flce.o: flce/flce.cu $(FLCE_HEADERS) | $(BUILD)
+# flce_plan.c: configuration, planner and cost model, plain C (no GPU needed); flce.cu: the API
+# and a call's dispatch; flce_lt.cu: the cuBLASLt path; flce_sm90.cu: the Hopper path
+FLCE_CUDA_OBJS := $(BUILD)/flce.o $(BUILD)/flce_lt.o $(BUILD)/flce_sm90.o
+FLCE_CUDA_PIC_OBJS := $(FLCE_CUDA_OBJS:.o=_pic.o)
+
+$(BUILD)/flce_plan.o: flce/flce_plan.c flce/flce.h flce/flce_internal.h | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FLCE_CUDA_OBJS): $(BUILD)/%.o: flce/%.cu $(FLCE_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD)/libflce.a: $(BUILD)/flce.o
+$(BUILD)/libflce.a: $(BUILD)/flce_plan.o $(FLCE_CUDA_OBJS)
+	rm -f $@
 	ar rcs $@ $^
 
 # the shared library, for bindings that load it at run time (flce/python, through ctypes): the
-# same source compiled position-independent. It carries the static CUDA runtime, whose symbols
+# same sources compiled position-independent. It carries the static CUDA runtime, whose symbols
 # --exclude-libs keeps out of its exports, so that in a process that has loaded another CUDA
 # runtime (PyTorch's) flce's calls cannot bind to that one.
-$(BUILD)/flce_pic.o: flce/flce.cu $(FLCE_HEADERS) | $(BUILD)
+$(BUILD)/flce_plan_pic.o: flce/flce_plan.c flce/flce.h flce/flce_internal.h | $(BUILD)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(FLCE_CUDA_PIC_OBJS): $(BUILD)/%_pic.o: flce/%.cu $(FLCE_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
 
-$(BUILD)/libflce.so: $(BUILD)/flce_pic.o
+$(BUILD)/libflce.so: $(BUILD)/flce_plan_pic.o $(FLCE_CUDA_PIC_OBJS)
 	$(NVCC) $(NVCC_ARCH) -shared -o $@ $^ $(NVCC_LIBS) -Xlinker --exclude-libs,ALL
 
 $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
@@ -136,14 +149,15 @@ $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(B
 $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_algos.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/gemm_sm90: dev/gemm_sm90.cu $(COMMON_HEADERS) | $(BUILD)
+$(BUILD)/gemm_sm90: dev/gemm_sm90.cu dev/common.cuh flce/flce.h test/test_util.h $(COMMON_HEADERS) | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gemm_sm90.cu $(NVCC_LIBS)
 
 # the trainer's linear layers on cuBLASLt and on our Hopper GEMM
 $(BUILD)/matmul_bench: dev/matmul_bench.cu dev/common.cuh $(LLMC_CUDA_HEADERS) llmc/bf16.h $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/matmul_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
-$(BUILD)/attention_bench: dev/attention_bench.cu $(LLMC_CUDA_HEADERS) llmc/bf16.h llmc/rand.h | $(BUILD)
+$(BUILD)/attention_bench: dev/attention_bench.cu dev/common.cuh flce/flce.h test/test_util.h $(LLMC_CUDA_HEADERS) llmc/bf16.h \
+                          llmc/rand.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/attention_bench.cu $(NVCC_LIBS)
 
 # --- tests ------------------------------------------------------------------------------

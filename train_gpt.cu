@@ -730,6 +730,8 @@ int main(int argc, char **argv) {
     ModelSpec spec;
     require_ok(model_load_checked(cfg.model, cfg.vocab, &spec, NULL, err, sizeof(err)) == 0 &&
                train_config_check_model(&cfg, &spec, err, sizeof(err)) == 0, err);
+    // -fh: the LM head's GEMM path, before flce plans or makes a context (the planner plans for it)
+    flce_set_hopper_default(cfg.flce_hopper);
     flce_config flce_cfg;  // checked now; trainer_alloc makes the same one on the GPU
     size_t flce_ws_bytes = 0;
     // -tp 1: every rank's shard of the vocabulary and the chunks they share, checked now
@@ -862,6 +864,10 @@ int main(int argc, char **argv) {
                model.bf16_moments ? "bf16, stochastically rounded (-bm 1)" : "fp32 (-bm 0)");
         printf("| %-21s | %-50s |\n", "gradient reduction", reduce_text);
         printf("| %-21s | %-50s |\n", "flce logits", cfg.flce_fp32_logits ? "fp32 (exact LSE)" : "bf16");
+        printf("| %-21s | %-50s |\n", "flce GEMMs",
+               flce_hopper_default() ? "flce's Hopper GEMMs (-fh 1)"
+               : cfg.flce_hopper     ? "cuBLASLt (no Hopper path on this GPU or build)"
+                                     : "cuBLASLt (-fh 0)");
         printf("| %-21s | %-50s |\n", "flce GEMM algorithms",
                cfg.flce_autotune ? "autotuned on the first step (-fa 1)" : "cuBLASLt heuristic (-fa 0)");
         printf("| %-21s | %-50s |\n", "peak bf16 (for MFU)", peak_text);

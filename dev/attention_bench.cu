@@ -14,7 +14,8 @@ qkv (uniform, scores of std ~1); each version's median time over the repeats (CU
 after a warm-up), its TFLOP/s counting the causal half of the products (forward 2 products,
 backward 5, of 2 B NH T^2 hs / 2 flops each), and the Hopper forward's out and lse against the
 mma.sync forward's (rel L2 and max |difference|): the two differ by bf16 rounding of P, not
-more. Reports, never asserts (test/gpu_kernels_attention.cuh checks correctness).
+more (rel L2 over the finite values, the non-finite ones counted). Reports, never asserts
+(test/gpu_kernels_attention.cuh checks correctness).
 */
 #include <math.h>
 #include <stdio.h>
@@ -24,51 +25,21 @@ more. Reports, never asserts (test/gpu_kernels_attention.cuh checks correctness)
 #include "../llmc/attention.cuh"
 #include "../llmc/bf16.h"
 #include "../llmc/rand.h"
-
-static float median_ms(float *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            const float t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return v[n / 2];
-}
-
-// rel L2 of a against b (n bf16 values each, host), counting a's non-finite values into *bad
-static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n, size_t *bad) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        const double x = float_from_bf16(a[i]), y = float_from_bf16(b[i]);
-        if (!isfinite(x)) (*bad)++;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    return sqrt(num / den);
-}
+#include "common.cuh"  // time_runs, median_of, rel_l2_bf16_host
 
 // median ms of `repeats` runs of the forward (which = 0) or the backward (1) of q, k, v packed
 // in qkv (a's layout; the gradients in dqkv likewise)
 static float time_it(int which, int repeats, floatX *out, void *saved, void *scratch, floatX *dqkv, const floatX *qkv,
                      const floatX *dout, const AttentionShape *a, cudaStream_t s) {
     const size_t k_off = (size_t)a->NH * a->hs, v_off = k_off + (size_t)a->NKV * a->hs;  // in a token's row
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
     float *ms = (float *)malloc((size_t)repeats * sizeof(float));
-    for (int r = -1; r < repeats; r++) {
-        cudaCheck(cudaEventRecord(e0, s));
+    time_runs(ms, 1, repeats, s, [&] {
         if (which == 0) attention_forward(out, saved, scratch, qkv, qkv + k_off, qkv + v_off, a, s);
         else attention_backward(dqkv, dqkv + k_off, dqkv + v_off, scratch, dout, qkv, qkv + k_off, qkv + v_off, out,
                                 saved, a, s);
-        cudaCheck(cudaEventRecord(e1, s));
-        cudaCheck(cudaEventSynchronize(e1));
-        if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    const float m = median_ms(ms, repeats);
+    });
+    const float m = median_of(ms, repeats);
     free(ms);
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
     return m;
 }
 
@@ -140,7 +111,7 @@ int main(int argc, char **argv) {
         cudaCheck(cudaMemcpy(a, out, n_out * 2, cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(b, out_ref, n_out * 2, cudaMemcpyDeviceToHost));
         size_t bad = 0;
-        const double out_l2 = rel_l2_bf16(a, b, n_out, &bad);
+        const double out_l2 = rel_l2_bf16_host(a, b, n_out, &bad);
         const size_t n_rows = (size_t)B * NH * T;
         float *la = (float *)malloc(n_rows * 4), *lb = (float *)malloc(n_rows * 4);
         cudaCheck(cudaMemcpy(la, saved, n_rows * 4, cudaMemcpyDeviceToHost));
@@ -171,7 +142,7 @@ int main(int argc, char **argv) {
                 memcpy(pa + r * w, ga + r * att.ldq + off, w * 2);
                 memcpy(pb + r * w, gb + r * att.ldq + off, w * 2);
             }
-            part_l2[part] = rel_l2_bf16(pa, pb, (size_t)B * T * w, &gbad);
+            part_l2[part] = rel_l2_bf16_host(pa, pb, (size_t)B * T * w, &gbad);
         }
         free(pa);
         free(pb);

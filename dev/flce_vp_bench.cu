@@ -38,10 +38,6 @@ a non-finite result.
     } while (0)
 
 typedef struct {
-    int64_t N, H, V;
-} Shape;
-
-typedef struct {
     // in
     int rank, P, warmups, repeats;
     Shape s;
@@ -94,9 +90,8 @@ static void *rank_main(void *arg) {
     flce_tensors tn;
     memset(&tn, 0, sizeof(tn));
     tn.hidden = h; tn.weight = W; tn.targets = t; tn.loss = loss; tn.d_hidden = k->d_h; tn.d_weight = k->d_W;
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
+    EventTimer timer;
+    timer_init(&timer);
     // the calls' all-reduces need every rank: none calls unless every setup succeeded
     k->ready[k->rank] = k->status == FLCE_OK;
     pthread_barrier_wait(k->barrier);
@@ -109,17 +104,15 @@ static void *rank_main(void *arg) {
     for (int it = 0; it < k->warmups + k->repeats && all_ready; it++) {
         pthread_barrier_wait(k->barrier);
         if (k->status != FLCE_OK) break;  // (a failed call: its peers' next collective would wait)
-        cudaCheck(cudaEventRecord(e0, stream));
+        timer_start(&timer, stream);
         k->status = flce_forward_backward(ctx, &cfg, &tn, ws, k->ws_bytes, stream);
-        cudaCheck(cudaEventRecord(e1, stream));
+        const float ms = timer_stop(&timer, stream);
         if (k->status == FLCE_OK) k->status = flce_check_errors(ctx, stream);
-        cudaCheck(cudaEventSynchronize(e1));
-        if (it >= k->warmups) cudaCheck(cudaEventElapsedTime(&k->ms[it - k->warmups], e0, e1));
+        if (it >= k->warmups) k->ms[it - k->warmups] = ms;
     }
     if (k->status != FLCE_OK && k->message[0] == 0) snprintf(k->message, sizeof(k->message), "%s", flce_last_error(ctx));
     cudaCheck(cudaMemcpy(&k->loss, loss, sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
+    timer_free(&timer);
     flce_destroy(ctx);
     cudaCheck(cudaFree(h));
     cudaCheck(cudaFree(W));
@@ -137,21 +130,6 @@ static void diff_into(const T *out, const float *ref, int64_t n, double *sums_d,
     cudaCheck(cudaGetLastError());
 }
 
-static int parse_shapes(const char *arg, Shape *out, int max) {
-    int n = 0;
-    const char *p = arg;
-    while (*p && n < max) {
-        long long N, H, V;
-        int used = 0;
-        if (sscanf(p, "%lldx%lldx%lld%n", &N, &H, &V, &used) != 3 || N < 1 || H < 8 || H % 8 || V < 1) return -1;
-        out[n++] = (Shape){N, H, V};
-        p += used;
-        if (*p == ',') p++;
-        else if (*p) return -1;
-    }
-    return n;
-}
-
 int main(int argc, char **argv) {
     int n_dev = 0;
     cudaCheck(cudaGetDeviceCount(&n_dev));
@@ -164,7 +142,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-r") == 0 && has_val) repeats = atoi(argv[++i]);
         else if (strcmp(argv[i], "-w") == 0 && has_val) warmups = atoi(argv[++i]);
         else if (strcmp(argv[i], "-s") == 0 && has_val) {
-            n_shapes = parse_shapes(argv[++i], shapes, 16);
+            n_shapes = parse_shapes(argv[++i], shapes, 16);  // (dev/common.cuh: a message when it fails)
             if (n_shapes < 1) {
                 fprintf(stderr, "flce_vp_bench: -s takes NxHxV[,NxHxV...] with H a multiple of 8, got %s\n", argv[i]);
                 return 2;
@@ -209,11 +187,8 @@ int main(int argc, char **argv) {
         cudaCheck(cudaMalloc(&ref_dh, (size_t)N * H * sizeof(float)));
         cudaCheck(cudaMalloc(&sums, 4 * sizeof(double)));
         cudaCheck(cudaMalloc(&bad, 2 * sizeof(unsigned long long)));
-        const float amp = sqrtf(3.0f) * powf((float)H, -0.25f);
-        fill_uniform_bf16_kernel<<<1024, 256>>>(h, N * H, amp, 1000 + si);
-        fill_uniform_bf16_kernel<<<1024, 256>>>(W, V * H, amp, 2000 + si);
-        fill_targets_kernel<<<256, 256>>>(t, N, V, 0.05f, 3000 + si);
-        cudaCheck(cudaGetLastError());
+        const uint64_t seeds[3] = {1000 + (uint64_t)si, 2000 + (uint64_t)si, 3000 + (uint64_t)si};
+        fill_flce_inputs(h, W, t, N, H, V, seeds, 0);  // (dev/common.cuh: flce_bench's distribution)
         // one GPU
         flce_context *ctx = NULL;
         flceCheck(flce_create(&ctx), NULL);
@@ -226,17 +201,8 @@ int main(int argc, char **argv) {
         flce_tensors tn;
         memset(&tn, 0, sizeof(tn));
         tn.hidden = h; tn.weight = W; tn.targets = t; tn.loss = loss; tn.d_hidden = d_h; tn.d_weight = d_W;
-        cudaEvent_t e0, e1;
-        cudaCheck(cudaEventCreate(&e0));
-        cudaCheck(cudaEventCreate(&e1));
         float *one = (float *)malloc(repeats * sizeof(float));
-        for (int it = 0; it < warmups + repeats; it++) {
-            cudaCheck(cudaEventRecord(e0));
-            flceCheck(flce_forward_backward(ctx, &cfg, &tn, ws, ws_bytes, 0), ctx);
-            cudaCheck(cudaEventRecord(e1));
-            cudaCheck(cudaEventSynchronize(e1));
-            if (it >= warmups) cudaCheck(cudaEventElapsedTime(&one[it - warmups], e0, e1));
-        }
+        time_runs(one, warmups, repeats, 0, [&] { flceCheck(flce_forward_backward(ctx, &cfg, &tn, ws, ws_bytes, 0), ctx); });
         flceCheck(flce_check_errors(ctx, 0), ctx);
         float ref_loss = 0.0f;
         cudaCheck(cudaMemcpy(&ref_loss, loss, sizeof(float), cudaMemcpyDeviceToHost));
@@ -313,8 +279,6 @@ int main(int argc, char **argv) {
         cudaCheck(cudaSetDevice(0));
         free(slowest);
         free(one);
-        cudaCheck(cudaEventDestroy(e0));
-        cudaCheck(cudaEventDestroy(e1));
         cudaCheck(cudaFree(tmp));
         cudaCheck(cudaFree(h));
         cudaCheck(cudaFree(W));

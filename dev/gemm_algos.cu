@@ -30,22 +30,17 @@ typedef struct {
 
 // Times one cuBLASLt algorithm on spec: median ms of 5 runs after 2 warm-ups.
 static float time_algo(gemm_cache *cache, gemm_entry *e, const cublasLtMatmulAlgo_t *algo,
-                       const gemm_problem *p, void *ws, cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
+                       const gemm_problem *p, void *ws, cudaStream_t s) {
     void *D = (void *)p->d.ptr;
     float ms[5];
-    for (int r = -2; r < 5; r++) {
-        cudaCheck(cudaEventRecord(t0, s));
+    time_runs(ms, 2, 5, s, [&] {
         cublasCheck(cublasLtMatmul(cache->handle, e->desc, &p->alpha, p->a.ptr, e->la, p->b.ptr, e->lb,
                                    &p->beta, D, e->ld, D, e->ld, algo, ws, LT_WORKSPACE, s));
-        cudaCheck(cudaEventRecord(t1, s));
-        cudaCheck(cudaEventSynchronize(t1));
-        if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
-    }
+    });
     return median_of(ms, 5);
 }
 
-static void tune_one(gemm_cache *cache, const GemmSpec *g, int max_algos, void *ws,
-                     cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1) {
+static void tune_one(gemm_cache *cache, const GemmSpec *g, int max_algos, void *ws, cudaStream_t s) {
     const gemm_problem *p = &g->p;
     gemm_key key = gemm_make_key(p);
     gemm_entry e;
@@ -67,11 +62,11 @@ static void tune_one(gemm_cache *cache, const GemmSpec *g, int max_algos, void *
     cublasLtMatmulPreferenceDestroy(pref);
     // "h" is the one-result query's pick (what gemm_lt runs without autotuning): a query
     // for several results need not return it first
-    const float first = time_algo(cache, &e, &e.algo, p, ws, s, t0, t1);
+    const float first = time_algo(cache, &e, &e.algo, p, ws, s);
     float best = first;
     int best_i = -1;
     for (int i = 0; i < returned; i++) {
-        const float ms = time_algo(cache, &e, &res[i].algo, p, ws, s, t0, t1);
+        const float ms = time_algo(cache, &e, &res[i].algo, p, ws, s);
         if (ms < best) { best = ms; best_i = i; }
     }
     const double flop = 2.0 * (double)p->m * (double)p->n * (double)p->k;
@@ -104,9 +99,6 @@ int main(int argc, char **argv) {
     cublasCheck(cublasLtCreate(&cache.handle));
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
     void *ws;
     cudaCheck(cudaMalloc(&ws, LT_WORKSPACE));
     printf("| GEMM | m x n x k | more candidates | heuristic's pick h, ms | best ms (h or #i) | gain |\n");
@@ -154,7 +146,7 @@ int main(int argc, char **argv) {
                 {"d_weight", {0, 1, H, w, C, {h, CUDA_R_16BF, H}, dlogits, {dW, CUDA_R_32F, H}, 1.0f, 1.0f}},
             };
             for (int g = 0; g < 3; g++) {
-                tune_one(&cache, &specs[g], max_algos, ws, s, t0, t1);
+                tune_one(&cache, &specs[g], max_algos, ws, s);
                 // the logits GEMM wrote fp32 over the bf16 dlogits the other two read
                 if (g == 0) fill_uniform_bf16_kernel<<<1024, 256, 0, s>>>((bf16 *)logits, C * ldl * 2, 1e-3f, 3);
                 cudaCheck(cudaGetLastError());

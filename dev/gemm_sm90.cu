@@ -24,25 +24,8 @@ row-major operands (N = not transposed in its (rows, K) storage).
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.cuh"  // dev/: cudaCheck, cublasCheck, LT_WORKSPACE, EventTimer, median_of
 #include "gemm_sm90.cuh"
-
-#define CHECK_CUDA(x)                                                                            \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,    \
-                    __LINE__, #x);                                                               \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-#define CHECK_LT(x)                                                                              \
-    do {                                                                                         \
-        cublasStatus_t s_ = (x);                                                                 \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
-            fprintf(stderr, "cuBLASLt status %d at %s:%d: %s\n", (int)s_, __FILE__, __LINE__, #x); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------
 // inputs: a counter hash, uniform in [-1, 1), never zeros
@@ -73,30 +56,31 @@ __global__ void poison_kernel(unsigned *x, size_t words) {
 
 static cublasLtHandle_t lt;
 static void *lt_ws;
-static const size_t LT_WS = (size_t)32 << 20;
 
 static void lt_gemm(const sm90_problem &p, int d_fp32, float beta, cudaStream_t s) {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
-    CHECK_LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     // first operand (N x K, column-major): B
     const cublasOperation_t op1 = p.trans_b ? CUBLAS_OP_N : CUBLAS_OP_T;
     const cublasOperation_t op2 = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof(op1)));
-    CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof(op2)));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.trans_b ? p.N : p.K, p.trans_b ? p.K : p.N, p.b.ld));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.trans_a ? p.M : p.K, p.trans_a ? p.K : p.M, p.a.ld));
-    CHECK_LT(cublasLtMatrixLayoutCreate(&ld, d_fp32 ? CUDA_R_32F : CUDA_R_16BF, p.N, p.M, p.d.ld));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof(op1)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof(op2)));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.trans_b ? p.N : p.K, p.trans_b ? p.K : p.N, p.b.ld));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.trans_a ? p.M : p.K, p.trans_a ? p.K : p.M, p.a.ld));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, d_fp32 ? CUDA_R_32F : CUDA_R_16BF, p.N, p.M, p.d.ld));
     cublasLtMatmulPreference_t pref;
-    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &LT_WS, sizeof(LT_WS)));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws_bytes = LT_WORKSPACE;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                     sizeof(ws_bytes)));
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
-    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &n));
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &n));
     if (n == 0) { fprintf(stderr, "cuBLASLt: no algorithm\n"); exit(1); }
     const float alpha = 1.0f;
-    CHECK_LT(cublasLtMatmul(lt, desc, &alpha, p.b.ptr, la, p.a.ptr, lb, &beta, (void *)p.d.ptr, ld, (void *)p.d.ptr,
-                            ld, &res.algo, lt_ws, LT_WS, s));
+    cublasCheck(cublasLtMatmul(lt, desc, &alpha, p.b.ptr, la, p.a.ptr, lb, &beta, (void *)p.d.ptr, ld, (void *)p.d.ptr,
+                               ld, &res.algo, lt_ws, LT_WORKSPACE, s));
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
@@ -184,12 +168,12 @@ static double *host_f64(const void *dev, size_t n, int fp32) {
     double *h = (double *)malloc(n * sizeof(double));
     if (fp32) {
         float *t = (float *)malloc(n * 4);
-        CHECK_CUDA(cudaMemcpy(t, dev, n * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(t, dev, n * 4, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++) h[i] = t[i];
         free(t);
     } else {
         __nv_bfloat16 *t = (__nv_bfloat16 *)malloc(n * 2);
-        CHECK_CUDA(cudaMemcpy(t, dev, n * 2, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(t, dev, n * 2, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++) h[i] = __bfloat162float(t[i]);
         free(t);
     }
@@ -208,19 +192,19 @@ static void check_case(const char *layout, int M, int N, int K, int d_fp32, int 
     __nv_bfloat16 *A, *B;
     void *D, *R;
     const int es = d_fp32 ? 4 : 2;
-    CHECK_CUDA(cudaMalloc(&A, (size_t)a_rows * lda * 2));
-    CHECK_CUDA(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
-    CHECK_CUDA(cudaMalloc(&D, (size_t)splits * M * ldd * es));
-    CHECK_CUDA(cudaMalloc(&R, (size_t)M * ldd * es));
+    cudaCheck(cudaMalloc(&A, (size_t)a_rows * lda * 2));
+    cudaCheck(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
+    cudaCheck(cudaMalloc(&D, (size_t)splits * M * ldd * es));
+    cudaCheck(cudaMalloc(&R, (size_t)M * ldd * es));
     fill_kernel<<<256, 256>>>(A, (size_t)a_rows * lda, 1 + M, 1.0f);
     fill_kernel<<<256, 256>>>(B, (size_t)b_rows * ldb, 2 + N, 1.0f);
     if (add) {
         fill_f32_kernel<<<256, 256>>>((float *)D, (size_t)M * ldd, 3);
-        CHECK_CUDA(cudaMemcpy(R, D, (size_t)M * ldd * 4, cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(R, D, (size_t)M * ldd * 4, cudaMemcpyDeviceToDevice));
     } else {
         poison_kernel<<<256, 256>>>((unsigned *)D, (size_t)splits * M * ldd * es / 4);
     }
-    CHECK_CUDA(cudaGetLastError());
+    cudaCheck(cudaGetLastError());
     sm90_problem p;
     p.a = {A, a_rows, a_cols, lda};
     p.b = {B, b_rows, b_cols, ldb};
@@ -229,12 +213,12 @@ static void check_case(const char *layout, int M, int N, int K, int d_fp32, int 
     p.trans_b = tb;
     p.M = M; p.N = N; p.K = K;
     p.splits = splits;
-    CHECK_CUDA(ours(p, d_fp32, add, 0));
-    CHECK_CUDA(cudaDeviceSynchronize());
+    cudaCheck(ours(p, d_fp32, add, 0));
+    cudaCheck(cudaDeviceSynchronize());
     sm90_problem pr = p;
     pr.d.ptr = R;
     lt_gemm(pr, d_fp32, add ? 1.0f : 0.0f, 0);
-    CHECK_CUDA(cudaDeviceSynchronize());
+    cudaCheck(cudaDeviceSynchronize());
     const int used_splits = sm90_make_shape(p).splits;
     double *d = host_f64(D, (size_t)used_splits * M * ldd, d_fp32), *r = host_f64(R, (size_t)M * ldd, d_fp32);
     double num = 0, den = 0;
@@ -260,12 +244,6 @@ static void check_case(const char *layout, int M, int N, int K, int d_fp32, int 
 // ---------------------------------------------------------------------------------------
 // timing
 
-static float median(float *x, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) { float t = x[j]; x[j] = x[j - 1]; x[j - 1] = t; }
-    return x[n / 2];
-}
-
 // Median ms of ours and of cuBLASLt on the same problem; the L2 is not flushed (the operands
 // of the large shapes are far larger than it).
 static void time_case(const char *what, const char *layout, int M, int N, int K, int d_fp32, int add, int reps) {
@@ -275,43 +253,37 @@ static void time_case(const char *what, const char *layout, int M, int N, int K,
     const int es = d_fp32 ? 4 : 2;
     __nv_bfloat16 *A, *B;
     void *D;
-    CHECK_CUDA(cudaMalloc(&A, (size_t)a_rows * lda * 2));
-    CHECK_CUDA(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
-    CHECK_CUDA(cudaMalloc(&D, (size_t)M * ldd * es));
+    cudaCheck(cudaMalloc(&A, (size_t)a_rows * lda * 2));
+    cudaCheck(cudaMalloc(&B, (size_t)b_rows * ldb * 2));
+    cudaCheck(cudaMalloc(&D, (size_t)M * ldd * es));
     fill_kernel<<<1024, 256>>>(A, (size_t)a_rows * lda, 11, 1.0f);
     fill_kernel<<<1024, 256>>>(B, (size_t)b_rows * ldb, 12, 1.0f);
-    CHECK_CUDA(cudaMemset(D, 0, (size_t)M * ldd * es));
+    cudaCheck(cudaMemset(D, 0, (size_t)M * ldd * es));
     sm90_problem p;
     p.a = {A, a_rows, a_cols, lda};
     p.b = {B, b_rows, b_cols, ldb};
     p.d = {D, M, N, ldd};
     p.trans_a = ta; p.trans_b = tb;
     p.M = M; p.N = N; p.K = K; p.splits = 1;
-    cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
+    EventTimer timer;
+    timer_init(&timer);
     float t_ours[64], t_lt[64];
     if (reps > 64) reps = 64;
     for (int r = -2; r < reps; r++) {  // two warm-ups each, interleaved
-        float ms;
-        CHECK_CUDA(cudaEventRecord(e0));
-        CHECK_CUDA(ours(p, d_fp32, add, 0));
-        CHECK_CUDA(cudaEventRecord(e1));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) t_ours[r] = ms;
-        CHECK_CUDA(cudaEventRecord(e0));
+        timer_start(&timer, 0);
+        cudaCheck(ours(p, d_fp32, add, 0));
+        const float ms_ours = timer_stop(&timer, 0);
+        if (r >= 0) t_ours[r] = ms_ours;
+        timer_start(&timer, 0);
         lt_gemm(p, d_fp32, add ? 1.0f : 0.0f, 0);
-        CHECK_CUDA(cudaEventRecord(e1));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) t_lt[r] = ms;
+        const float ms_lt = timer_stop(&timer, 0);
+        if (r >= 0) t_lt[r] = ms_lt;
     }
     const double flop = 2.0 * M * N * (double)K;
-    const float mo = median(t_ours, reps), ml = median(t_lt, reps);
+    const float mo = median_of(t_ours, reps), ml = median_of(t_lt, reps);
     printf("| %-34s | %s | %6d x %6d x %6d | %s%s | %8.3f | %6.1f | %8.3f | %6.1f | %5.2f |\n", what, layout, M, N, K,
            d_fp32 ? "fp32" : "bf16", add ? "+=" : "  ", mo, flop / mo / 1e9, ml, flop / ml / 1e9, ml / mo);
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    timer_free(&timer);
     cudaFree(A); cudaFree(B); cudaFree(D);
 }
 
@@ -326,8 +298,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemm_sm90: needs an sm_90a build (make, GPU_COMPUTE_CAPABILITY=90) on a compute 9.0 GPU\n");
         return 1;
     }
-    CHECK_LT(cublasLtCreate(&lt));
-    CHECK_CUDA(cudaMalloc(&lt_ws, LT_WS));
+    cublasCheck(cublasLtCreate(&lt));
+    cudaCheck(cudaMalloc(&lt_ws, LT_WORKSPACE));
 
     // odd shapes: partial tiles on every edge, K not a multiple of 64; on the cooperative
     // schedule, the register-A probe (fp32 outputs only), the ping-pong and the wide schedules

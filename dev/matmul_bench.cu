@@ -104,9 +104,8 @@ int main(int argc, char **argv) {
     cudaCheck(cudaMalloc(&pre, big * sizeof(floatX)));
     uint16_t *h0 = (uint16_t *)malloc(big * sizeof(uint16_t)), *h1 = (uint16_t *)malloc(big * sizeof(uint16_t));
     float *ms[2] = {(float *)malloc(reps * sizeof(float)), (float *)malloc(reps * sizeof(float))};
-    cudaEvent_t e0, e1;
-    cudaCheck(cudaEventCreate(&e0));
-    cudaCheck(cudaEventCreate(&e1));
+    EventTimer timer;
+    timer_init(&timer);
     const int have_sm90 = sm90_available();  // every kind of call, not only the trainer's
 
     printf("B = %d, T = %d, C = %d (BT = %d), median of %d, the two paths alternated%s\n\n", B, T, C, BT, reps,
@@ -122,34 +121,24 @@ int main(int argc, char **argv) {
                 ctx.use_sm90 = path == 1 && have_sm90 ? MM90_ALL : 0;
                 const long long before = ctx.n_sm90;
                 cudaCheck(cudaMemsetAsync(out[path], 0xFF, (size_t)BT * c->N * sizeof(floatX), s));  // poison
-                cudaCheck(cudaEventRecord(e0, s));
+                timer_start(&timer, s);
                 run(&ctx, c, out[path], pre, a, w, bias, res, BT, s);
-                cudaCheck(cudaEventRecord(e1, s));
-                cudaCheck(cudaEventSynchronize(e1));
+                const float call_ms = timer_stop(&timer, s);
                 if (path == 1) took += ctx.n_sm90 > before;
-                if (r >= 0) cudaCheck(cudaEventElapsedTime(&ms[path][r], e0, e1));
+                if (r >= 0) ms[path][r] = call_ms;
             }
         const size_t n = (size_t)BT * c->N;
         cudaCheck(cudaMemcpy(h0, out[0], n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(h1, out[1], n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        double num = 0.0, den = 0.0;
         size_t nan = 0;
-        for (size_t k = 0; k < n; k++) {
-            const double x = float_from_bf16(h1[k]), y = float_from_bf16(h0[k]);
-            if (!isfinite(x)) {
-                nan++;
-                continue;
-            }
-            num += (x - y) * (x - y);
-            den += y * y;
-        }
+        const double differ = rel_l2_bf16_host(h1, h0, n, &nan);
         const float m0 = median_of(ms[0], reps), m1 = median_of(ms[1], reps);
         const double flop = 2.0 * BT * (double)c->N * c->K;
         sum[0] += m0;
         sum[1] += m1;
         trainer += took && (MM90_DEFAULT >> c->kind & 1) ? m1 : m0;
         printf("| %s | %d x %d x %d | %.3f | %.0f | %s | %.3f | %.0f | %.2fx | %.1e | %zu |\n", c->what, BT, c->N, c->K,
-               m0, flop / m0 / 1e9, took ? "ours" : "cuBLASLt", m1, flop / m1 / 1e9, m0 / m1, sqrt(num / den), nan);
+               m0, flop / m0 / 1e9, took ? "ours" : "cuBLASLt", m1, flop / m1 / 1e9, m0 / m1, differ, nan);
     }
     printf("| all of them | | %.3f | | | %.3f | | %.2fx | | |\n", sum[0], sum[1], sum[0] / sum[1]);
     printf("| all of them, the trainer's choice (kinds %d) | | %.3f | | mixed | %.3f | | %.2fx | | |\n", MM90_DEFAULT,
@@ -165,8 +154,7 @@ int main(int argc, char **argv) {
     free(h1);
     free(ms[0]);
     free(ms[1]);
-    cudaCheck(cudaEventDestroy(e0));
-    cudaCheck(cudaEventDestroy(e1));
+    timer_free(&timer);
     cudaCheck(cudaStreamDestroy(s));
     matmul_free(&ctx);
     return 0;

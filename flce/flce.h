@@ -51,13 +51,14 @@ output: at most Vp x H x 4 bytes, for d_weight) and keeps the fastest, because t
 heuristic's first pick is not always the fastest on operands that arrive from HBM
 (dev/RESULTS.md). Later calls reuse the choice; a run's bits can therefore differ from another
 process's in the last place.
-flce_set_autotune(ctx, 0), or FLCE_AUTOTUNE=0 in the environment, keeps the heuristic's pick:
-deterministic across processes. Apart from that first call per shape, no call allocates
-device memory or synchronises the host, so calls can be captured into CUDA graphs (a
-capture skips the tuning). Target ids outside [0, V) (other than ignore_index) are
-detected on the device: the row is treated as ignored (nothing is read out of bounds), the
-loss is set to NaN, and the error is reported by flce_check_errors() or by the next call.
-A context is not thread-safe; use one per thread or stream.
+flce_set_autotune(ctx, 0) keeps the heuristic's pick: deterministic across processes. Apart
+from that first call per shape, no call allocates device memory or synchronises the host, so
+calls can be captured into CUDA graphs (a capture skips the tuning). Target ids outside
+[0, V) (other than ignore_index) are detected on the device: the row is treated as ignored
+(nothing is read out of bounds), the loss is set to NaN, and the error is reported by
+flce_check_errors() or by the next call.
+A context is not thread-safe; use one per thread or stream. The library reads no environment
+variable: what a program may choose is the config's fields and the setters below.
 */
 #ifndef FLCE_H
 #define FLCE_H
@@ -226,31 +227,36 @@ int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes);
 flce_status flce_create(flce_context **ctx);
 void flce_destroy(flce_context *ctx);
 
-// 1 (the default unless FLCE_AUTOTUNE=0): time cuBLASLt's candidates for each new GEMM shape;
-// 0: take the heuristic's first pick (reproducible across processes). Shapes already met
-// keep their algorithm.
+// 1 (the default): time cuBLASLt's candidates for each new GEMM shape; 0: take the
+// heuristic's first pick (reproducible across processes). Shapes already met keep their
+// algorithm.
 void flce_set_autotune(flce_context *ctx, int on);
 
-// 1 (the default where available, unless FLCE_HOPPER=0): bf16 calls on a compute 9.0 GPU, in
-// a build for sm_90a (the Makefile's default), run flce's own Hopper GEMMs with the loss fused
-// into them (flce_sm90.cuh): no logits buffer beyond a bf16 one, no row pass. 0: cuBLASLt's
-// GEMMs and the row kernels, as on every other GPU and for fp32 inputs. Both are exact to the
-// bf16 floor and deterministic. The planner (flce_workspace_size, flce_chunk_tokens,
-// flce_vocab_tile) plans for the path a new context takes on the current device; a call
-// re-plans for its own path within the workspace it is given. On the Hopper path the logits
-// GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above;
-// FLCE_PINGPONG=1 or 0 in the environment fixes either (the same arithmetic in the same
-// order: only which warpgroup runs a tile changes). Its gradients come from GEMMs that form
-// dlogits from the stored bf16 exponentials as they load them for H < 2048, and from cuBLASLt's
-// GEMMs on dlogits a pass writes over them for H >= 2048 (faster there); FLCE_LT_BACKWARD=0
-// or 1 in the environment fixes either, for every plan and call after it is set. Without a
-// softcap, an entropy gradient or label smoothing, and with an fp32 d_W (or its accumulator),
-// the fused d_W GEMM scales the exponentials by exact powers of two and carries each row's
-// factor in its other operand (a bf16 copy of the chunk's h times it), and the targets' terms
-// are added after it, from the exact target logits; FLCE_DW_SCALED=0 turns that off (per call).
+// 1 (the default where available, see flce_set_hopper_default): bf16 calls on a compute 9.0
+// GPU, in a build for sm_90a (the Makefile's default), run flce's own Hopper GEMMs with the loss
+// fused into them (flce_sm90.cuh): no logits buffer beyond a bf16 one, no row pass. 0:
+// cuBLASLt's GEMMs and the row kernels, as on every other GPU and for fp32 inputs. Both are
+// exact to the bf16 floor and deterministic. The planner (flce_workspace_size,
+// flce_chunk_tokens, flce_vocab_tile) plans for the path a new context takes on the current
+// device; a call re-plans for its own path within the workspace it is given. On the Hopper path
+// the logits GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above; its
+// gradients come from GEMMs that form dlogits from the stored bf16 exponentials as they load
+// them for H < 2048, and from cuBLASLt's GEMMs on dlogits a pass writes over them for
+// H >= 2048 (faster there). Without a softcap, an entropy gradient or label smoothing, and
+// with an fp32 d_W (or its accumulator), the fused d_W GEMM scales the exponentials by exact
+// powers of two and carries each row's factor in its other operand (a bf16 copy of the chunk's
+// h times it), and the targets' terms are added after it, from the exact target logits.
 void flce_set_hopper(flce_context *ctx, int on);
 
-// Whether a new context on the current device takes the Hopper path (see flce_set_hopper).
+// (since 2.2) The GEMM path of the contexts flce_create makes from now on, and the one the
+// planner (flce_workspace_size, flce_chunk_tokens, flce_vocab_tile) plans for: 1 (the default)
+// the Hopper path where it runs (see flce_set_hopper), 0 cuBLASLt's GEMMs on every GPU.
+// Process-wide: call it before sizing workspaces and creating contexts, not while another
+// thread does either. Contexts made before keep their path (flce_set_hopper changes one).
+void flce_set_hopper_default(int on);
+
+// Whether a new context on the current device takes the Hopper path: flce_set_hopper_default's
+// choice, where this build and GPU have the Hopper path.
 int flce_hopper_default(void);
 
 // The communicator of vocab_parallel calls (copied; NULL or a NULL allreduce detaches it).
@@ -293,10 +299,11 @@ flce/python's CPU test also compares every field's offset and every enum value w
 History: 1.0; 1.1 the temperature, class weights, entropy and log-probability (fields appended
 to flce_config and flce_tensors); 2.0 vocabulary parallelism (flce_config's fields appended
 after 1.1's, FLCE_ERR_COMM, flce_comm, flce_set_comm), with every option of 1.1; 2.1
-flce_scale_device.
+flce_scale_device; 2.2 flce_set_hopper_default (in place of the environment variables the
+library read before: it reads none).
 */
 #define FLCE_VERSION_MAJOR 2
-#define FLCE_VERSION_MINOR 1
+#define FLCE_VERSION_MINOR 2
 #define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
 
 int flce_version(void);             // FLCE_VERSION of the library's build

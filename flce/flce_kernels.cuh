@@ -31,19 +31,11 @@ Indices that can exceed 2^31 (row * stride, token * H) are 64-bit throughout.
 #include <stdint.h>
 
 #include "cuda_util.cuh"  // to_float, from_float, Packed128, load128, block_sum_f64 (common/)
+#include "flce_internal.h"  // the workspace's records: flce_call_scalars, flce_row_stats, flce_row_grad
 
 #define FLCE_CE_THREADS 512
 #define FLCE_CE_UNROLL_ELEMS 16                    // logits loaded per thread before use (64 B)
 #define FLCE_NO_BAD_TOKEN 0xffffffffffffffffULL
-
-// Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
-typedef struct {
-    unsigned long long first_bad_token;  // smallest token index with an out-of-range target
-    int n_valid;                         // tokens whose target is not ignore_index (nor bad)
-    int pad;
-    double target_weight_sum;            // class weights: sum of the valid targets' weights
-    double class_weight_sum;             // class weights: sum over the V classes
-} flce_call_scalars;
 
 // What the host sees of a device-side error; lives in mapped pinned memory of the context.
 typedef struct {
@@ -142,14 +134,7 @@ __device__ __forceinline__ float flce_exp2(float x) {
     return y;
 }
 
-// running (max, sum of 2^(z2 - max), sum of z2 (or of w_j z2 with class weights), and for the
-// entropy q = sum of 2^(z2 - max) (max - z2)) of a set of logits in base 2 (z2 = z log2 e).
-// q is a sum of non-negative terms, and so is the entropy formed from it,
-//     H = ln 2 (log2(s) + q / s)     (= sum_j p_j (lse - z_j)),
-// where lse - sum_j p_j z_j would cancel catastrophically for a peaked row.
-struct flce_row_stats {
-    float m, s, sz, q;
-};
+// flce_row_stats (flce_internal.h): a set's running statistics in base 2
 
 // q of a set rescaled from max m to max mn >= m (s its sum of exp): 2^(m - mn) (q + s (mn - m))
 __device__ __forceinline__ float flce_q_rescale(float q, float s, float m, float mn, float f) {
@@ -256,17 +241,7 @@ __device__ __forceinline__ void flce_stats_add_vec(flce_row_stats &st, const Pac
     st.s = s;
 }
 
-// What the gradient of a row needs, besides its logits. Every coefficient already carries
-// 1 / temperature (dz/d(capped logit)), and
-//   dL/dz_j = p_j (coef_p + coef_e (mu2 - z2_j)) - coef_smooth w_j - coef_target [j == t]
-// with p_j = 2^(z2_j - lse2), times 1 - tanh^2 under a softcap.
-struct flce_row_grad {
-    int t;                       // target column, -1 if none
-    float zt2, lse2, cap;        // base 2: target logit, log2-sum-exp2
-    float k, temp;               // log2(e) / temperature, temperature
-    float coef_p, coef_smooth, coef_target;  // all 0 for an ignored row
-    float coef_e, mu2;           // entropy gradient: g_H ln 2 / T, sum_j p_j z2_j
-};
+// flce_row_grad (flce_internal.h): what the gradient of a row needs, besides its logits
 
 // The row's loss, LSE, entropy and log-probability (written by one thread) and its gradient
 // coefficients, with g the token's weight in the reduced loss, w the class weights (1 without),

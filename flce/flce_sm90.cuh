@@ -19,13 +19,14 @@ workspace forces tiles):
                chunk has too few output tiles to fill the GPU; the parts are summed in order.
   d_W GEMM     d_W (+)= dlogits^T h with the same transform of E read column-wise (ldmatrix
                .trans); fp32 d_W accumulates with TMA reduce-adds, one per element per chunk.
-               The scaled d_W (sc; flce.cu's flce_sm90_dw_scaled says when): E holds e against
-               each tile's max rounded up to an integer, so that s_t = 2^(m_t - m_r) v with an
-               exact power of two per row and tile; the transform is one bf16x2 multiply a pair,
-               B is v h (per row) and the target's term is in E (flce_sm90_dw_sc).
+               The scaled d_W (sc; flce_sm90.cu's flce_sm90_dw_scaled says when): E holds e
+               against each tile's max rounded up to an integer, so that s_t = 2^(m_t - m_r) v
+               with an exact power of two per row and tile; the transform is one bf16x2 multiply
+               a pair, B is v h (per row) and the target's term is in E (flce_sm90_dw_sc).
   d_b          a column-sum kernel over E with the same transform.
-  (lt_backward, flce.cu's choice for H >= 2048: instead of the two fused gradient GEMMs, a
-  pass writes dz over E (flce_sm90_dlogits_kernel) and cuBLASLt's GEMMs take it.)
+  (lt_backward, the planner's choice for H >= 2048 (flce_plan.c): instead of the two fused
+  gradient GEMMs, a pass writes dz over E (flce_sm90_dlogits_kernel) and cuBLASLt's GEMMs take
+  it.)
 With tiles, a first logits GEMM over the whole vocabulary writes only the statistics; the
 second, per tile, recomputes the same accumulators bit for bit and stores E.
 
@@ -58,7 +59,9 @@ entropy and coefficients from the combined ones, then this rank's tiles' scales 
 #include "flce_kernels.cuh"
 #include "gemm_sm90.cuh"
 
-#define FLCE_SM90_TILE SM90_BN  // columns per statistics tile: the logits GEMM's tile
+// the planner's copy of the GEMM's tile (flce_internal.h, plain C)
+static_assert(FLCE_SM90_BM == SM90_BM && FLCE_SM90_BN == SM90_BN && FLCE_SM90_TILE == SM90_BN,
+              "flce_internal.h's FLCE_SM90_BM, FLCE_SM90_BN are gemm_sm90.cuh's tile");
 
 // 1 / x to ~1 ulp in one instruction (the IEEE-rounded reciprocal is a subroutine call, whose
 // calling convention costs the epilogue's registers)
@@ -757,7 +760,7 @@ __global__ void flce_sm90_dbias_kernel(const __nv_bfloat16 *E, int64_t lde, flce
     if (c + 1 < w) db[c + 1] = (accumulate ? db[c + 1] : 0.0f) + acc1;
 }
 
-// lt_backward (flce.cu): dlogits written over E, one block per row of the chunk, 8 columns
+// lt_backward (flce_plan.c, flce_sm90.cu): dlogits written over E, one block per row of the chunk, 8 columns
 // a thread (16-byte loads and stores), columns [0, w_out) (a multiple of 8 within the row
 // stride): past the V real classes (the last tile's padding on to Vp, whose E the logits GEMM
 // did not write) dz is 0. dz in fp32 and rounded to bf16 once, as the fused GEMMs' general

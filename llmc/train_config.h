@@ -35,6 +35,7 @@ typedef struct {
     int B, T, total_batch, max_steps, warmup;
     int val_every, val_max, sample_every, gen_tokens, ckpt_every, resume, recompute, master_weights;
     int vocab, flce_mib, flce_fp32_logits, flce_autotune;
+    int flce_hopper;  // -fh: 1 flce's Hopper GEMMs where they run, 0 cuBLASLt's (flce_set_hopper_default)
     int zero_stage;  // -z: 0 every rank keeps the whole optimizer state, 1 its slice (llmc/zero.h)
     int overlap;     // -ov: 1 reduces gradients in buckets while the backward runs
     int tp;          // -tp 1: the LM head vocabulary-parallel over the processes (train_tp_shard)
@@ -101,6 +102,9 @@ static const TrainFlag train_flags[] = {
      "              (default 0)"},
     {"-fa", 'i', TRAIN_FIELD_(flce_autotune), 0, 1, "1: flce times cuBLASLt's candidate algorithms for its GEMMs on the first step\n"
      "              (faster; a run's bits can then differ from another's); default 0"},
+    {"-fh", 'i', TRAIN_FIELD_(flce_hopper), 0, 1, "flce's GEMMs: 1 its own Hopper GEMMs with the loss fused in, where they run (an\n"
+     "              sm_90a build on a compute 9.0 GPU; default); 0 cuBLASLt's GEMMs, as on every\n"
+     "              other GPU"},
     {"-z", 'i', TRAIN_FIELD_(zero_stage), 0, 1, "ZeRO stage (several GPUs): 0 every GPU keeps the fp32 master weights and AdamW's\n"
      "              m, v (default); 1 each GPU keeps its 1/N slice of them (stages 2, 3: not supported)"},
     {"-bm", 'i', TRAIN_FIELD_(bf16_moments), 0, 1,
@@ -145,6 +149,7 @@ static inline void train_config_defaults(TrainConfig *c) {
     c->master_weights = 1;
     c->overlap = 1;
     c->flce_mib = 1024;
+    c->flce_hopper = 1;
     c->hf_shard_mb = 5000;
     c->lr = 3e-4f;
     c->final_frac = 1.0f;

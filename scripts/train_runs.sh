@@ -20,10 +20,10 @@ train_f() {
 for r in $runs; do
     case $r in
     train-profile) step train_profile timeout 300 ./train_gpt -b 64 -x 25 -v 0 -s 0 -sp 1 ;;
-    train-lt) FLCE_HOPPER=0 step train_lt timeout 400 ./train_gpt ;;
+    train-lt) step train_lt timeout 400 ./train_gpt -fh 0 ;;
     train) step train timeout 400 ./train_gpt ;;
     train-b64) step train_b64 timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
-    train-b64-lt) FLCE_HOPPER=0 step train_b64_lt timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 ;;
+    train-b64-lt) step train_b64_lt timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fh 0 ;;
     train-fa) step train_b64_fa timeout 300 ./train_gpt -b 64 -x 12 -v 0 -s 0 -fa 1 ;;
     train-bmax) step train_bmax timeout 300 ./train_gpt -b 256 -x 6 -v 0 -s 0 ;;
     train-vocab) step train_vocab timeout 300 ./train_gpt -V 176256 -b 32 -x 8 -v 0 -s 0 ;;

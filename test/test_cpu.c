@@ -7,7 +7,7 @@ files. Needs no GPU, so it runs everywhere CI does.
 Build and run (from the repository root):
     gcc -O2 -Wall -Wextra -Werror -Iflce -Itest test/test_cpu.c flce/flce_ref.c -lm -o test_cpu
     ./test_cpu [fixture_dir]                       # default test/fixtures
-Defining FLCE_HAVE_LIB (and linking the host part of flce.cu) adds the checks of the
+Defining FLCE_HAVE_LIB (and linking libflce: its host part, flce_plan.c) adds the checks of the
 library's host-only functions (config defaults and validation, workspace sizing).
 */
 #define _POSIX_C_SOURCE 200809L  // opendir, getpid under -std=c99 too
@@ -24,6 +24,9 @@ library's host-only functions (config defaults and validation, workspace sizing)
 #include "flce_ref.h"
 #include "test_util.h"
 #include "vp_comm.h"
+#ifdef FLCE_HAVE_LIB
+#include "flce_internal.h"  // flce_dev_set_plan_sms: the Hopper path's planner without a GPU
+#endif
 
 // The fixtures hold PyTorch's float64 results rounded to float32, and the reference
 // accumulates in float64, so the two agree to float32 rounding (~1e-7). These bounds
@@ -1185,7 +1188,7 @@ static void note_option_fixtures(char **paths, int n_paths, const char *dir) {
 }
 
 // ---------------------------------------------------------------------------------------
-// host-only library functions (flce.cu), compiled in with -DFLCE_HAVE_LIB
+// host-only library functions (flce_plan.c), compiled in with -DFLCE_HAVE_LIB
 
 #ifdef FLCE_HAVE_LIB
 static void test_library_host(char **paths, int n_paths) {
@@ -1280,10 +1283,10 @@ static void test_library_host(char **paths, int n_paths) {
                            "lib: vocab-parallel configs with temperature, class weights, smoothing pass %s", msg);
             }
             for (int hop = 0; hop < 2; hop++) {
-                // (the Hopper path's planner without a GPU: FLCE_PLAN_SMS, bf16 inputs); each
-                // rank in its own workspace too, as a program sizes them (flce_workspace_size)
-                setenv("FLCE_HOPPER", hop ? "1" : "0", 1);
-                if (hop) setenv("FLCE_PLAN_SMS", "132", 1);
+                // (the Hopper path's planner without a GPU: flce_dev_set_plan_sms, bf16 inputs);
+                // each rank in its own workspace too, as a program sizes them (flce_workspace_size)
+                flce_set_hopper_default(hop);
+                if (hop) flce_dev_set_plan_sms(132);
                 r0.dtype = r1.dtype = hop ? FLCE_BF16 : c.dtype;
                 for (size_t budget = (size_t)40 << 10; budget <= (size_t)4 << 20; budget *= 2) {
                     size_t b0 = 0, b1 = 0;
@@ -1294,11 +1297,11 @@ static void test_library_host(char **paths, int n_paths) {
                            flce_chunk_tokens(&r0, b0) == flce_chunk_tokens(&r1, b0) &&
                            flce_chunk_tokens(&r0, b0) == flce_chunk_tokens(&r1, b1);
                 }
-                unsetenv("FLCE_PLAN_SMS");
+                flce_dev_set_plan_sms(0);
             }
             r0.dtype = r1.dtype = c.dtype;
         }
-        setenv("FLCE_HOPPER", "0", 1);
+        flce_set_hopper_default(0);
         test_check(same, "lib: vocab-parallel ranks of equal rows are planned the same chunks (with and "
                          "without the 1.1 options)");
     }
@@ -1429,11 +1432,11 @@ static long double planned_bytes_min(const flce_config *c, int64_t C, int64_t T)
 // answer must now be either a plan whose size holds what it plans, within the budget, or
 // FLCE_ERR_WORKSPACE with a true minimum above the budget. And the status list: out of
 // memory has a status of its own, appended so that the older values keep their numbers.
-// The Hopper path's planner, without a GPU (FLCE_PLAN_SMS): a bf16 d_W that one chunk writes
+// The Hopper path's planner, without a GPU (flce_dev_set_plan_sms): a bf16 d_W that one chunk writes
 // whole needs no fp32 accumulator (the same workspace as an fp32 d_W); over several chunks it
 // needs one (V x H x 4 bytes more), within the budget.
 static void test_hopper_plans(void) {
-    setenv("FLCE_PLAN_SMS", "132", 1);
+    flce_dev_set_plan_sms(132);
     for (int big = 0; big < 2; big++) {
         flce_config c;
         flce_config_init(&c, big ? 16384 : 4096, 1024, 50304);
@@ -1486,7 +1489,7 @@ static void test_hopper_plans(void) {
     size_t hop = 0, lt = 0;
     const flce_status sh = flce_workspace_size(&c, budget, &hop);
     const int64_t ch = flce_chunk_tokens(&c, hop);
-    unsetenv("FLCE_PLAN_SMS");  // (FLCE_HOPPER=0: the cuBLASLt path's planner)
+    flce_dev_set_plan_sms(0);  // (flce_set_hopper_default(0): the cuBLASLt path's planner)
     const flce_status sl = flce_workspace_size(&c, budget, &lt);
     const int64_t cl_own = flce_chunk_tokens(&c, lt), cl_in_hop = flce_chunk_tokens(&c, hop);
     test_check(sh == FLCE_OK && sl == FLCE_OK && ch == c.n_tokens && hop < lt && cl_own == c.n_tokens &&
@@ -1540,9 +1543,11 @@ static void test_library_limits(void) {
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "test/fixtures";
+#ifdef FLCE_HAVE_LIB
     // the planner checks below are the cuBLASLt path's, the one every machine has: on a Hopper
     // machine with an sm_90a build, new contexts and the planner would take the other path
-    setenv("FLCE_HOPPER", "0", 1);
+    flce_set_hopper_default(0);
+#endif
     int n_paths = 0;
     char **paths = list_fixtures(dir, &n_paths);
     test_check(n_paths >= MIN_FIXTURES, "found %d fixtures in %s (need at least %d)", n_paths,

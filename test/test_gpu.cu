@@ -21,8 +21,10 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
      (skipped with a note on one GPU); with the options of flce 1.1 too (each rank its classes'
      weights).
 All of it runs once per GEMM path this build and GPU have: flce's own Hopper GEMMs with the loss
-fused (sm_90a builds on a 9.0 GPU; bf16 inputs), then cuBLASLt's; every compare() line names
-its path.
+fused (sm_90a builds on a 9.0 GPU; bf16 inputs) with the gradients from its fused GEMMs and then
+from cuBLASLt's on dlogits written over E (flce_dev_set_lt_backward), then cuBLASLt's path;
+every compare() line names its path.
+    test_gpu [fixture_dir] [-lt 0|1]    -lt: the Hopper path once, its gradients that way only
 Tolerances (compare() says why): fp32 rel L2 <= 2e-5; bf16 inputs with fp32 logits: d_h / d_W
 rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-2 and 2e-3.
 */
@@ -36,6 +38,7 @@ rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-
 #include "cuda_check.cuh"  // common/: cudaCheck
 #include "fixture.h"
 #include "flce.h"
+#include "flce_internal.h"  // flce_dev_set_lt_backward: the Hopper path's two ways to its gradients
 #include "flce_ref.h"
 #include "test_util.h"
 #include "vp_comm.h"
@@ -73,6 +76,7 @@ static void result_free(Result *r) {
 static flce_context *g_ctx;
 static cudaStream_t g_stream;
 static int g_hopper;  // this pass's GEMM path: flce's Hopper GEMMs (1) or cuBLASLt (0)
+static int g_lt_backward = -1;  // the Hopper pass's gradients (flce_dev_set_lt_backward): 1 by cuBLASLt
 
 // A context on this pass's path.
 static flce_status new_context(flce_context **ctx) {
@@ -292,10 +296,8 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     const flce_config *c = &pb->cfg;
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
     char tagged[600];  // the path in every line: fp32 inputs always take cuBLASLt's
-    const char *lt = getenv("FLCE_LT_BACKWARD");  // (the Hopper path's gradients by cuBLASLt)
     snprintf(tagged, sizeof(tagged), "[%s] %s",
-             g_hopper && c->dtype == FLCE_BF16 ? (lt != NULL && strcmp(lt, "1") == 0 ? "hopper-lt" : "hopper") : "cublaslt",
-             label);
+             g_hopper && c->dtype == FLCE_BF16 ? (g_lt_backward == 1 ? "hopper-lt" : "hopper") : "cublaslt", label);
     label = tagged;
     // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the library's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
@@ -1323,7 +1325,19 @@ static void test_scale_device(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : "test/fixtures";
+    const char *dir = "test/fixtures";
+    int lt_arg = -1;  // -lt 0|1: the Hopper path's gradients that way only
+    for (int i = 1; i < argc; i++) {
+        const int lt_value = i + 1 < argc && (strcmp(argv[i + 1], "0") == 0 || strcmp(argv[i + 1], "1") == 0);
+        if (strcmp(argv[i], "-lt") == 0 && lt_value) {
+            lt_arg = atoi(argv[++i]);
+        } else if (argv[i][0] != '-') {
+            dir = argv[i];
+        } else {
+            fprintf(stderr, "usage: %s [fixture_dir] [-lt 0|1]\n", argv[0]);
+            return 2;
+        }
+    }
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
         fprintf(stderr, "test_gpu: no CUDA device\n");
@@ -1335,23 +1349,26 @@ int main(int argc, char **argv) {
     cudaCheck(cudaStreamCreate(&g_stream));
     // every test on each GEMM path this build and GPU have: flce's Hopper GEMMs where they
     // run, with the gradients from its fused GEMMs and from dlogits written over E and
-    // cuBLASLt's GEMMs (FLCE_LT_BACKWARD=0, then 1, unless the caller set it: then once), and
-    // cuBLASLt's path (the only one on other GPUs and for fp32 inputs)
+    // cuBLASLt's GEMMs (flce_dev_set_lt_backward 0, then 1, unless -lt says which: then once),
+    // and cuBLASLt's path (the only one on other GPUs and for fp32 inputs)
     const int hopper = flce_hopper_default();
-    const char *lt_env = getenv("FLCE_LT_BACKWARD");
-    static const struct { int hopper; const char *lt, *name; } passes[3] = {
-        {1, "0", "hopper (fused gradient GEMMs)"}, {1, "1", "hopper (gradients by cuBLASLt)"}, {0, NULL, "cublaslt"}};
+    static const struct { int hopper, lt; const char *name; } passes[3] = {
+        {1, 0, "hopper (fused gradient GEMMs)"}, {1, 1, "hopper (gradients by cuBLASLt)"}, {0, -1, "cublaslt"}};
     printf("GEMM paths: %s\n", !hopper ? "cublaslt (no sm_90a build or not a 9.0 GPU)"
-                               : lt_env != NULL ? "hopper (FLCE_LT_BACKWARD as set), then cublaslt"
-                                                : "hopper with fused gradients, hopper with cuBLASLt's, cublaslt");
+                               : lt_arg >= 0 ? "hopper (-lt as given), then cublaslt"
+                                             : "hopper with fused gradients, hopper with cuBLASLt's, cublaslt");
     for (int k = hopper ? 0 : 2; k < 3; k++) {
-        if (lt_env != NULL && k == 1) continue;
-        if (lt_env == NULL && passes[k].lt != NULL) setenv("FLCE_LT_BACKWARD", passes[k].lt, 1);
+        if (lt_arg >= 0 && k == 1) continue;
+        if (passes[k].hopper) {
+            g_lt_backward = lt_arg >= 0 ? lt_arg : passes[k].lt;
+            flce_dev_set_lt_backward(g_lt_backward);
+        }
         g_hopper = passes[k].hopper;
-        printf("== %s path ==\n", lt_env != NULL && k == 0 ? "hopper" : passes[k].name);
-        // the cuBLASLt pass sizes its workspaces on its own path, as a program run with
-        // FLCE_HOPPER=0 does (a workspace sized on the Hopper path serves it in smaller chunks)
-        if (!g_hopper) setenv("FLCE_HOPPER", "0", 1);
+        printf("== %s path ==\n", lt_arg >= 0 && k == 0 ? "hopper" : passes[k].name);
+        // the cuBLASLt pass sizes its workspaces on its own path, as a program that sets
+        // flce_set_hopper_default(0) does (a workspace sized on the Hopper path serves it in
+        // smaller chunks)
+        if (!g_hopper) flce_set_hopper_default(0);
         if (new_context(&g_ctx) != FLCE_OK) {
             fprintf(stderr, "flce_create failed\n");
             return 2;

@@ -117,6 +117,7 @@ static const BadLine bad_lines[] = {
     {"-y 2", "-y 2: out of range [0, 1]", 0},
     {"-fl 2", "-fl 2: out of range [0, 1]", 0},
     {"-fa -1", "-fa -1: out of range [0, 1]", 0},
+    {"-fh 2", "-fh 2: out of range [0, 1]", 0},
     {"-f 0", "-f 0: out of range [1, 1048576]", 0},
     {"-m -2", "-m -2: out of range [-1, 2147483647]", 0},
     {"-k cosin", "-k cosin: unknown schedule", 0},
@@ -318,16 +319,17 @@ static void test_train_config(void) {
     test_check(rc == 0 && c.B == 4 && c.T == 1024 && c.total_batch == 4096 && c.grad_accum == 1 &&
                c.max_steps == -1 && c.lr == 3e-4f && c.schedule == LR_COSINE && strcmp(c.model, "d12") == 0 &&
                c.out_dir == NULL && c.sample_every == 20 && c.flce_mib == 1024 && c.zero_stage == 0 && c.overlap == 1 &&
-               c.bf16_moments == 0 && c.step_profile == 0,
+               c.bf16_moments == 0 && c.step_profile == 0 && c.flce_hopper == 1,
                "defaults: llm.c's (B 4, T 1024, total batch B*T, one epoch, lr 3e-4, cosine, d12, -z 0), -ov 1, "
                "-bm 0, -sp 0%s", err);
     rc = parse_and_check("-b 8 -t 256 -d 8192 -x 50 -k wsd -l 1e-3 -q 0.1 -c 0.1 -u 5 -o out -y 1 -n 10 -fl 1 "
-                         "-fa 1 -f 160 -V 151936 -e d24 -m -1 -z 1 -ov 0 -bm 1 -sp 1", 2, &c, err, sizeof(err));
+                         "-fa 1 -fh 0 -f 160 -V 151936 -e d24 -m -1 -z 1 -ov 0 -bm 1 -sp 1", 2, &c, err, sizeof(err));
     test_check(rc == 0 && c.B == 8 && c.T == 256 && c.total_batch == 8192 && c.grad_accum == 2 && c.max_steps == 50 &&
                c.schedule == LR_WSD && c.lr == 1e-3f && c.final_frac == 0.1f && c.weight_decay == 0.1f &&
                c.warmup == 5 && strcmp(c.out_dir, "out") == 0 && c.resume == 1 && c.ckpt_every == 10 &&
                c.flce_fp32_logits == 1 && c.flce_autotune == 1 && c.flce_mib == 160 && c.vocab == 151936 &&
-               c.val_max == -1 && c.zero_stage == 1 && c.overlap == 0 && c.bf16_moments == 1 && c.step_profile == 1,
+               c.val_max == -1 && c.zero_stage == 1 && c.overlap == 0 && c.bf16_moments == 1 && c.step_profile == 1 &&
+               c.flce_hopper == 0,
                "every flag parsed; -d 8192 over B*T = 2048 on 2 processes: 2 accumulation steps%s", err);
     rc = parse_and_check("-b 4 -t 64", 3, &c, err, sizeof(err));
     test_check(rc == 0 && c.total_batch == 768, "-d -1: B*T*processes (3 processes: 768)");

@@ -7,8 +7,8 @@ source "$(dirname "$0")/../gpu_common.sh"
 for r in ${*:-flce noat timing}; do
     case $r in
     flce) step bench timeout 300 build/flce_bench -v flce -o "$OUT/bench.md" ;;
-    noat) FLCE_AUTOTUNE=0 step bench_noat timeout 240 build/flce_bench -v flce -o "$OUT/bench_noat.md" ;;
-    timing) FLCE_TIMING=1 step bench_timing timeout 240 build/flce_bench -v flce -o "$OUT/bench_timing.md" ;;
+    noat) step bench_noat timeout 240 build/flce_bench -v flce --autotune=0 -o "$OUT/bench_noat.md" ;;
+    timing) step bench_timing timeout 240 build/flce_bench -v flce --timing -o "$OUT/bench_timing.md" ;;
     *) step_unknown "$r" ;;
     esac
 done

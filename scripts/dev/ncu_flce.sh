@@ -13,7 +13,7 @@ ncu_flce() {
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
         --section MemoryWorkloadAnalysis --section InstructionStats \
         --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
-        build/flce_bench -v flce -s "$shape" -r 1 -w 1 > "$csv" 2> "$OUT/ncu_flce.err" ||
+        build/flce_bench -v flce -s "$shape" -r 1 -w 1 ${NCU_ARGS:-} > "$csv" 2> "$OUT/ncu_flce.err" ||
         { echo "FAIL: ncu (see $OUT/ncu_flce.err)"; tail -5 "$OUT/ncu_flce.err"; return 1; }
     # the kernels' duration and SM clock: "ID","Kernel Name",...,"Metric Name","Metric Unit","Metric Value"
     python3 - "$csv" <<'PY'

@@ -64,18 +64,17 @@ def _device_context(device):
 
 def set_hopper(on, device=None):
     """flce_set_hopper for the calls on device (default: the current one): True (the default on
-    an H100/H200 with an sm_90a build, unless FLCE_HOPPER=0) runs bf16 inputs on flce's own
-    Hopper GEMMs, False on cuBLASLt's. Both are exact to the bf16 floor; the workspace each call
-    takes serves both."""
+    an H100/H200 with an sm_90a build) runs bf16 inputs on flce's own Hopper GEMMs, False on
+    cuBLASLt's. Both are exact to the bf16 floor; the workspace each call takes serves both."""
     device, ctx = _device_context(device)
     with torch.cuda.device(device), ctx.lock:
         _lib.load_library().flce_set_hopper(ctx.handle, 1 if on else 0)
 
 
 def set_autotune(on, device=None):
-    """flce_set_autotune for the calls on device: True (the default unless FLCE_AUTOTUNE=0)
-    times cuBLASLt's candidate algorithms at the first call of each GEMM shape; False keeps the
-    heuristic's pick (bitwise reproducible across processes)."""
+    """flce_set_autotune for the calls on device: True (the default) times cuBLASLt's candidate
+    algorithms at the first call of each GEMM shape; False keeps the heuristic's pick (bitwise
+    reproducible across processes)."""
     device, ctx = _device_context(device)
     with torch.cuda.device(device), ctx.lock:
         _lib.load_library().flce_set_autotune(ctx.handle, 1 if on else 0)

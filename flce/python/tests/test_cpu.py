@@ -402,23 +402,22 @@ def test_d_weight_plan():
     check((dt, budget) == (Dtype.FP32, 4096),
           "d_weight_plan: no single chunk within a 4 KiB budget + V H 2: fp32 and the base budget (%s, %d)"
           % (Dtype(dt).name, budget))
-    # as planned for an H200 (FLCE_PLAN_SMS): 16384 tokens fit in one chunk within 1 GiB + V H 2
-    # only over vocabulary tiles (the lean schedule), which is slower than an fp32 d_W: fp32
+    # as planned for an H200 (flce_dev_set_plan_sms, flce_internal.h: the Hopper path's planner on
+    # any machine): 16384 tokens fit in one chunk within 1 GiB + V H 2 only over vocabulary tiles
+    # (the lean schedule), which is slower than an fp32 d_W: fp32
     big = _lib.config(16384, 4096, 151936)
     big.dtype = Dtype.BF16
     big.d_hidden_dtype = Dtype.BF16
-    saved = os.environ.get("FLCE_PLAN_SMS")
-    os.environ["FLCE_PLAN_SMS"] = "132"
+    plan_sms = flce.load_library().flce_dev_set_plan_sms
+    plan_sms.argtypes, plan_sms.restype = [ctypes.c_int], None
+    plan_sms(132)
     try:
         big.d_weight_dtype = Dtype.BF16
         tiled = _lib.vocab_tile(big, (1 << 30) + 151936 * 4096 * 2)
         big.d_weight_dtype = Dtype.FP32
         dt, budget = _lib.d_weight_plan(big, 0)
     finally:
-        if saved is None:
-            del os.environ["FLCE_PLAN_SMS"]
-        else:
-            os.environ["FLCE_PLAN_SMS"] = saved
+        plan_sms(0)
     check(tiled < 151936 and (dt, budget) == (Dtype.FP32, 1 << 30),
           "d_weight_plan: one chunk over vocabulary tiles (%d of 151936) is not taken: fp32 and 1 GiB (%s, %d)"
           % (tiled, Dtype(dt).name, budget))

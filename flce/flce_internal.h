@@ -1,0 +1,165 @@
+/*
+flce_internal.h - what the library's files share and its tests and dev/ benchmarks may reach,
+beyond the public API (flce.h). Plain C, so that the planner (flce_plan.c) compiles as C.
+
+  the workspace  its alignment, the cuBLASLt share of it, the records it holds per call and
+                 per row (their sizes are what the planner lays out)
+  the planner    flce_plan: a schedule and the workspace layout for a config and a byte budget
+                 (flce_plan.c), and the messages every file writes (flce_fail)
+  dev switches   choices that exist to compare kernels, not for users: dev/flce_bench and the
+                 tests set them; a program that never calls them gets the library's own
+                 choices. What users may set is flce.h's (its setters) and the trainer's flags.
+
+Files: flce_plan.c (configuration, planner, cost model), flce.cu (the API and the dispatch of
+one call), flce_lt.cu (the cuBLASLt path), flce_sm90.cu (the Hopper path), flce_call.cuh (what
+the three CUDA files share).
+*/
+#ifndef FLCE_INTERNAL_H
+#define FLCE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flce.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// the functions between the library's files: not exported from libflce.so, which exports the
+// API (flce.h) and the dev switches below
+#if defined(__GNUC__)
+#define FLCE_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define FLCE_HIDDEN
+#endif
+
+#define FLCE_DEFAULT_BUDGET ((size_t)1 << 30)
+#define FLCE_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
+#define FLCE_ALIGN 256
+#define FLCE_LDL_MULTIPLE 64
+#define FLCE_CHUNK_MULTIPLE 128
+#define FLCE_VOCAB_ALIGN 64  // GEMMs over the vocabulary are cut at a multiple of this
+// the Hopper GEMM's output tile (common/gemm_sm90.cuh's SM90_BM x SM90_BN; flce_sm90.cuh checks
+// that they agree), for the planner in plain C
+#define FLCE_SM90_BM 128
+#define FLCE_SM90_BN 256
+#define FLCE_SM90_TILE FLCE_SM90_BN  // columns per statistics tile: the logits GEMM's tile
+
+// ----------------------------------------------------------------------------------------
+// the workspace's records
+
+// Device scalars of one call, in the workspace; reset by cudaMemsetAsync at the call's start.
+typedef struct {
+    unsigned long long first_bad_token;  // smallest token index with an out-of-range target
+    int n_valid;                         // tokens whose target is not ignore_index (nor bad)
+    int pad;
+    double target_weight_sum;            // class weights: sum of the valid targets' weights
+    double class_weight_sum;             // class weights: sum over the V classes
+} flce_call_scalars;
+
+// Running (max, sum of 2^(z2 - max), sum of z2 (or of w_j z2 with class weights), and for the
+// entropy q = sum of 2^(z2 - max) (max - z2)) of a set of logits in base 2 (z2 = z log2 e).
+// q is a sum of non-negative terms, and so is the entropy formed from it,
+//     H = ln 2 (log2(s) + q / s)     (= sum_j p_j (lse - z_j)),
+// where lse - sum_j p_j z_j would cancel catastrophically for a peaked row.
+typedef struct flce_row_stats {
+    float m, s, sz, q;
+} flce_row_stats;
+
+// What the gradient of a row needs, besides its logits. Every coefficient already carries
+// 1 / temperature (dz/d(capped logit)), and
+//   dL/dz_j = p_j (coef_p + coef_e (mu2 - z2_j)) - coef_smooth w_j - coef_target [j == t]
+// with p_j = 2^(z2_j - lse2), times 1 - tanh^2 under a softcap.
+typedef struct flce_row_grad {
+    int t;                       // target column, -1 if none
+    float zt2, lse2, cap;        // base 2: target logit, log2-sum-exp2
+    float k, temp;               // log2(e) / temperature, temperature
+    float coef_p, coef_smooth, coef_target;  // all 0 for an ignored row
+    float coef_e, mu2;           // entropy gradient: g_H ln 2 / T, sum_j p_j z2_j
+} flce_row_grad;
+
+// ----------------------------------------------------------------------------------------
+// the planner (flce_plan.c)
+
+typedef struct {
+    int64_t chunk;       // tokens per chunk (0: does not fit)
+    int64_t n_chunks;
+    int64_t vocab_tile;  // vocabulary columns per tile: Vp for the chunk schedule
+    int64_t n_vtiles;    // 1: chunk schedule (3 GEMMs); > 1: tile schedule (4 GEMMs)
+    int64_t ldl;         // row stride of the logits buffer, in logits (of logits_size bytes)
+    size_t logits_size;  // 4: fp32 logits; 2: bf16 logits (bf16_logits = 1)
+    int64_t ldd;         // row stride of dlogits, written in place, in elements of dtype
+    int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
+    int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden over vocabulary parts
+    // the Hopper path (flce_sm90.cuh): the logits buffer is E (bf16, row stride ldl), and
+    int sm90;
+    int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
+    int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
+    int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
+    int64_t n_stat;      // 256-column statistics tiles over the V real classes
+    size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
+        off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_stat16, off_rec,
+        off_dh_part, off_vp, off_logits, total;
+} flce_plan;
+
+// The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the
+// call produces d_weight; backward: it produces gradients at all; sms: 0 for the cuBLASLt
+// path, else the Hopper path on a GPU of that many multiprocessors. p->chunk = 0: nothing fits.
+FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
+                                flce_plan *p);
+
+// The planned workspace for budget on the path of sms, or the minimum with FLCE_ERR_WORKSPACE
+// when nothing fits.
+FLCE_HIDDEN flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes);
+
+// The multiprocessors of the current GPU where new contexts take the Hopper path, else 0
+// (flce.cu: it asks the device).
+FLCE_HIDDEN int flce_device_hopper_sms(void);
+
+// Writes "flce: <status>: <message>" into msg (when msg is not NULL) and returns st.
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+FLCE_HIDDEN flce_status flce_fail(char *msg, size_t len, flce_status st, const char *fmt, ...);
+
+FLCE_HIDDEN size_t flce_dtype_size(flce_dtype t);
+FLCE_HIDDEN int flce_is_dtype(flce_dtype t);
+
+static inline int64_t flce_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A GEMM over vocabulary columns v0 .. v0+w: cut at a multiple of FLCE_VOCAB_ALIGN, so that
+// an odd width (V = 176245) does not send all of it to cuBLASLt's slow kernels.
+static inline int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * FLCE_VOCAB_ALIGN; }
+
+// ----------------------------------------------------------------------------------------
+// dev switches: the kernels a benchmark or test compares. Every default is the library's own
+// choice; a program that never calls these gets exactly what flce.h documents.
+
+// Process-wide, read whenever a plan is made (flce_workspace_size and every call), because they
+// change the workspace's layout: set them before sizing a workspace and keep them for its calls.
+//   sms > 0: plan the Hopper path for a GPU of sms multiprocessors on any machine, for bf16
+//   inputs (the CPU tests check its planner so); calls still take their context's path.
+//   0 (the default): plan the path new contexts take on the current device.
+void flce_dev_set_plan_sms(int sms);
+//   The Hopper path's gradients: 1 from dlogits written over E, by cuBLASLt's GEMMs; 0 from the
+//   fused GEMMs; -1 (the default): 1 for H >= 2048 (flce_plan.c's flce_sm90_lt_backward).
+void flce_dev_set_lt_backward(int mode);
+
+// Per context, for its calls from then on:
+//   The Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 (the default): ping-pong
+//   for H <= 2048. Both run the same arithmetic in the same order: only which warpgroup runs a
+//   tile changes.
+void flce_dev_set_pingpong(flce_context *ctx, int mode);
+//   0: never the scaled d_W transform; 1 (the default): where it applies (flce_sm90.cu's
+//   flce_sm90_dw_scaled).
+void flce_dev_set_dw_scaled(flce_context *ctx, int on);
+//   1: every phase of every call timed with events (the host waits for each phase, so calls
+//   lose their asynchrony), and flce_destroy prints the means per call over the calls that did
+//   not autotune to stderr ("flce timing over N calls (ms per call): ..."); 0 (the default).
+void flce_dev_set_timing(flce_context *ctx, int on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FLCE_INTERNAL_H

@@ -1,0 +1,534 @@
+/*
+flce_plan.c - the host side of the library that needs no GPU: configuration defaults and
+checks, status messages, and the planner with its cost model (flce.h's flce_workspace_size,
+flce_chunk_tokens and flce_vocab_tile). Plain C; the CPU tests (test/test_cpu.c,
+flce/python/tests/test_cpu.py) check it on machines without a GPU.
+
+The planner lays out both schedules for the budget (the largest chunk; or, for chunks of 1, 2,
+4, ... tokens, the widest vocabulary tile that fits beside it) and takes the one its cost model
+finds faster; the layout (flce_plan's offsets) is what the cuBLASLt path (flce_lt.cu) and the
+Hopper path (flce_sm90.cu) run in. The only question it asks the device, which path new
+contexts take there and on how many multiprocessors, goes to flce.cu (flce_device_hopper_sms).
+*/
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flce_internal.h"
+
+// ----------------------------------------------------------------------------------------
+// messages and status
+
+const char *flce_status_string(flce_status status) {
+    switch (status) {
+    case FLCE_OK: return "ok";
+    case FLCE_ERR_NULL_POINTER: return "a required pointer is NULL";
+    case FLCE_ERR_INVALID_SIZE: return "invalid size";
+    case FLCE_ERR_INVALID_VALUE: return "invalid option value";
+    case FLCE_ERR_MISALIGNED: return "misaligned pointer or size";
+    case FLCE_ERR_WORKSPACE: return "workspace too small";
+    case FLCE_ERR_TARGET: return "target id out of range";
+    case FLCE_ERR_CUDA: return "CUDA error";
+    case FLCE_ERR_CUBLAS: return "cuBLASLt error";
+    case FLCE_ERR_OUT_OF_MEMORY: return "out of host memory";
+    case FLCE_ERR_COMM: return "communicator error";
+    }
+    return "unknown flce status";
+}
+
+flce_status flce_fail(char *msg, size_t len, flce_status st, const char *fmt, ...) {
+    if (msg != NULL && len > 0) {
+        int n = snprintf(msg, len, "flce: %s: ", flce_status_string(st));
+        va_list ap;
+        va_start(ap, fmt);
+        if (n >= 0 && (size_t)n < len) vsnprintf(msg + n, len - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+// ABI check for bindings (flce.h)
+int flce_version(void) { return FLCE_VERSION; }
+size_t flce_config_size(void) { return sizeof(flce_config); }
+size_t flce_tensors_size(void) { return sizeof(flce_tensors); }
+
+// ----------------------------------------------------------------------------------------
+// configuration
+
+void flce_config_init(flce_config *cfg, int64_t n_tokens, int64_t hidden, int64_t vocab) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->n_tokens = n_tokens;
+    cfg->hidden = hidden;
+    cfg->vocab = vocab;
+    cfg->vocab_padded = vocab;
+    cfg->dtype = FLCE_BF16;
+    cfg->target_type = FLCE_INT32;
+    cfg->ignore_index = -100;
+    cfg->reduction = FLCE_REDUCTION_MEAN;
+    cfg->grad_scale = 1.0f;
+    cfg->d_hidden_dtype = FLCE_BF16;
+    cfg->d_weight_dtype = FLCE_FP32;  // fp32 accumulation of d_W needs no extra buffer
+    cfg->d_bias_dtype = FLCE_FP32;
+    cfg->temperature = 1.0f;
+}
+
+size_t flce_dtype_size(flce_dtype t) { return t == FLCE_FP32 ? 4 : 2; }
+
+int flce_is_dtype(flce_dtype t) { return t == FLCE_BF16 || t == FLCE_FP32; }
+
+static int flce_is_flag(int x) { return x == 0 || x == 1; }
+
+flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len) {
+    if (cfg == NULL) return flce_fail(msg, msg_len, FLCE_ERR_NULL_POINTER, "config is NULL");
+    if (cfg->n_tokens <= 0)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE, "n_tokens = %lld must be > 0",
+                         (long long)cfg->n_tokens);
+    if (cfg->n_tokens > INT32_MAX)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
+                         "n_tokens = %lld exceeds the limit %d", (long long)cfg->n_tokens,
+                         INT32_MAX);
+    if (cfg->hidden <= 0)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE, "hidden = %lld must be > 0",
+                         (long long)cfg->hidden);
+    if (cfg->vocab <= 0)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE, "vocab = %lld must be > 0",
+                         (long long)cfg->vocab);
+    if (cfg->vocab_padded < cfg->vocab)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
+                         "vocab_padded = %lld is smaller than vocab = %lld",
+                         (long long)cfg->vocab_padded, (long long)cfg->vocab);
+    if (cfg->vocab_padded > INT32_MAX - 64 || cfg->hidden > INT32_MAX)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
+                         "vocab_padded = %lld or hidden = %lld exceeds the limit %d",
+                         (long long)cfg->vocab_padded, (long long)cfg->hidden, INT32_MAX);
+    if (!flce_is_dtype(cfg->dtype) || !flce_is_dtype(cfg->d_hidden_dtype) ||
+        !flce_is_dtype(cfg->d_weight_dtype) || !flce_is_dtype(cfg->d_bias_dtype))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "a dtype field is not FLCE_BF16 or FLCE_FP32");
+    if (cfg->target_type != FLCE_INT32 && cfg->target_type != FLCE_INT64)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "target_type = %d is not FLCE_INT32 or FLCE_INT64", (int)cfg->target_type);
+    if (cfg->reduction != FLCE_REDUCTION_MEAN && cfg->reduction != FLCE_REDUCTION_SUM &&
+        cfg->reduction != FLCE_REDUCTION_NONE)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "reduction = %d is not valid",
+                         (int)cfg->reduction);
+    // 16-byte vector loads of every row of h and W
+    int64_t vec = cfg->dtype == FLCE_FP32 ? 4 : 8;
+    if (cfg->hidden % vec != 0)
+        return flce_fail(msg, msg_len, FLCE_ERR_MISALIGNED,
+                         "hidden = %lld must be a multiple of %lld for this dtype",
+                         (long long)cfg->hidden, (long long)vec);
+    if (!(cfg->label_smoothing >= 0.0f && cfg->label_smoothing < 1.0f))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "label_smoothing = %g must be in [0, 1)", (double)cfg->label_smoothing);
+    if (!(cfg->z_loss_scale >= 0.0f && isfinite(cfg->z_loss_scale)))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "z_loss_scale = %g must be finite and >= 0", (double)cfg->z_loss_scale);
+    if (!(cfg->softcap >= 0.0f && isfinite(cfg->softcap)))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "softcap = %g must be finite and >= 0 (0 = off)", (double)cfg->softcap);
+    if (!isfinite(cfg->grad_scale))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "grad_scale = %g must be finite",
+                         (double)cfg->grad_scale);
+    if (!flce_is_flag(cfg->has_bias) || !flce_is_flag(cfg->accumulate_d_hidden) ||
+        !flce_is_flag(cfg->accumulate_d_weight) || !flce_is_flag(cfg->accumulate_d_bias))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "has_bias and the accumulate_* fields must be 0 or 1");
+    if (cfg->dtype == FLCE_FP32 && (cfg->d_hidden_dtype != FLCE_FP32 ||
+                                    cfg->d_weight_dtype != FLCE_FP32 || cfg->d_bias_dtype != FLCE_FP32))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "with dtype FLCE_FP32 the gradient dtypes (d_hidden_dtype, d_weight_dtype, "
+                         "d_bias_dtype) must be FLCE_FP32 too");
+    if (!flce_is_flag(cfg->bf16_logits))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "bf16_logits = %d must be 0 or 1",
+                         cfg->bf16_logits);
+    if (cfg->max_chunk_tokens < 0)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "max_chunk_tokens = %lld must be >= 0",
+                         (long long)cfg->max_chunk_tokens);
+    if (!(cfg->temperature > 0.0f && isfinite(cfg->temperature)))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "temperature = %g must be finite and > 0 (flce_config_init sets 1)",
+                         (double)cfg->temperature);
+    if (!flce_is_flag(cfg->has_class_weights))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE, "has_class_weights = %d must be 0 or 1",
+                         cfg->has_class_weights);
+    if (cfg->max_vocab_tile != 0 && cfg->max_vocab_tile < FLCE_VOCAB_ALIGN)
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "max_vocab_tile = %lld must be 0 (the planner's choice) or >= %d",
+                         (long long)cfg->max_vocab_tile, FLCE_VOCAB_ALIGN);
+    if (!flce_is_flag(cfg->vocab_parallel) || !flce_is_flag(cfg->d_hidden_partial))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "vocab_parallel = %d and d_hidden_partial = %d must be 0 or 1", cfg->vocab_parallel,
+                         cfg->d_hidden_partial);
+    if (!cfg->vocab_parallel && (cfg->vocab_offset != 0 || cfg->vocab_total != 0 || cfg->d_hidden_partial != 0))
+        return flce_fail(msg, msg_len, FLCE_ERR_INVALID_VALUE,
+                         "vocab_offset = %lld, vocab_total = %lld, d_hidden_partial = %d need vocab_parallel = 1 "
+                         "(else they must be 0)", (long long)cfg->vocab_offset, (long long)cfg->vocab_total,
+                         cfg->d_hidden_partial);
+    if (cfg->vocab_parallel) {
+        // a target id is compared with vocab_total and its column (id - vocab_offset) is an int
+        if (cfg->vocab_total > INT32_MAX - 64)
+            return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE, "vocab_total = %lld exceeds the limit %d",
+                             (long long)cfg->vocab_total, INT32_MAX - 64);
+        if (cfg->vocab_offset < 0 || cfg->vocab_total < cfg->vocab ||
+            cfg->vocab_offset > cfg->vocab_total - cfg->vocab)
+            return flce_fail(msg, msg_len, FLCE_ERR_INVALID_SIZE,
+                             "vocab_parallel: this rank's classes [vocab_offset, vocab_offset + vocab) = [%lld, %lld) "
+                             "must lie in [0, vocab_total = %lld)", (long long)cfg->vocab_offset,
+                             (long long)(cfg->vocab_offset + cfg->vocab), (long long)cfg->vocab_total);
+    }
+    return FLCE_OK;
+}
+
+// ----------------------------------------------------------------------------------------
+// the planner: a schedule and the workspace layout for a config and a byte budget
+
+/*
+Byte counts of the layout saturate at SIZE_MAX, a size no budget admits: for absurd H and Vp
+(each up to 2^31) a product such as Vp x H x 4 comes within 2^40 of 2^64, and a sum that
+wrapped around would pass for a small workspace.
+*/
+static size_t flce_bytes(size_t a, size_t b, size_t c) {
+    if (a == 0 || b == 0 || c == 0) return 0;
+    if (b > SIZE_MAX / a || c > SIZE_MAX / (a * b)) return SIZE_MAX;
+    return a * b * c;
+}
+
+// The offset after a region of `bytes` at offset o, rounded up to FLCE_ALIGN (saturating).
+static size_t flce_append(size_t o, size_t bytes) {
+    if (o > SIZE_MAX - FLCE_ALIGN || bytes > SIZE_MAX - FLCE_ALIGN - o) return SIZE_MAX;
+    return (o + bytes + FLCE_ALIGN - 1) / FLCE_ALIGN * FLCE_ALIGN;
+}
+
+static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && bytes <= budget; }
+
+// K parts of the Hopper path's d_h GEMM for a chunk: the fewest (at most 4) with which its
+// output tiles fill the multiprocessors in nearly whole waves (a chunk of ~3K tokens at
+// H = 1024 has fewer tiles than an H100 or H200 has multiprocessors).
+static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
+    const int64_t tiles = ((chunk + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + FLCE_SM90_BN - 1) / FLCE_SM90_BN);
+    int best = 1;
+    double best_use = 0.0;
+    for (int parts = 1; parts <= 4; parts++) {
+        const int64_t work = tiles * parts, waves = (work + sms - 1) / sms;
+        const double use = (double)work / (double)(waves * sms);
+        if (use >= 0.85) return parts;
+        if (use > best_use + 1e-9) {
+            best = parts;
+            best_use = use;
+        }
+    }
+    return best;
+}
+
+/*
+The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
+load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
+and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs ran
+slower than cuBLASLt's on stored dlogits (the d_W GEMM most: its transform needs per-token
+coefficients every K step), a cost per logit that grows with H, while the pass's cost per
+logit does not: on an H200 (dev/RESULTS.md) the pass won at H = 4096 and lost at H = 768 and
+1024. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/ and the tests (read
+when a plan is made: the layouts differ).
+*/
+#define FLCE_LT_BACKWARD_MIN_H 2048
+static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
+
+void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
+
+static int flce_sm90_lt_backward(const flce_config *cfg) {
+    if (g_lt_backward >= 0) return g_lt_backward;
+    return cfg->hidden >= FLCE_LT_BACKWARD_MIN_H;
+}
+
+// Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
+// (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
+// size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
+// multiprocessors (its tiles are multiples of FLCE_SM90_TILE over the V real classes).
+static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator, int sms,
+                          flce_plan *p) {
+    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded;
+    size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
+    size_t o = 0;
+    memset(p, 0, sizeof(*p));
+    p->sm90 = sms > 0;
+    p->chunk = chunk;
+    const int64_t span = p->sm90 ? V : Vp;  // the columns the tiles cover
+    p->vocab_tile = vtile < span ? vtile : span;
+    p->n_vtiles = (span + p->vocab_tile - 1) / p->vocab_tile;
+    const int tiled = p->n_vtiles > 1;
+    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg);
+    p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
+    p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
+    p->ldd = p->ldl * (int64_t)(p->logits_size / es);
+    // a bf16 d_h summed over several GEMMs (tiles, or the cut of an odd Vp) is summed in fp32
+    // (cuBLASLt's d_h GEMM over the real classes of the Hopper path's chunk, cut the same way)
+    const int64_t cut = flce_vocab_cut(span);
+    p->dh_accumulator = cfg->d_hidden_dtype == FLCE_BF16 &&
+                        (tiled || ((!p->sm90 || p->lt_backward) && cut > 0 && cut < span));
+    // vocab_parallel: the chunk's d_h is summed over the ranks in fp32, then written out
+    const int vp = cfg->vocab_parallel;
+    if (vp && !cfg->d_hidden_partial) p->dh_accumulator = 1;
+    p->dw_accumulator = dw_accumulator;
+    const size_t H = (size_t)cfg->hidden, C = (size_t)chunk;
+    if (p->sm90) {
+        p->ldc = flce_round_up(chunk, 64);
+        p->n_stat = (V + FLCE_SM90_TILE - 1) / FLCE_SM90_TILE;
+        p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
+    }
+    const size_t ldc = (size_t)p->ldc;
+    p->off_lt = o;            o = flce_append(o, p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE);
+    p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
+    p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
+    p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
+    // (vocab_parallel with class weights: the targets' weights and the weights' sum follow the
+    // target logits, in the one buffer the ranks sum)
+    p->off_target_logit = o;  o = flce_append(o, (vp && cfg->has_class_weights ? 2 * n + 1 : n) * sizeof(float));
+    p->off_db32 = o;          o = flce_append(o, cfg->has_bias ? (size_t)Vp * 4 : 0);
+    p->off_dw32 = o;          o = flce_append(o, dw_accumulator ? flce_bytes((size_t)Vp, H, 4) : 0);
+    p->off_ones = o;          o = flce_append(o, cfg->has_bias && !p->sm90 ? flce_bytes(C, es, 1) : 0);
+    p->off_dh32 = o;          o = flce_append(o, p->dh_accumulator ? flce_bytes(C, H, 4) : 0);
+    // (vocab_parallel's cuBLASLt chunks run the tile schedule's row passes over one tile)
+    p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
+    p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
+    // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
+    // the config does not say, and it is 4 bytes a row per 256 columns)
+    p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
+    // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row)
+    p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 1, ldc, 2) : 0);
+    p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
+    p->off_dh_part = o;       o = flce_append(o, p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
+    p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
+    p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
+    p->total = o;
+    p->n_chunks = chunk > 0 ? (cfg->n_tokens + chunk - 1) / chunk : 0;
+    return o;
+}
+
+// Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
+// one token fits. The layout grows with the chunk, so a binary search finds it exactly.
+static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
+                              int dw_accumulator, int sms) {
+    flce_plan p;
+    int64_t lo = 0;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, &p), budget)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Largest vocabulary tile (a multiple of `unit`, <= hi) for chunks of `chunk` tokens that
+// fits budget; 0 if none.
+static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chunk, int64_t hi,
+                              int dw_accumulator, int sms, int64_t unit) {
+    flce_plan p;
+    int64_t lo = 0;
+    hi /= unit;  // in units
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, &p);
+        if (flce_fits(bytes, budget)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo * unit;
+}
+
+// Spreads n items over parts of at most c (a multiple of `multiple` when c is): the same
+// number of parts, each as even as the multiple allows, so the last is not a sliver.
+static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
+    if (c <= 0 || c >= n) return c;
+    if (c >= multiple) c = c / multiple * multiple;
+    int64_t parts = (n + c - 1) / c;
+    int64_t even = (n + parts - 1) / parts;
+    if (c >= multiple) even = flce_round_up(even, multiple);
+    return even < c ? even : c;
+}
+
+// The balanced chunk (flce_balance) of at most c tokens whose layout fits budget, 0 if none.
+// The layout is not monotonic in the chunk (the Hopper path's d_h partials grow as a chunk
+// falls short of whole waves of tiles), so the balanced form of the largest chunk that fits
+// can overshoot the budget (65536 x 768 x 50304 in 1 GiB did, by 34 MB): step down until it fits.
+static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t c, int64_t vtile, int dw_accumulator,
+                                 int sms) {
+    flce_plan p;
+    while (c > 0) {
+        const int64_t cb = flce_balance(cfg->n_tokens, c, FLCE_CHUNK_MULTIPLE);
+        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, &p), budget)) return cb;
+        c = cb > FLCE_CHUNK_MULTIPLE ? cb - FLCE_CHUNK_MULTIPLE : cb - 1;
+    }
+    return 0;
+}
+
+/*
+The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
+whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
+once for the row statistics and once more for the gradients). The terms are what the H200
+measurements in dev/RESULTS.md show (the constants are fitted to them): GEMM time, longer when
+the chunk or tile is short (a k or n of 128 halves the rate); the bytes the row passes and the
+logits GEMMs move per logit; the fp32 d_W read and written again by every chunk after the
+first; the fp32 d_h of a chunk read and written by every tile; and a fixed cost per launch.
+Only the comparison of two schedules matters, not the absolute value.
+*/
+static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
+    const double bandwidth = 3.5e12, launch = 3e-6;
+    const double N = (double)cfg->n_tokens, H = (double)cfg->hidden, Vp = (double)cfg->vocab_padded;
+    const int tiled = p->n_vtiles > 1;
+    const double gemms = backward ? (tiled ? 4.0 : 3.0) : 1.0;
+    if (p->sm90) {
+        // the Hopper path: GEMMs with the loss in their epilogues and operand loads, a short
+        // chunk wasting part of the 128-row tiles; per logit only E (written once, read by the
+        // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile
+        const double V = (double)cfg->vocab;
+        double t = gemms * 2.0 * N * V * H / 7.0e14 * (1.0 + 64.0 / (double)p->chunk);
+        double bytes = backward ? N * V * 6.0 : 0.0;
+        if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+        if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
+        if (backward && p->lt_backward) bytes += N * V * 4.0;  // dlogits written over E
+        t += bytes / bandwidth;
+        t += (double)(p->n_chunks * p->n_vtiles) * (backward ? 6.0 : 2.0) * launch;
+        return t;
+    }
+    const double es = (double)flce_dtype_size(cfg->dtype), ls = (double)p->logits_size;
+    const double shortest = (double)(p->chunk < p->vocab_tile ? p->chunk : p->vocab_tile);
+    double t = gemms * 2.0 * N * Vp * H / 6.6e14 * (1.0 + 128.0 / shortest);
+    // per logit: the GEMM writes of it and the row passes (read twice, dlogits written)
+    double bytes = N * Vp * (backward ? (tiled ? 4.0 : 3.0) * ls + es : 2.0 * ls);
+    if (backward && needs_dw) bytes += (double)(p->n_chunks - 1) * Vp * H * 8.0;
+    if (backward && tiled) bytes += (double)p->n_vtiles * N * H * 8.0;
+    t += bytes / bandwidth;
+    t += (double)(p->n_chunks * p->n_vtiles) * (backward ? (tiled ? 7.0 : 5.0) : 2.0) * launch;
+    return t;
+}
+
+// needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
+// it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
+// (flce_layout). The chunk schedule is taken whenever a chunk fits and the model does not
+// find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
+void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
+                           flce_plan *p) {
+    if (cfg->vocab_parallel && cfg->vocab < cfg->vocab_padded) {
+        // Every rank must cut the tokens into the same chunks (each chunk's collectives count
+        // its rows), and the ranks' real classes differ where the last shard holds the padding:
+        // plan as if every row were real (the Hopper path's layout grows with the real
+        // classes), then lay out this rank's, which needs no more; its size stays the plan's,
+        // so that a workspace sized by it gives every rank the same chunks again.
+        flce_config pc = *cfg;
+        pc.vocab = pc.vocab_padded;
+        flce_make_plan(&pc, budget, needs_dw, backward, sms, p);
+        if (p->chunk > 0) {
+            const size_t all_real = p->total;
+            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, p);
+            if (p->total < all_real) p->total = all_real;
+        }
+        return;
+    }
+    const int64_t N = cfg->n_tokens;
+    const int64_t span = sms ? cfg->vocab : cfg->vocab_padded;  // the columns the tiles cover
+    const int64_t unit = sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN;
+    int64_t max_chunk = N;
+    if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
+    const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
+    double best_cost = 0.0;
+    flce_plan cand;
+    flce_layout(cfg, 0, span, 0, sms, p);  // chunk 0: nothing fits (yet)
+    // the chunk schedule: the whole vocabulary per chunk
+    if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
+        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms);
+        int dw_acc = 0;
+        if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
+            // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
+            dw_acc = 1;
+            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms);
+        }
+        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms) : 0;
+        if (c > 0) {
+            flce_layout(cfg, c, span, dw_acc, sms, p);
+            best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
+        }
+    }
+    // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the
+    // widest vocabulary tile that fits beside it
+    int64_t max_vtile = span - 1;
+    if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
+    if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
+    for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
+        const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
+        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
+        const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
+        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms) : 0;
+        if (cb > 0) {
+            flce_layout(cfg, cb, vb, dw_acc, sms, &cand);
+            const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
+            if (p->chunk == 0 || cost < best_cost) {
+                *p = cand;
+                best_cost = cost;
+            }
+        }
+        if (c == max_chunk) break;
+    }
+}
+
+static int g_plan_sms = 0;  // flce_dev_set_plan_sms: 0, or the Hopper path for that many multiprocessors
+
+void flce_dev_set_plan_sms(int sms) { g_plan_sms = sms > 0 ? sms : 0; }
+
+// The multiprocessors of the current GPU when a new context's call with cfg takes the Hopper
+// path there (bf16 inputs; the planner's argument), else 0.
+static int flce_default_sms(const flce_config *cfg) {
+    if (cfg->dtype != FLCE_BF16) return 0;  // fp32 inputs run cuBLASLt's GEMMs on every GPU
+    // the Hopper path's plans for a GPU of g_plan_sms multiprocessors, on any machine (what the
+    // CPU tests check of its planner); calls still take their context's path
+    if (g_plan_sms > 0) return g_plan_sms;
+    return flce_device_hopper_sms();
+}
+
+// The planned workspace for budget on the path of sms (flce_make_plan), or the minimum with
+// FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of the narrowest width (or the
+// whole vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs.
+flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
+    flce_plan p;
+    flce_make_plan(cfg, budget, 1, 1, sms, &p);
+    if (p.chunk == 0) {
+        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
+        *bytes = flce_layout(cfg, 1, sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
+        return FLCE_ERR_WORKSPACE;
+    }
+    *bytes = p.total;
+    return FLCE_OK;
+}
+
+// Where the Hopper path is the default, the workspace is its plan's, raised where needed (and
+// the budget allows) to the cuBLASLt path's minimum, so that a context switched to cuBLASLt
+// (flce_set_hopper) runs in it too, in chunks planned within it. Sized for both plans, it was
+// up to twice what the Hopper path uses (the cuBLASLt plan's fp32 logits against bf16 E).
+flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes) {
+    flce_status st = flce_config_check(cfg, NULL, 0);
+    if (st != FLCE_OK) return st;
+    if (bytes == NULL) return FLCE_ERR_NULL_POINTER;
+    if (budget_bytes == 0) budget_bytes = FLCE_DEFAULT_BUDGET;
+    const int sms = flce_default_sms(cfg);
+    st = flce_workspace_for(cfg, budget_bytes, sms, bytes);
+    if (st == FLCE_OK && sms > 0) {
+        size_t lt_min = 0;
+        (void)flce_workspace_for(cfg, 1, 0, &lt_min);  // FLCE_ERR_WORKSPACE, with the minimum
+        if (lt_min > *bytes && lt_min <= budget_bytes) *bytes = lt_min;
+    }
+    return st;
+}
+
+int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes) {
+    if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
+    flce_plan p;
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
+    return p.chunk;
+}
+
+int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes) {
+    if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
+    flce_plan p;
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
+    return p.chunk > 0 ? p.vocab_tile : 0;
+}

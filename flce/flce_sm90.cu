@@ -1,0 +1,334 @@
+/*
+flce_sm90.cu - the Hopper path: our wgmma/TMA GEMMs (common/gemm_sm90.cuh) with the loss fused
+into them (flce_sm90.cuh), for bf16 inputs on a compute 9.0 GPU in an sm_90a build. Per chunk:
+the logits GEMM writes the row statistics per 256-column tile and E = exp(z - tile max) in
+bf16; the merge kernel turns the statistics into the LSE, the loss and each row's and tile's
+coefficients; the d_h and d_W GEMMs form dlogits from E as they load it (or, lt_backward, a
+pass writes dlogits over E and the cuBLASLt path's gradient GEMMs take them: flce_lt.cu's
+flce_tile_backward). With vocabulary tiles a first logits GEMM over the whole vocabulary
+writes the statistics only and each tile's E is computed again, bitwise the same. The call's
+prepare and finalize steps are flce.cu's.
+*/
+#include "flce_call.cuh"
+#include "flce_sm90.cuh"
+
+#define FLCE_HOPPER_TRY(what, call)                                                            \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUDA,              \
+                             "%s (Hopper path, chunk at token %lld): %s", what, (long long)c0, \
+                             cudaGetErrorString(e_));                                        \
+    } while (0)
+
+/*
+The fused d_W GEMM's two transforms: the plain one forms dz = s e - cs - [j == y] ct in
+registers from per-row coefficients that every K step reads from shared memory (26 loads a
+step and thread); the scaled one (flce_sm90_dw_sc) multiplies e by an exact power of two from
+one 16-byte load a stage, its B operand carries each row's factor (flce_sm90_xs_kernel) and the
+target's term sits in E. Our GEMMs are bound by shared-memory bandwidth (dev/RESULTS.md: ncu's
+wavefronts), to which the plain transform's loads add ~20%. The scaled one applies without a
+softcap, an entropy gradient or label smoothing (their terms are not a row factor) and where d_W
+is fp32 (the rare target term left out of E is added after the GEMM, in fp32).
+flce_dev_set_dw_scaled(ctx, 0) turns it off, for dev/ comparisons.
+*/
+static int flce_sm90_dw_scaled(const flce_context *ctx, const flce_config *cfg, const flce_plan *p,
+                               const flce_tensors *t, int xf) {
+    if (!ctx->dw_scaled) return 0;
+    const int bf16_out = !p->dw_accumulator && cfg->d_weight_dtype == FLCE_BF16;
+    // (the target's term sums a column's rows in shared memory: H up to 51,200)
+    return !xf && cfg->label_smoothing == 0.0f && !p->lt_backward && t->d_weight != NULL && !bf16_out &&
+           FLCE_DW_TARGET_COLS(cfg->hidden) >= 1;
+}
+
+// The logits of vocabulary columns [r->voff, r->voff + w) for the chunk at c0: statistics
+// and / or E from the GEMM's epilogue.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0, int64_t w,
+                                    int store_e, int want_stats) {
+    flce_context *ctx = s->ctx;
+    const int64_t H = s->cfg->hidden;
+    sm90_problem q;
+    q.a = {(const T *)s->t->hidden + c0 * H, r->rows, H, H};
+    q.b = {(const T *)s->t->weight + (int64_t)r->voff * H, w, H, H};
+    // E: (rows x w) of the tile; the statistics-only pass over the whole vocabulary writes none
+    q.d = {s->ws + s->p->off_logits, r->rows, w < s->p->ldl ? w : s->p->ldl, s->p->ldl};
+    q.trans_a = 0; q.trans_b = 0;
+    q.M = r->rows; q.N = w; q.K = H; q.splits = 1;
+    flce_sm90_logits_args<T> a;
+    a.r = *r;
+    a.bias = s->ra.bias;
+    a.store_e = store_e;
+    a.want_stats = want_stats;
+    a.want_sum = s->cfg->label_smoothing > 0.0f;
+    FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
+        FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
+        const bool logit = a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL;
+        // ping-pong where the epilogue is long against a tile's products (K = H <= 2048): the
+        // logits kernel alone on an H200 (ncu, same run) took 7-10% fewer cycles at H = 768 and
+        // 1024, though 2-4% less time (the clock falls under the power cap); at H = 4096 it was
+        // no faster (dev/RESULTS.md)
+        const int pingpong = ctx->pingpong >= 0 ? ctx->pingpong : H <= 2048;
+        if (pingpong && logit)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else if (pingpong)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else if (logit)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+    });
+    return FLCE_OK;
+}
+
+// LSE, loss, coefficients and tile scales of the chunk at c0 from its statistics.
+// vocab_parallel: the tiles merged into this rank's row statistics, those combined over the
+// ranks (flce_vp_exchange), then the merge from the combined ones.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_merge(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0) {
+    flce_context *ctx = s->ctx;
+    const unsigned grid = (unsigned)((r->ld + 31) / 32);
+    const int n_stat = (int)s->p->n_stat;
+    if (s->cfg->vocab_parallel) {
+        float *vp = (float *)(s->ws + s->p->off_vp);
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                        FLCE_VP_LOCAL, vp);
+            FLCE_HOPPER_TRY("merge kernel (this rank's statistics)", cudaGetLastError());
+        });
+        FLCE_TRY(flce_vp_exchange(s, c0, r->rows));
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                        FLCE_VP_GLOBAL, vp);
+            FLCE_HOPPER_TRY("merge kernel (the ranks' statistics)", cudaGetLastError());
+        });
+        return FLCE_OK;
+    }
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        flce_sm90_merge_kernel<T, Tgt><<<grid, 32 * FLCE_MERGE_WARPS, 0, s->stream>>>(s->ra, *r, n_stat,
+                                                                                    FLCE_VP_NONE, (float *)NULL);
+        FLCE_HOPPER_TRY("merge kernel", cudaGetLastError());
+    });
+    return FLCE_OK;
+}
+
+// d_b of vocabulary columns [r->voff, r->voff + w) (and the padding on to Vp after the last
+// tile) for the chunk at c0: the column sums of dlogits, formed from E, in fp32.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_dbias(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                     int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const int64_t v0 = r->voff;
+    const int64_t rows_w = v0 + w == cfg->vocab ? cfg->vocab_padded - v0 : w;
+    const int acc = cfg->d_bias_dtype == FLCE_BF16;
+    float *db = (acc ? (float *)(s->ws + s->p->off_db32) : (float *)s->t->d_bias) + v0;
+    const int add = c0 > 0 || (!acc && cfg->accumulate_d_bias);
+    FLCE_PHASE(ctx, s->stream, FLCE_T_DBIAS, {
+        const unsigned grid = (unsigned)((rows_w + 511) / 512);
+        flce_sm90_dbias_kernel<<<grid, 256, 0, s->stream>>>((const __nv_bfloat16 *)(s->ws + s->p->off_logits),
+                                                            s->p->ldl, *r, (int)w, (int)rows_w, db, add);
+        FLCE_HOPPER_TRY("d_bias kernel", cudaGetLastError());
+    });
+    return FLCE_OK;
+}
+
+// The gradients of vocabulary columns [r->voff, r->voff + w) (the tile whose E the buffer
+// holds) for the chunk at c0.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                      int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const flce_tensors *t = s->t;
+    const flce_plan *p = s->p;
+    const int64_t H = cfg->hidden, V = cfg->vocab, Vp = cfg->vocab_padded, v0 = r->voff, rows = r->rows;
+    const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
+    const sm90_matrix E = {s->ws + p->off_logits, rows, w, p->ldl};
+    const int last = v0 + w == V;
+    // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
+    const int64_t rows_w = last ? Vp - v0 : w;
+    if (t->d_hidden != NULL) {
+        // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order
+        float *part = (float *)(s->ws + p->off_dh_part);
+        sm90_problem q;
+        q.a = E;
+        q.b = {w_tile, w, H, H};
+        q.d = {part, rows, H, H};
+        q.trans_a = 0; q.trans_b = 1;
+        q.M = rows; q.N = H; q.K = w; q.splits = p->dh_parts;
+        flce_sm90_grad_args a;
+        a.r = *r;
+        void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
+        const int parts = sm90_make_shape(q).splits;
+        const int64_t n = rows * H;
+        const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
+            FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
+            FLCE_HOPPER_TRY("d_hidden GEMM", r->xf
+                                                  ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
+                                                  : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
+            if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
+                float *dh32 = (float *)(s->ws + p->off_dh32);
+                flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+                if (last) FLCE_TRY(flce_finish_dh(s, dh, dh32, rows));
+            } else if (cfg->d_hidden_dtype == FLCE_FP32) {
+                flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(
+                    part, parts, n, (float *)dh, v0 > 0 || cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+            } else {
+                flce_sm90_sum_parts_kernel<__nv_bfloat16><<<grid, 256, 0, s->stream>>>(
+                    part, parts, n, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+            }
+        });
+    }
+    // (d_b before the d_W GEMM: the scaled d_W moves the targets' terms into E for it)
+    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    if (t->d_weight != NULL) {
+        // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32; a
+        // bf16 d_W without an accumulator (one chunk of all the tokens, nothing to add to) is
+        // written by the GEMM in bf16
+        const int acc = p->dw_accumulator;
+        const int bf16_out = !acc && cfg->d_weight_dtype == FLCE_BF16;
+        char *dw = (acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + (size_t)v0 * H * (bf16_out ? 2 : 4);
+        const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
+        // the scaled d_W: its B operand v' h in the d_h parts' buffer (free once they are summed)
+        __nv_bfloat16 *xs = (__nv_bfloat16 *)(s->ws + p->off_dh_part);
+        sm90_problem q;
+        q.a = E;
+        q.b = {r->sc ? (const void *)xs : (const void *)h_chunk, rows, H, H};
+        q.d = {dw, rows_w, H, H};
+        q.trans_a = 1; q.trans_b = 1;
+        q.M = rows_w; q.N = H; q.K = rows; q.splits = 1;
+        flce_sm90_grad_args a;
+        a.r = *r;
+        FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
+            FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
+            cudaError_t err;
+            if (r->sc) {
+                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(
+                    h_chunk, *r, (int)H, (int)w, (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl, xs);
+                FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
+                err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
+                FLCE_HOPPER_TRY("d_weight GEMM", err);
+                const int cols = FLCE_DW_TARGET_COLS(H);
+                const size_t smem = (size_t)cols * H * 4;
+                FLCE_HOPPER_TRY("d_weight target kernel",
+                                cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                flce_sm90_dw_target_kernel<T><<<(unsigned)((w + cols - 1) / cols), FLCE_DW_TARGET_THREADS, smem,
+                                                s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
+                FLCE_HOPPER_TRY("d_weight target kernel", cudaGetLastError());
+            } else if (bf16_out)
+                err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)
+                            : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream);
+            else if (r->xf)
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
+            else
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, false>, float, 1, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dw<false, false>, float, 1, 1>(q, a, s->stream);
+            FLCE_HOPPER_TRY("d_weight GEMM", err);
+        });
+    }
+    return FLCE_OK;
+}
+
+// lt_backward (flce_sm90_lt_backward): d_b from E, then dlogits written over E, then the
+// cuBLASLt path's gradient GEMMs on them, over the real classes; d_W's padding rows (V .. Vp)
+// are zeroed by the first chunk where it writes rather than adds.
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
+                                         int64_t w) {
+    flce_context *ctx = s->ctx;
+    const flce_config *cfg = s->cfg;
+    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded, H = cfg->hidden, v0 = r->voff;
+    if (s->t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+        __nv_bfloat16 *E = (__nv_bfloat16 *)(s->ws + s->p->off_logits);
+        const int w_out = (int)flce_round_up(w, 8);  // within the row stride (a multiple of 64)
+        if (r->xf)
+            flce_sm90_dlogits_kernel<true><<<(unsigned)r->rows, 256, 0, s->stream>>>(E, s->p->ldl, *r, w_out);
+        else
+            flce_sm90_dlogits_kernel<false><<<(unsigned)r->rows, 256, 0, s->stream>>>(E, s->p->ldl, *r, w_out);
+        FLCE_HOPPER_TRY("dlogits kernel", cudaGetLastError());
+    });
+    FLCE_TRY(flce_tile_backward(s, c0, r->rows, v0, w, 0));
+    const int acc = s->p->dw_accumulator;
+    if (s->t->d_weight != NULL && c0 == 0 && v0 + w == V && Vp > V && (acc || !cfg->accumulate_d_weight)) {
+        const size_t es = acc ? 4 : flce_dtype_size(cfg->d_weight_dtype);
+        char *dw = acc ? s->ws + s->p->off_dw32 : (char *)s->t->d_weight;
+        FLCE_HOPPER_TRY("d_weight padding rows", cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es,
+                                                                 s->stream));
+    }
+    return FLCE_OK;
+}
+
+// Per chunk: the logits GEMM (statistics and E), the merge, the gradient GEMMs. With
+// vocabulary tiles, a first logits GEMM over the whole vocabulary writes the statistics only,
+// then each tile's E is computed again (bitwise the same accumulators) for its gradients.
+template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
+    const flce_config *cfg = s->cfg;
+    const flce_plan *p = s->p;
+    const int64_t N = cfg->n_tokens, V = cfg->vocab, C = p->chunk, tile = p->vocab_tile;
+    const int tiled = p->n_vtiles > 1;
+    flce_sm90_rows r;
+    memset(&r, 0, sizeof(r));
+    r.stat_m = (float *)(s->ws + p->off_stat);
+    r.stat_s = r.stat_m + p->n_stat * p->ldc;
+    r.stat_sz = r.stat_s + p->n_stat * p->ldc;
+    r.stat_q = r.stat_sz + p->n_stat * p->ldc;
+    r.stat_hi = (__nv_bfloat16 *)(s->ws + p->off_stat16);
+    r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
+    r.ncs = r.stat_lo + p->n_stat * p->ldc;
+    r.coef = (float *)(s->ws + p->off_rec);
+    // the scaled d_W's exponents and row factors, where the plain transform's bf16 copies go
+    r.ucode = (uint8_t *)r.stat_hi;
+    r.vrow = (float *)(r.ucode + p->n_stat * p->ldc);
+    r.untaken = (int *)(r.vrow + p->ldc);  // (the region holds (4 n_stat + 2) ldc bytes)
+    r.ld = p->ldc;
+    r.V = (int)V;
+    r.cap = cfg->softcap;
+    r.k = s->ra.p.k;
+    r.temp = cfg->temperature;
+    // class weights enter dz (and the epilogue's sum) only through the smoothing term
+    r.cw = s->ra.class_weights != NULL && cfg->label_smoothing > 0.0f ? s->ra.class_weights : NULL;
+    r.want_q = s->ra.p.want_entropy;
+    // the general transform: a softcap, an entropy gradient, weighted smoothing
+    r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
+    r.sc = flce_sm90_dw_scaled(s->ctx, cfg, p, s->t, r.xf);
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+        r.rows = (int)(N - c0 < C ? N - c0 : C);
+        s->ra.row0 = c0;
+        if (tiled) {
+            r.voff = 0;
+            FLCE_TRY(flce_hopper_logits(s, &r, c0, V, 0, 1));
+            FLCE_TRY(flce_hopper_merge(s, &r, c0));
+            if (!s->backward) continue;
+        }
+        for (int64_t v0 = 0; v0 < V; v0 += tile) {
+            const int64_t w = V - v0 < tile ? V - v0 : tile;
+            r.voff = (int)v0;
+            FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
+            if (!tiled) FLCE_TRY(flce_hopper_merge(s, &r, c0));
+            if (r.sc && s->backward) {  // the targets' e out of E (flce_sm90_zero_target_kernel)
+                flce_context *ctx = s->ctx;
+                FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+                    flce_sm90_zero_target_kernel<<<(unsigned)((r.rows + 255) / 256), 256, 0, s->stream>>>(
+                        (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl, r, (int)w);
+                    FLCE_HOPPER_TRY("target kernel", cudaGetLastError());
+                });
+            }
+            if (s->backward)
+                FLCE_TRY(p->lt_backward ? flce_hopper_backward_lt(s, &r, c0, w) : flce_hopper_backward(s, &r, c0, w));
+        }
+    }
+    return FLCE_OK;
+}
+
+typedef __nv_bfloat16 bf16;
+template flce_status flce_run_hopper<bf16, bf16, int32_t>(flce_call_state<bf16, bf16, int32_t> *);
+template flce_status flce_run_hopper<bf16, bf16, int64_t>(flce_call_state<bf16, bf16, int64_t> *);
