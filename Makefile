@@ -298,8 +298,14 @@ $(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_common.h test/fuzz/drive
 	@mkdir -p $(FUZZ_BUILD)
 	$(if $(filter libfuzzer,$(FUZZ_ENGINE)),$(FUZZ_CC_LIBFUZZER),$(FUZZ_CC_BUILTIN)) -o $@ $< -lm $(CJSON_LIBS)
 
-.PHONY: fuzz fuzz-build
+.PHONY: fuzz fuzz-build fuzz-merge
 fuzz-build: $(FUZZ_BINS)
 fuzz: $(FUZZ_BINS)
 	@echo "fuzzing with $(FUZZ_ENGINE), $(FUZZ_SECONDS) s per target"
 	@test/fuzz/run.sh $(FUZZ_ENGINE) $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
+
+# make fuzz-merge (libFuzzer): the inputs of the last make fuzz that add coverage, copied into
+# test/fuzz/corpus/<target>/ (to commit: every later run starts from them)
+fuzz-merge: $(FUZZ_BINS)
+	@test $(FUZZ_ENGINE) = libfuzzer || { echo "fuzz-merge needs clang's libFuzzer"; exit 1; }
+	@test/fuzz/run.sh merge $(FUZZ_BUILD) $(FUZZ_TARGETS)

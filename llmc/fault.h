@@ -1,7 +1,7 @@
 /*
 fault.h - TRAIN_FAULT, a testing aid: a failure injected into one process of a run, so that a
 test can watch the other processes stop with its message instead of hanging
-(scripts/gpu_check.sh train-fault, train-fault-tcp, train-fault-fs).
+(scripts/test_multigpu.sh train-fault, train-fault-tcp, train-fault-fs).
 
 TRAIN_FAULT=rank:step[:exit|cuda|kill]: that rank stops at the start of that training step
 (1-based, as printed): exit(1) with a message (the default), a CUDA error through the trainer's

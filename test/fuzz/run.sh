@@ -4,12 +4,35 @@
 # test/fuzz/regressions/<target>/, then fuzzes SECONDS seconds from test/fuzz/corpus/<target>/ (new
 # inputs go to BUILD_DIR/corpus/<target>, findings to BUILD_DIR/findings/<target>/). Prints per
 # target its executions and findings, then "N passed, M failed"; exits 1 on any finding.
+#   test/fuzz/run.sh merge BUILD_DIR TARGET... (make fuzz-merge; libFuzzer only): the inputs of the
+# last run (BUILD_DIR/corpus/<target>) that add coverage to test/fuzz/corpus/<target>/ are copied
+# there (libFuzzer's -merge=1), so that every later run starts from them once committed.
 set -u
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:allocator_may_return_null=0:max_allocation_size_mb=1024:malloc_limit_mb=1024"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+if [ "$1" = merge ]; then
+    build=$2
+    shift 2
+    bad=0
+    for t in "$@"; do
+        corpus=test/fuzz/corpus/$t work=$build/corpus/$t log=$build/merge_$t.log
+        [ -d "$work" ] || { echo "SKIP  fuzz_$t: no $work (run make fuzz first)"; continue; }
+        before=$(find "$corpus" -type f | wc -l)
+        if "$build/fuzz_$t" -merge=1 -timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536 \
+            "$corpus" "$work" >"$log" 2>&1; then
+            printf 'MERGE fuzz_%-22s %4d new inputs, %s files, %s bytes in %s\n' "$t" \
+                $(($(find "$corpus" -type f | wc -l) - before)) "$(find "$corpus" -type f | wc -l)" \
+                "$(find "$corpus" -type f -exec cat {} + | wc -c)" "$corpus"
+        else
+            bad=1
+            echo "FAIL  fuzz_$t: the merge failed (log: $log)"
+        fi
+    done
+    exit $bad
+fi
 engine=$1 seconds=$2 build=$3
 shift 3
 passed=0 failed=0
-export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:allocator_may_return_null=0:max_allocation_size_mb=1024:malloc_limit_mb=1024"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
 for t in "$@"; do
     bin=$build/fuzz_$t corpus=test/fuzz/corpus/$t reg=test/fuzz/regressions/$t
     work=$build/corpus/$t findings=$build/findings/$t log=$build/fuzz_$t.log
