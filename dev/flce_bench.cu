@@ -34,12 +34,18 @@ targets (ignore_index -100):
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
+             [--budget MiB]
+
+Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
+Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
+(both); "llama" is not in the default run, which it would make about twice as long.
 
 The flce rows under the library's own choices by default; the -- options set its switches for
 an A/B (flce.h's flce_set_autotune, flce_internal.h's dev switches): cuBLASLt's heuristic pick
 instead of autotuning, per-phase times (printed to stderr per configuration), the Hopper
 logits GEMM's schedule, the Hopper path's gradients from cuBLASLt's GEMMs (1) or the fused
-ones (0), the scaled d_W transform off (0).
+ones (0), the scaled d_W transform off (0); --budget sets the workspace budget of the rows
+that take 1 GiB by default (larger chunks: fewer d_W accumulations and W reads per call).
 
 Benchmark mode, per shape, in one process: random inputs (h, W uniform with std H^-1/4 so
 the logits are ~N(0, 1); targets uniform, ~5% ignored), a GPU reference (fp32 GEMMs on the
@@ -75,6 +81,9 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 #include "flce_internal.h"  // the library's dev switches (--pingpong, --lt-backward, ...)
 
 #define DEFAULT_SHAPES "8192x768x50304,4096x4096x128256,16384x4096x151936,65535x1024x176245"
+// -s llama: N x H x V of Llama-3.2-1B, Llama-3.2-3B (16384 tokens), Qwen2.5-0.5B, Qwen2.5-1.5B
+// (32768 tokens); their 3-GEMM floors add up to about the default four's
+#define LLAMA_SHAPES "16384x2048x128256,16384x3072x128256,32768x896x151936,32768x1536x151936"
 #define CHECK_SHAPES "300x64x1001,1000x128x5003,129x192x4099"
 #define VERL_SPLIT 9504          // verl's vocab split upstream
 #define FWD_TOKEN_TILE 4096      // fuse_MN's forward: token tiles, so its buffer stays small
@@ -91,6 +100,7 @@ typedef struct {
     int autotune, timing, pingpong, lt_backward, dw_scaled;
 } FlceSwitches;
 static FlceSwitches g_switches = {-1, -1, -1, -1, -1};
+static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
 
 // ----------------------------------------------------------------------------------------
 // row kernels of verl's split schedule (the whole-row kernel, ce_row_kernel, is common.cuh's)
@@ -626,7 +636,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
 // the default path (flce's Hopper GEMMs where they run) with 1 GiB and 160 MiB, and the
 // cuBLASLt path with fp32 and bf16 logits
 static int flce_setup_1g(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)1 << 30, 0, 0, why, why_len);
+    return flce_setup_budget(P, w, g_budget, 0, 0, why, why_len);
 }
 
 static int flce_setup_lean(const Problem *P, Work *w, char *why, size_t why_len) {
@@ -634,11 +644,11 @@ static int flce_setup_lean(const Problem *P, Work *w, char *why, size_t why_len)
 }
 
 static int flce_setup_lt(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)1 << 30, 0, 1, why, why_len);
+    return flce_setup_budget(P, w, g_budget, 0, 1, why, why_len);
 }
 
 static int flce_setup_lt_bf16_logits(const Problem *P, Work *w, char *why, size_t why_len) {
-    return flce_setup_budget(P, w, (size_t)1 << 30, 1, 1, why, why_len);
+    return flce_setup_budget(P, w, g_budget, 1, 1, why, why_len);
 }
 
 static int flce_setup_lt_lean(const Problem *P, Work *w, char *why, size_t why_len) {
@@ -679,7 +689,10 @@ static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c] [--switch V ...]\n"
             "  -v  comma list of 1 naive, 2 liger, 3 verl, 4 fuse_mn, 5 flce (its five rows); default all\n"
-            "  -s  comma list of NxHxV; default %s (with -c: %s)\n"
+            "  -s  comma list of NxHxV and of the named sets default, llama and all (the two);\n"
+            "      default = %s\n"
+            "      llama = %s\n"
+            "      (the default list; with -c: %s)\n"
             "  -r  timed repeats per version and shape (default 7; fewer for slow versions)\n"
             "  -w  warm-up runs (default 2, at least 1)\n"
             "  -o  also write the markdown report to path\n"
@@ -690,8 +703,40 @@ static void usage(const char *prog) {
             "  --pingpong 0|1     the Hopper logits GEMM: 0 cooperative, 1 ping-pong (default: by H)\n"
             "  --lt-backward 0|1  the Hopper path's gradients: 1 cuBLASLt's GEMMs on dlogits, 0 the\n"
             "                     fused GEMMs (default: by H)\n"
-            "  --dw-scaled 0|1    0: the Hopper d_W GEMM without the scaled transform\n",
-            prog, DEFAULT_SHAPES, CHECK_SHAPES);
+            "  --dw-scaled 0|1    0: the Hopper d_W GEMM without the scaled transform\n"
+            "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",
+            prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES);
+}
+
+// -s's list with the named sets replaced by their shapes, into out; 0 if it does not fit
+static int expand_shapes(const char *list, char *out, size_t cap) {
+    char buf[2048];
+    snprintf(buf, sizeof(buf), "%s", list);
+    size_t used = 0;
+    out[0] = '\0';
+    for (char *tok = strtok(buf, ","); tok != NULL; tok = strtok(NULL, ",")) {
+        const char *add = tok;
+        if (strcmp(tok, "default") == 0) add = DEFAULT_SHAPES;
+        else if (strcmp(tok, "llama") == 0) add = LLAMA_SHAPES;
+        else if (strcmp(tok, "all") == 0) add = DEFAULT_SHAPES "," LLAMA_SHAPES;
+        const int n = snprintf(out + used, cap - used, "%s%s", used > 0 ? "," : "", add);
+        if (n < 0 || (size_t)n >= cap - used) return 0;
+        used += (size_t)n;
+    }
+    return 1;
+}
+
+// --budget MiB or --budget=MiB into g_budget; 0 if the argument is not that
+static int parse_budget(int argc, char **argv, int *i) {
+    const char *arg = argv[*i], *v = NULL;
+    if (strncmp(arg, "--budget=", 9) == 0) v = arg + 9;
+    else if (strcmp(arg, "--budget") == 0 && *i + 1 < argc) v = argv[++*i];
+    if (v == NULL) return 0;
+    char *end = NULL;
+    const long long mib = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || mib < 1 || mib > (1ll << 20)) return 0;
+    g_budget = (size_t)mib << 20;
+    return 1;
 }
 
 // --NAME V or --NAME=V (V 0 or 1; --timing alone is 1) into g_switches; 0 for anything else
@@ -763,7 +808,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(arg, "-v") == 0 && has_val) {
             a.mask = parse_versions(argv[++i]);
         } else if (strcmp(arg, "-s") == 0 && has_val) {
-            snprintf(a.shapes, sizeof(a.shapes), "%s", argv[++i]);
+            if (!expand_shapes(argv[++i], a.shapes, sizeof(a.shapes))) {
+                fprintf(stderr, "shape list too long: %s\n", argv[i]);
+                return 2;
+            }
             shapes_given = 1;
         } else if (strcmp(arg, "-r") == 0 && has_val) {
             a.repeats = atoi(argv[++i]);
@@ -771,6 +819,8 @@ int main(int argc, char **argv) {
             a.warmups = atoi(argv[++i]);
         } else if (strcmp(arg, "-o") == 0 && has_val) {
             a.out_path = argv[++i];
+        } else if (strncmp(arg, "--budget", 8) == 0 && parse_budget(argc, argv, &i)) {
+            continue;
         } else if (strncmp(arg, "--", 2) == 0 && parse_switch(argc, argv, &i)) {
             continue;
         } else {

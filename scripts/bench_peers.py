@@ -24,7 +24,11 @@ Peers (each in its own try/except; a missing or failing one is a row with its er
                         bf16, V % 128 == 0, ...; otherwise its base chunked pipeline)
 
 Shapes: dev/flce_bench's four (8192x768x50304, 4096x4096x128256, 16384x4096x151936,
-65535x1024x176245) and the padded 65536x1024x176256 (--shapes to change). Inputs as
+65535x1024x176245) and the padded 65536x1024x176256 (--shapes to change: NxHxV and the named
+sets "default" (these five), "llama" (dev/flce_bench's too: the LM heads of Llama-3.2-1B and 3B
+at 16384 tokens, 16384x2048x128256 and 16384x3072x128256, and of Qwen2.5-0.5B and 1.5B at 32768
+tokens, 32768x896x151936 and 32768x1536x151936) and "all"; "llama" is not in the default run,
+which with every peer it would take past bench_peers.sh's 420 s limit). Inputs as
 dev/flce_bench makes them: bf16 h (N, H) and W (V, H) uniform with std H^-1/4 (logits ~ N(0,1)),
 int64 targets uniform over V with ~5% set to -100; mean reduction; no bias.
 
@@ -69,7 +73,7 @@ chart of x floor per peer per shape with --png (matplotlib). The last line is
 
 Usage
   python3 scripts/bench_peers.py --dry-run           # no torch, no GPU: the plan, what imports
-  python3 scripts/bench_peers.py -o peers.md --png peers.png [--shapes NxHxV,...] [--peers a,b]
+  python3 scripts/bench_peers.py -o peers.md --png peers.png [--shapes NxHxV|default|llama|all,...] [--peers a,b]
       [--mode all|peers|overhead] [--c-bench build/flce_bench] [--time-limit S]
   python3 scripts/bench_peers.py --assemble /tmp/flce_whl   # reassemble the split wheel (below)
   Needs build/libflce.so for flce (make lib) or $FLCE_LIBRARY; flce/python is put on sys.path.
@@ -133,6 +137,10 @@ WHL_DIR = os.path.join(REPO, ".whl")
 
 DEV_SHAPES = [(8192, 768, 50304), (4096, 4096, 128256), (16384, 4096, 151936), (65535, 1024, 176245)]
 EXTRA_SHAPES = [(65536, 1024, 176256)]  # the last dev/ shape padded: N % 8 == 0, V % 128 == 0
+# the LM heads of Llama-3.2-1B, 3B (16384 tokens), Qwen2.5-0.5B, 1.5B (32768 tokens): dev/flce_bench -s llama
+LLAMA_SHAPES = [(16384, 2048, 128256), (16384, 3072, 128256), (32768, 896, 151936), (32768, 1536, 151936)]
+SHAPE_SETS = {"default": DEV_SHAPES + EXTRA_SHAPES, "llama": LLAMA_SHAPES,
+              "all": DEV_SHAPES + EXTRA_SHAPES + LLAMA_SHAPES}
 IGNORE_INDEX = -100
 IGNORE_FRAC = 0.05
 SLOW_MS = 3000.0
@@ -181,10 +189,14 @@ def shape_str(s):
 def parse_shapes(text):
     out = []
     for tok in text.split(","):
+        if tok.strip() in SHAPE_SETS:
+            out += [s for s in SHAPE_SETS[tok.strip()] if s not in out]
+            continue
         m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", tok)
         if not m:
-            raise SystemExit("bad shape %r (want NxHxV[,NxHxV...])" % tok)
-        out.append(tuple(int(g) for g in m.groups()))
+            raise SystemExit("bad shape %r (want NxHxV or %s, comma-separated)" % (tok, "|".join(SHAPE_SETS)))
+        if tuple(int(g) for g in m.groups()) not in out:
+            out.append(tuple(int(g) for g in m.groups()))
     return out
 
 
@@ -1153,7 +1165,9 @@ def main(argv=None):
     ap.add_argument("--assemble", metavar="DIR", help="stash .whl/parts/* in DIR and reassemble the split wheel there")
     ap.add_argument("-o", "--output", help="write the Markdown report here too (rewritten after each row)")
     ap.add_argument("--png", help="write the bar chart (x floor per peer per shape) here")
-    ap.add_argument("--shapes", help="comma list of NxHxV (default: dev/'s four and 65536x1024x176256)")
+    ap.add_argument("--shapes", default="default",
+                    help="comma list of NxHxV and of the sets default (dev/'s four and 65536x1024x176256), "
+                         "llama (Llama-3.2-1B, 3B and Qwen2.5-0.5B, 1.5B heads) and all (default: default)")
     ap.add_argument("--peers", help="comma list of %s (default: all)" % ",".join(PEER_KEYS))
     ap.add_argument("--mode", choices=("all", "peers", "overhead"), default="all")
     ap.add_argument("--c-bench", metavar="PATH", help="also run PATH -v flce -s <shapes> (dev/flce_bench) once")
@@ -1169,7 +1183,7 @@ def main(argv=None):
 
     if args.assemble:
         return assemble(args.assemble)
-    shapes = parse_shapes(args.shapes) if args.shapes else DEV_SHAPES + EXTRA_SHAPES
+    shapes = parse_shapes(args.shapes)
     peers = PEER_KEYS if not args.peers else [p.strip() for p in args.peers.split(",") if p.strip()]
     bad = [p for p in peers if p not in PEER_KEYS]
     if bad:
