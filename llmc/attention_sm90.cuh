@@ -1,11 +1,11 @@
 /*
-attention_sm90.cuh - causal attention on Hopper (sm_90a), head size 64: the products on
-wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
+attention_sm90.cuh - causal attention on Hopper (sm_90a), head size 64 (forward and
+backward) and 128 (forward; its backward is attention.cuh's): the products on wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
 producer and two consumers, in the manner of FlashAttention-3. Same inputs, outputs and saved
 state as attention.cuh's kernels, which dispatch here where this applies (see its layouts):
 
   forward   q (rows ldq apart, NH heads), k, v (rows ldkv apart, NKV heads; NKV divides NH;
-            query head h reads K/V head h / (NH/NKV)) -> out (B, T, NH*64); lse (B, NH, T):
+            query head h reads K/V head h / (NH/NKV)) -> out (B, T, NH*hs); lse (B, NH, T):
             base-2 log-sum-exp of the scaled scores (P = 2^(s log2(e) / sqrt(hs) - lse))
   backward  dout, q, k, v, lse and Dvec = rowsum(dout * out) -> dq, dk, dv (the layouts of
             q, k, v)
@@ -16,15 +16,21 @@ Every kernel runs persistent CTAs (one per SM, at most one per work tile) over w
 or K/V heads for dK/dV: each kernel counts its own tiles and heads), heaviest first within a
 group (att90_tile), so that the tiles running at one time share their heads' K/V (or Q/dO) in
 L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps, one per
-tensor, over (B, T, the tensor's heads * 64 columns) with its row stride ldq, ldkv or NH*64:
-a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens past T read as
-zeros; GQA reads K/V head h / group in place), and in the backward warp 1 brings the rows' lse
+tensor, over (B, T, the tensor's heads * hs columns) with its row stride ldq, ldkv or NH*hs:
+a box is 64 columns (128 bytes, the 128-byte swizzle's widest: one head at hs = 64, half of
+one at 128) by 64 or 128 tokens of one sequence, tokens past T read as zeros; GQA reads K/V
+head h / group in place), and in the backward warp 1 brings the rows' lse
 and D into shared memory; warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
 stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
 
 Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
-  O += P V (m64n64k16, P from registers: the S accumulator layout is the A fragment layout).
+  O += P V (m64n{hs}k16, P from registers: the S accumulator layout is the A fragment layout).
+  Head size 128: each 128-row tile of Q, K or V is two 64-column halves (two TMA boxes) one
+  after the other in shared memory, each 128 rows of 128 swizzled bytes; Q K^T's 8 K steps
+  take 4 from each half, and P V's B operand (V, MN-major) spans both halves with the
+  descriptor's leading byte offset = one half (att90_scores, att90_pv). O is 64 fp32 a thread
+  (32 at hs = 64); 2 K/V stages of 32 KiB each for K and V (4 of 16 KiB at hs = 64).
 Backward, as attention.cuh's (so that each gradient is written once, without atomics):
   dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16, K
     and V in registers for the whole work tile), P^T from lse, dS^T = P^T (dP^T - D);
@@ -40,8 +46,9 @@ the previous stage's products are on the tensor cores (across the heads of a GQA
 the two consumers interleave as well. The diagonal tiles mask keys past the row (and with it
 the zero keys past T).
 
-Requirements (attention_sm90_usable; attention.cuh checks the rest): an sm_90a build
-(SM90_GEMM_BUILD) on a 9.0 device, hs = 64, 16-byte aligned tensors and row strides; T, B,
+Requirements (attention_sm90_usable, attention_sm90_backward_usable; attention.cuh checks the
+rest): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device, hs = 64 (or 128: the forward, unless
+attention_set_sm90_hs128(0)), 16-byte aligned tensors and row strides; T, B,
 NH, NKV any; one call at a time on a device (its kernels' tile counters are per device: two
 forwards, or two backwards, on concurrent streams of one device would share them). No float
 atomics (an integer counter hands out the tiles, whose arithmetic is the same whichever CTA
@@ -55,13 +62,28 @@ runs them): bitwise repeatable.
 
 #define ATT90_BM 128        // query rows per work tile (64 per consumer warpgroup)
 #define ATT90_BN 128        // keys per K/V stage
-#define ATT90_HS 64         // head size (one 128-byte swizzle row of bf16)
-#define ATT90_STAGES 4
+#define ATT90_SWZ_COLS 64   // bf16 columns of one 128-byte swizzle row: a TMA box's width
+#define ATT90_HS 64         // the backward kernels' head size (the forward's is a template parameter)
 #define ATT90_THREADS 384   // producer warpgroup + 2 consumer warpgroups
 #define ATT90_MAX_DEVICES 64  // devices a process may use (per-device host state)
-#define ATT90_Q_BYTES (ATT90_BM * ATT90_HS * 2)
-#define ATT90_KV_BYTES (ATT90_BN * ATT90_HS * 2)
-#define ATT90_SMEM (2 * ATT90_Q_BYTES + 2 * ATT90_STAGES * ATT90_KV_BYTES + 256 + 1024)
+#define ATT90_KV_BYTES (ATT90_BN * ATT90_HS * 2)  // the backward's 128-row tile of one head
+
+// The forward's sizes at head size HS (64 or 128). A head of HS columns is HS / 64 "halves" of
+// 64 columns (one 128-byte swizzle row each), every tile stored half after half: half c of a
+// tile of R rows is R 128-byte rows at c R 128 bytes from its start, as one TMA box writes them
+// (the 128-byte swizzle limits a box to 128 bytes of columns). At HS = 64 a tile is one half.
+// Shared memory: Q in 2 tile buffers, K and V in rings of STAGES stages, then barriers: at HS =
+// 64 2 x 16 + 2 x 4 x 16 KiB, at HS = 128 2 x 32 + 2 x 2 x 32 KiB (of the 227 KiB an SM has).
+template <int HS>
+struct att90_fwd_cfg {
+    static constexpr int HALVES = HS / ATT90_SWZ_COLS;
+    static constexpr int STAGES = HS == 64 ? 4 : 2;
+    static constexpr int Q_HALF = ATT90_BM * 128;   // bytes of one half of a Q tile
+    static constexpr int KV_HALF = ATT90_BN * 128;  // of a K or V stage
+    static constexpr int Q_BYTES = HALVES * Q_HALF;
+    static constexpr int KV_BYTES = HALVES * KV_HALF;
+    static constexpr int SMEM = 2 * Q_BYTES + 2 * STAGES * KV_BYTES + 256 + 1024;
+};
 
 // S (64 x 128 fp32 per warpgroup) (+)= Q (64 x 16, shared) K^T (16 x 128, shared, K-major)
 __device__ __forceinline__ void att90_mma_qk(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -77,12 +99,20 @@ __device__ __forceinline__ void att90_mma_qk(float (&d)[64], uint64_t desc_a, ui
 #endif
 }
 
-// S (64 x 128 per warpgroup) = Q K^T over the head's 64 channels: issued and committed
+// S (64 x 128 per warpgroup) = Q K^T over the head's HS channels: issued and committed.
+// Both operands K-major (rows along the channels): K step kk (channels 16 kk .. 16 kk + 15)
+// is in half kk / 4 of each tile, 32 (kk % 4) bytes into its 128-byte rows; within a half the
+// 8-row groups are 1024 bytes apart (sbo; lbo unused for K-major with the 128-byte swizzle).
+// q_addr, k_addr: half 0 of the warpgroup's 64 rows of Q, of the stage's K; the next half is
+// Q_HALF (KV_HALF) bytes on. At HS = 64 kk / 4 is 0: the head-size-64 code.
+template <int HS>
 __device__ __forceinline__ void att90_scores(float (&sc)[64], uint32_t q_addr, uint32_t k_addr) {
+    typedef att90_fwd_cfg<HS> C;
     sm90_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++)
-        att90_mma_qk(sc, sm90_desc(q_addr + kk * 32, 16, 1024), sm90_desc(k_addr + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < HS / 16; kk++)
+        att90_mma_qk(sc, sm90_desc(q_addr + (kk / 4) * C::Q_HALF + (kk % 4) * 32, 16, 1024),
+                     sm90_desc(k_addr + (kk / 4) * C::KV_HALF + (kk % 4) * 32, 16, 1024), kk);
     sm90_wgmma_commit();
 }
 
@@ -96,6 +126,36 @@ __device__ __forceinline__ void att90_mma_pv(float (&d)[32], const uint32_t *a, 
                  : SM90_D16(0), SM90_D16(16)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 #endif
+}
+
+// O (64 x 128 fp32 per warpgroup) += P (64 x 16, registers) V (16 x 128, shared, MN-major):
+// head size 128's P V, one instruction over both halves of V (see att90_pv)
+__device__ __forceinline__ void att90_mma_pv(float (&d)[64], const uint32_t *a, uint64_t desc_b) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, "
+                 "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
+                 "%58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+#endif
+}
+
+// O (64 x HS) += P (64 x 128 keys, registers: pa, 8 K steps of 4) V (128 keys x HS, shared at
+// v_addr). V is the B operand MN-major (transposed: its rows run along K = the keys, its
+// columns along N = the channels). With the 128-byte swizzle an MN-major operand is read in
+// atoms of 64 N (one 128-byte row) x 8 K (8 rows, 1024 bytes): sbo is the step between the
+// 8-key row groups (1024), lbo the step between the 64-channel column blocks along N. K step kk
+// (keys 16 kk ..) starts 16 rows = 2048 bytes on. HS = 64: N = 64 is one column block (lbo
+// unused; 8192 as the GEMM's). HS = 128: N = 128 is the two halves of the stage, KV_HALF =
+// 128 keys x 128 bytes apart, so lbo = KV_HALF (the GEMM's MN-major B uses lbo = its box size
+// the same way) and one m64n128k16 covers both halves.
+template <int HS>
+__device__ __forceinline__ void att90_pv(float (&o)[HS / 2], const uint32_t (&pa)[32], uint32_t v_addr) {
+    constexpr uint32_t lbo = HS == 64 ? 8192 : att90_fwd_cfg<HS>::KV_HALF;
+#pragma unroll
+    for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, lbo, 1024));
 }
 
 __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
@@ -199,12 +259,13 @@ typedef struct {
     float scale_log2;
 } att90_fwd_ctx;
 
-// Key tile j of the work tile: S_j (in sc) through the online softmax into O; with NEXT, S_{j+1}
-// is issued before P_j V_j, and in sc when this returns.
-template <bool NEXT>
-__device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, float (&sc)[64], float (&o)[32],
+// Key tile j of the work tile: S_j (in sc) through the online softmax into O (64 x HS); with
+// NEXT, S_{j+1} is issued before P_j V_j, and in sc when this returns.
+template <int HS, bool NEXT>
+__device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, float (&sc)[64], float (&o)[HS / 2],
                                                float (&m)[2], float (&l)[2]) {
-    const int s = (c.it + j) % ATT90_STAGES, s1 = (c.it + j + 1) % ATT90_STAGES;
+    typedef att90_fwd_cfg<HS> C;
+    const int s = (c.it + j) % C::STAGES, s1 = (c.it + j + 1) % C::STAGES;
     // sc[4 i + e]: row row0 + 8 (e >> 1), key j BN + 8 i + 2 tq + (e & 1)
     if (j == c.qt) {  // the diagonal tile: keys past the row drop out
 #pragma unroll
@@ -239,10 +300,10 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
     }
     sm90_wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and the P registers are free
     sm90_fence_acc(o);
-    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.kv_empty[(c.it + j - 1) % ATT90_STAGES]);
-    if (NEXT) sm90_mbar_wait(&c.kv_full[s1], ((c.it + j + 1) / ATT90_STAGES) & 1);
+    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.kv_empty[(c.it + j - 1) % C::STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.kv_full[s1], ((c.it + j + 1) / C::STAGES) & 1);
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < HS / 8; i++) {  // o[4 i + e]: row row0 + 8 (e >> 1), channel 8 i + 2 tq + (e & 1)
         o[4 * i] *= alpha[0];
         o[4 * i + 1] *= alpha[0];
         o[4 * i + 2] *= alpha[1];
@@ -258,11 +319,9 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
         pa[2 * i + 1] = sm90_pack_bf16(sc[4 * i + 2], sc[4 * i + 3]);
     }
     sm90_fence_regs(pa);
-    if (NEXT) att90_scores(sc, c.q_addr, sm90_smem(c.sk + s1 * ATT90_KV_BYTES));
+    if (NEXT) att90_scores<HS>(sc, c.q_addr, sm90_smem(c.sk + s1 * C::KV_BYTES));
     sm90_wgmma_fence();
-    const uint32_t v_addr = sm90_smem(c.sv + s * ATT90_KV_BYTES);
-#pragma unroll
-    for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, 8192, 1024));
+    att90_pv<HS>(o, pa, sm90_smem(c.sv + s * C::KV_BYTES));
     sm90_wgmma_commit();
     if (NEXT) {
         sm90_wgmma_wait<1>();  // S_{j+1} is in; P_j V_j may still run
@@ -270,6 +329,7 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
     }
 }
 
+template <int HS>
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                  const __grid_constant__ CUtensorMap map_v, floatX *__restrict__ out, float *__restrict__ lse, int T,
@@ -277,8 +337,9 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *sq = smem, *sk = sq + 2 * ATT90_Q_BYTES, *sv = sk + ATT90_STAGES * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sv + ATT90_STAGES * ATT90_KV_BYTES, ATT90_STAGES);
+    typedef att90_fwd_cfg<HS> C;
+    uint8_t *sq = smem, *sk = sq + 2 * C::Q_BYTES, *sv = sk + C::STAGES * C::KV_BYTES;
+    const att90_bars bars = att90_bars_init(sv + C::STAGES * C::KV_BYTES, C::STAGES);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *kv_full = bars.st_full, *kv_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_qt * BH;
@@ -294,14 +355,23 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
             att90_tile(t, BH, n_qt, G, true, &qt, &bh);
             const int b = bh / NH, h = bh % NH, hk = h / group;  // hk: the head's K/V head
             const int qb = qi & 1;
-            sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
-            sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_q, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
+            // each half a box of 64 columns (Q_HALF, KV_HALF bytes: the maps' boxes, att90_map)
+            sm90_mbar_expect_tx(&q_full[qb], C::Q_BYTES);
+#pragma unroll
+            for (int c = 0; c < C::HALVES; c++)
+                sm90_tma_load_3d(sq + qb * C::Q_BYTES + c * C::Q_HALF, &map_q, h * HS + c * ATT90_SWZ_COLS,
+                                 qt * ATT90_BM, b, &q_full[qb]);
             for (int j = 0; j <= qt; j++, it++) {
-                const int s = it % ATT90_STAGES;
-                sm90_mbar_wait(&kv_empty[s], ((it / ATT90_STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&kv_full[s], 2 * ATT90_KV_BYTES);
-                sm90_tma_load_3d(sk + s * ATT90_KV_BYTES, &map_k, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
-                sm90_tma_load_3d(sv + s * ATT90_KV_BYTES, &map_v, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
+                const int s = it % C::STAGES;
+                sm90_mbar_wait(&kv_empty[s], ((it / C::STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&kv_full[s], 2 * C::KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < C::HALVES; c++) {
+                    sm90_tma_load_3d(sk + s * C::KV_BYTES + c * C::KV_HALF, &map_k, hk * HS + c * ATT90_SWZ_COLS,
+                                     j * ATT90_BN, b, &kv_full[s]);
+                    sm90_tma_load_3d(sv + s * C::KV_BYTES + c * C::KV_HALF, &map_v, hk * HS + c * ATT90_SWZ_COLS,
+                                     j * ATT90_BN, b, &kv_full[s]);
+                }
             }
         }
         return;
@@ -318,15 +388,16 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
         const int b = bh / NH, h = bh % NH;
         const int qb = qi & 1;
         const int row0 = qt * ATT90_BM + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
-        const uint32_t q_addr = sm90_smem(sq + qb * ATT90_Q_BYTES) + cw * 8192;  // the warpgroup's 64 rows
-        float o[32], sc[64];
+        // the warpgroup's 64 rows of half 0 (64 rows of 128 bytes on per consumer)
+        const uint32_t q_addr = sm90_smem(sq + qb * C::Q_BYTES) + cw * 8192;
+        float o[HS / 2], sc[64];
 #pragma unroll
-        for (int i = 0; i < 32; i++) o[i] = 0.0f;
+        for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
         sm90_fence_acc(o);  // set before any product is in flight (else ptxas serializes them)
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         const int n = qt + 1;  // key tiles up to the diagonal
-        sm90_mbar_wait(&kv_full[it % ATT90_STAGES], (it / ATT90_STAGES) & 1);
-        att90_scores(sc, q_addr, sm90_smem(sk + (it % ATT90_STAGES) * ATT90_KV_BYTES));
+        sm90_mbar_wait(&kv_full[it % C::STAGES], (it / C::STAGES) & 1);
+        att90_scores<HS>(sc, q_addr, sm90_smem(sk + (it % C::STAGES) * C::KV_BYTES));
         sm90_wgmma_wait<0>();
         sm90_fence_acc(sc);
         // Per key tile j: the softmax of S_j runs while P_{j-1} V_{j-1} is on the tensor cores;
@@ -334,12 +405,12 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
         // The last tile has no next one: a step of its own, so that no branch sits between the
         // rescaling of O and the products (ptxas would move it past them and serialize them).
         att90_fwd_ctx c = {sk, sv, kv_full, kv_empty, q_addr, it, qt, row0, tq, lt, scale_log2};
-        for (int j = 0; j + 1 < n; j++) att90_fwd_step<true>(c, j, sc, o, m, l);
-        att90_fwd_step<false>(c, n - 1, sc, o, m, l);
+        for (int j = 0; j + 1 < n; j++) att90_fwd_step<HS, true>(c, j, sc, o, m, l);
+        att90_fwd_step<HS, false>(c, n - 1, sc, o, m, l);
         sm90_wgmma_wait<0>();
         sm90_fence_acc(o);
         if (lt == 0) {
-            sm90_mbar_arrive(&kv_empty[(it + n - 1) % ATT90_STAGES]);
+            sm90_mbar_arrive(&kv_empty[(it + n - 1) % C::STAGES]);
             sm90_mbar_arrive(&q_empty[qb]);
         }
         it += n;
@@ -350,9 +421,9 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
             const int row = row0 + 8 * r;
             if (row < T) {
                 const float inv = 1.0f / l[r];
-                floatX *orow = out + ((size_t)b * T + row) * ((size_t)NH * ATT90_HS) + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *orow = out + ((size_t)b * T + row) * ((size_t)NH * HS) + (size_t)h * HS + 2 * tq;
 #pragma unroll
-                for (int i = 0; i < 8; i++)
+                for (int i = 0; i < HS / 8; i++)
                     *reinterpret_cast<uint32_t *>(orow + 8 * i) =
                         sm90_pack_bf16(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
                 if (lse != nullptr && tq == 0) lse[(size_t)bh * T + row] = m[r] + log2f(l[r]);
@@ -876,19 +947,27 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
 // host side
 
 static int att90_enabled = 1;  // attention_set_sm90: 0 sends every call to attention.cuh's kernels
+static int att90_hs128 = 1;    // attention_set_sm90_hs128: 0 sends head size 128 there
 
 static inline void attention_set_sm90(int on) { att90_enabled = on; }
+// For measurements and tests (dev/attention_bench): 0 runs head size 128 on attention.cuh's
+// mma.sync kernels while head size 64 stays here; 1 (the default) runs its forward here.
+static inline void attention_set_sm90_hs128(int on) { att90_hs128 = on; }
 
-// Whether the Hopper kernels run a call of head size hs (see the requirements above; the
-// caller has checked the rest of the call).
+// Whether the Hopper forward runs a call of head size hs (see the requirements above; the
+// caller has checked the rest of the call): hs = 64, or 128 unless attention_set_sm90_hs128(0).
 static inline int attention_sm90_usable(int hs) {
-    if (!att90_enabled || hs != ATT90_HS) return 0;
+    if (!att90_enabled || !(hs == 64 || (hs == 128 && att90_hs128))) return 0;
     static signed char avail[ATT90_MAX_DEVICES + 1];  // per device: 0 not asked yet, 1 yes, -1 no
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ATT90_MAX_DEVICES) dev = ATT90_MAX_DEVICES;
     if (avail[dev] == 0) avail[dev] = dev < ATT90_MAX_DEVICES && sm90_available() ? 1 : -1;
     return avail[dev] > 0;
 }
+
+// Whether the Hopper backward runs it: head size 64 (ATT90_HS) only; head size 128's backward
+// is attention.cuh's.
+static inline int attention_sm90_backward_usable(int hs) { return hs == ATT90_HS && attention_sm90_usable(hs); }
 
 // sizes within the kernels' int arithmetic (work tiles, token coordinates)
 static inline void att90_check(int B, int T, int NH) {
@@ -897,15 +976,17 @@ static inline void att90_check(int B, int T, int NH) {
 }
 
 // A tensor map of the heads of a (B, T, ld) bf16 tensor whose rows start at p, ld elements
-// apart: `cols` = heads * 64 columns (q: NH heads, k and v: NKV, dout: NH with ld = NH * 64), in
-// boxes of one head (64 columns) by `rows` tokens of one sequence; tokens past T read as zeros.
+// apart: `cols` = heads * hs columns (q: NH heads, k and v: NKV, dout: NH with ld = NH * hs), in
+// boxes of 64 columns (one head at hs = 64, one half of it at 128) by `rows` tokens of one
+// sequence: ATT90_SWZ_COLS x rows x 2 bytes, the byte counts the kernels expect (Q_HALF,
+// KV_HALF, ATT90_T64_BYTES); tokens past T read as zeros.
 static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int ld, int T, int B, int rows) {
     sm90_matrix m;
     m.ptr = p;
     m.rows = T;
     m.cols = cols;
     m.ld = ld;
-    cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * ld));
+    cudaCheck(sm90_make_map(map, m, 2, ATT90_SWZ_COLS, rows, 3, B, (int64_t)T * ld));
 }
 
 // Persistent CTAs: one per SM (at most one per work tile). The first call on a device also
@@ -916,7 +997,10 @@ static inline unsigned att90_grid(long long tiles) {
     cudaCheck(cudaGetDevice(&dev));
     require(dev < ATT90_MAX_DEVICES, "attention (Hopper): device index past ATT90_MAX_DEVICES");
     if (sms[dev] == 0) {
-        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT90_SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       att90_fwd_cfg<64>::SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       att90_fwd_cfg<128>::SMEM));
         cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        ATT90_BWD_SMEM));
         cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -938,27 +1022,34 @@ static inline int att90_group(unsigned grid, int n, int BH) {
     return G < 1 ? 1 : G > BH ? BH : G;
 }
 
-// out (B, T, NH 64) = causal attention of q (rows ldq apart, NH heads) over k and v (rows ldkv
-// apart, NKV heads, NKV dividing NH), lse (B, NH, T) (skipped when NULL), on the Hopper kernel;
-// the caller (attention.cuh) has checked the call and attention_sm90_usable.
-static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
-                                          int B, int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
+template <int HS>
+static inline void att90_forward(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v, int B,
+                                 int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
     att90_check(B, T, NH);
     CUtensorMap mq, mk, mv;
-    att90_map(&mq, q, NH * ATT90_HS, ldq, T, B, ATT90_BM);
-    att90_map(&mk, k, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
-    att90_map(&mv, v, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
+    att90_map(&mq, q, NH * HS, ldq, T, B, ATT90_BM);
+    att90_map(&mk, k, NKV * HS, ldkv, T, B, ATT90_BN);
+    att90_map(&mv, v, NKV * HS, ldkv, T, B, ATT90_BN);
     const int n_qt = (T + ATT90_BM - 1) / ATT90_BM, BH = B * NH;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)ATT90_HS);
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)HS);
     const unsigned grid = att90_grid((long long)n_qt * BH);
-    att90_fwd_kernel<<<grid, ATT90_THREADS, ATT90_SMEM, s>>>(mq, mk, mv, out, lse, T, NH, NH / NKV, BH, n_qt,
-                                                             att90_group(grid, n_qt, BH), scale_log2);
+    att90_fwd_kernel<HS><<<grid, ATT90_THREADS, att90_fwd_cfg<HS>::SMEM, s>>>(
+        mq, mk, mv, out, lse, T, NH, NH / NKV, BH, n_qt, att90_group(grid, n_qt, BH), scale_log2);
     cudaLaunchCheck("att90_fwd_kernel");
+}
+
+// out (B, T, NH hs) = causal attention of q (rows ldq apart, NH heads of hs = 64 or 128) over k
+// and v (rows ldkv apart, NKV heads, NKV dividing NH), lse (B, NH, T) (skipped when NULL), on
+// the Hopper kernel; the caller (attention.cuh) has checked the call and attention_sm90_usable.
+static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
+                                          int B, int T, int NH, int NKV, int hs, int ldq, int ldkv, cudaStream_t s) {
+    if (hs == 128) att90_forward<128>(out, lse, q, k, v, B, T, NH, NKV, ldq, ldkv, s);
+    else att90_forward<64>(out, lse, q, k, v, B, T, NH, NKV, ldq, ldkv, s);
 }
 
 // dq, dk, dv (the layouts of q, k, v) = the gradient through the forward's (out, lse) given dout
 // (B, T, NH 64) and the row dot products Dvec = rowsum(dout * out) (B, NH, T), on the Hopper
-// kernels; the caller has checked the call and attention_sm90_usable and computed Dvec
+// kernels; the caller has checked the call and attention_sm90_backward_usable and computed Dvec
 // (attention.cuh's attention_backward). The dK/dV kernel's work tiles are per K/V head (B NKV
 // of them per key tile), the dQ kernel's per query head; each has its own grid and head groups.
 static inline void attention_backward_sm90(floatX *dq, floatX *dk, floatX *dv, const float *Dvec, const floatX *dout,
