@@ -1,8 +1,7 @@
 /*
 attention_bench.cu - the trainer's causal attention (llmc/attention.cuh) timed, llm.c dev/cuda
-style: the forward on the Hopper kernel (llmc/attention_sm90.cuh, hs = 64 or 128) against the
-mma.sync one, and the backward (Hopper at hs = 64, mma.sync at 128), at GPT-2 124M's shape by
-default; -k sets the key/value heads (GQA: -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention,
+style: the forward and the backward on the Hopper kernels (llmc/attention_sm90.cuh, hs = 64 or
+128) against the mma.sync ones, at GPT-2 124M's shape by default; -k sets the key/value heads (GQA: -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention,
 -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
 
 ./attention_bench [-s shape] [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]
@@ -138,10 +137,10 @@ int main(int argc, char **argv) {
     const float bwd = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);
     printf("| backward (mma.sync, 3 kernels) | %.3f | %.0f |\n", bwd, 5 * flop / bwd / 1e9);
     attention_set_sm90(1);
-    const int fwd90 = attention_sm90_usable(hs), bwd90 = attention_sm90_backward_usable(hs);
+    const int sm90 = attention_sm90_usable(hs);
     double out_l2 = 0.0, dl = 0.0, part_l2[3] = {0.0, 0.0, 0.0};  // the comparisons, printed after the table
     size_t bad = 0, gbad = 0;
-    if (fwd90) {
+    if (sm90) {
         cudaCheck(cudaMemset(out, 0xFF, n_out * 2));
         const float f90 = time_it(0, repeats, out, saved, scratch, dqkv, qkv, dout, &att, s);
         printf("| forward, Hopper (wgmma) | %.3f | %.0f |\n", f90, 2 * flop / f90 / 1e9);
@@ -156,7 +155,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < n_rows; i++) dl = fmax(dl, isfinite(la[i]) ? fabs((double)la[i] - lb[i]) : INFINITY);
         free(a); free(b); free(la); free(lb);
     }
-    if (bwd90) {
+    if (sm90) {
         // the backward from the same forward state (the mma.sync forward's), both ways
         floatX *dqkv_ref;
         cudaCheck(cudaMalloc(&dqkv_ref, n_qkv * 2));
@@ -186,16 +185,14 @@ int main(int argc, char **argv) {
         free(ga); free(gb);
         cudaCheck(cudaFree(dqkv_ref));
     }
-    if (fwd90)
+    if (sm90) {
         printf("\nHopper forward vs mma.sync: out rel L2 %.2e, %zu non-finite; lse max |diff| %.2e\n", out_l2, bad,
                dl);
-    else
-        printf("\n(no Hopper forward: needs an sm_90a build on a 9.0 GPU and hs = 64 or 128)\n");
-    if (bwd90)
         printf("Hopper backward vs mma.sync: dq %.2e, dk %.2e, dv %.2e rel L2, %zu non-finite\n", part_l2[0],
                part_l2[1], part_l2[2], gbad);
-    else
-        printf("(no Hopper backward at hs = %d: the mma.sync backward above is the one that runs)\n", hs);
+    } else {
+        printf("\n(no Hopper kernels: need an sm_90a build on a 9.0 GPU and hs = 64 or 128)\n");
+    }
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(out_ref));
     cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(saved)); cudaCheck(cudaFree(saved_ref)); cudaCheck(cudaFree(scratch));
     cudaCheck(cudaStreamDestroy(s));

@@ -32,8 +32,8 @@ What is checked:
     and one real run with B*T*3C > 2^31 (B = 1024, T = 1024, C = 768: about 13 GB of GPU
     memory, skipped when it cannot be allocated), checked on three sampled heads, including
     the last one, plus a full non-finite scan of out and dqkv on the GPU.
-Every case runs on the Hopper kernels (attention_sm90.cuh: hs = 64, and the forward of hs =
-128) where the build and GPU have them, and again on the mma.sync kernels (attention_set_sm90(0));
+Every case runs on the Hopper kernels (attention_sm90.cuh: hs = 64 and 128) where the build
+and GPU have them, and again on the mma.sync kernels (attention_set_sm90(0));
 on the Hopper pass each such case is also compared with the mma.sync kernels' results on the
 same inputs (out, dq, dk, dv rel L2 <= 1e-2, lse within 1e-3). Head size 128 runs at T = 100,
 130, 77, 1000 and 1024 with NH/NKV = 2/2, 12/2, 6/2 and 4/4.
@@ -700,16 +700,15 @@ static void gka_large(int B, int T, int C, int NH) {
 }
 
 static void test_attention(void) {
-    // hs = 64 and the forward of hs = 128 run the Hopper kernels (llmc/attention_sm90.cuh) where
-    // the build and GPU have them, so those cases run twice: with them and with attention.cuh's
-    // own kernels
+    // hs = 64 and 128 run the Hopper kernels (llmc/attention_sm90.cuh) where the build and GPU
+    // have them, so those cases run twice: with them and with attention.cuh's own kernels
     attention_set_sm90(1);
     attention_set_sm90_hs128(1);
     const int sm90 = attention_sm90_usable(64);
     for (int pass = sm90 ? 0 : 1; pass < 2; pass++) {
         attention_set_sm90(pass == 0);
         printf("attention (llmc/attention.cuh), on %s\n",
-               pass == 0 ? "the Hopper kernels (attention_sm90.cuh) where hs = 64, and hs = 128's forward"
+               pass == 0 ? "the Hopper kernels (attention_sm90.cuh) where hs = 64 or 128"
                          : "mma.sync everywhere");
         // GPT-2's heads (NKV = NH; the packed layout is the trainer's qkv (B, T, 3C))
         gka_case(2, 64, 2, 2, 64, 1);      // hs 64, one tile
@@ -723,8 +722,8 @@ static void test_attention(void) {
         gka_case(3, 1, 4, 1, 64, 13);      // one token; one K/V head for all
         gka_case(2, 300, 6, 2, 64, 14);    // three Hopper key tiles, the last partial
         gka_case(4, 600, 16, 8, 64, 15);   // 160 dK/dV work tiles (per K/V head), 320 dQ ones
-        // hs 128 (Qwen2.5 1.5B-7B, Llama 3.2 3B, Llama 3.1 8B): the Hopper forward's two 64-column
-        // halves per row, 2 K/V stages; the mma.sync dK/dV query tile of 32
+        // hs 128 (Qwen2.5 1.5B-7B, Llama 3.2 3B, Llama 3.1 8B): the Hopper kernels' two 64-column
+        // halves per row, 2 stages; the mma.sync dK/dV query tile of 32
         gka_case(2, 100, 2, 2, 128, 7);     // one work tile, partial
         gka_case(2, 130, 12, 2, 128, 16);   // GQA 12/2, the second tile of two rows
         gka_case(2, 1024, 12, 2, 128, 19);  // Qwen2.5 1.5B's heads at T = 1024: 8 key tiles per row tile
