@@ -62,7 +62,8 @@ all: lib tests dev train_gpt
 
 lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_attention_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_attention_gpu $(BUILD)/test_bpe \
+       $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
        $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/test_hf $(BUILD)/hf_roundtrip $(BUILD)/bpe_encode \
        $(BUILD)/test_hf_tokenizer
 

@@ -1,8 +1,8 @@
 /*
 attention_bench.cu - the trainer's causal attention (llmc/attention.cuh) timed, llm.c dev/cuda
 style: the forward and the backward on the Hopper kernels (llmc/attention_sm90.cuh, hs = 64 or
-128) against the mma.sync ones, at GPT-2 124M's shape by default; -k sets the key/value heads (GQA: -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention,
--c 896 -n 14 -k 2 Qwen2.5 0.5B's).
+128) against the mma.sync ones, at GPT-2 124M's shape by default; -k sets the key/value heads
+(GQA: -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention, -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
 
 ./attention_bench [-s shape] [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]
 

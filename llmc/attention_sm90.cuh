@@ -16,12 +16,12 @@ Every kernel runs persistent CTAs (one per SM, at most one per work tile) over w
 or K/V heads for dK/dV: each kernel counts its own tiles and heads), heaviest first within a
 group (att90_tile), so that the tiles running at one time share their heads' K/V (or Q/dO) in
 L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps, one per
-tensor, over (B, T, the tensor's heads * hs columns) with its row stride ldq, ldkv or NH*hs:
-a box is 64 columns (128 bytes, the 128-byte swizzle's widest: one head at hs = 64, half of
-one at 128) by 64 or 128 tokens of one sequence, tokens past T read as zeros; GQA reads K/V
-head h / group in place), and in the backward warp 1 brings the rows' lse
-and D into shared memory; warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
-stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
+tensor, over (B, T, the tensor's heads * hs columns) with its row stride ldq, ldkv or NH*hs: a
+box is 64 columns (128 bytes, the 128-byte swizzle's widest: one head at hs = 64, half of one
+at 128) by 64 or 128 tokens of one sequence, tokens past T read as zeros; GQA reads K/V head h
+/ group in place), and in the backward warp 1 brings the rows' lse and D into shared memory;
+warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its stages, so each K/V (or
+Q/dO) tile crosses L2 once for 128 rows.
 
 Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
@@ -48,19 +48,18 @@ Backward, as attention.cuh's (so that each gradient is written once, without ato
     work-tile buffers. The dK/dV consumer waits for its dV, dK products before it issues the
     next S^T, dP^T (att90_dkv_tail128): dK, dV, P^T, dS^T and the next S^T, dP^T in flight
     together would not fit its registers; the other consumer's products fill the gap.
-Within a consumer (but head size 128's dK/dV), the next stage's score products are issued
-before this stage's accumulating products, so that the softmax (or the P, dS transform) of one stage runs while
-the previous stage's products are on the tensor cores (across the heads of a GQA group too);
-the two consumers interleave as well. The diagonal tiles mask keys past the row (and with it
-the zero keys past T).
+Within a consumer (but head size 128's dK/dV one), the next stage's score products are issued
+before this stage's accumulating products, so that the softmax (or the P, dS transform) of one
+stage runs while the previous stage's products are on the tensor cores (across the heads of a
+GQA group too); the two consumers interleave as well. The diagonal tiles mask keys past the row
+(and with it the zero keys past T).
 
-Requirements (attention_sm90_usable, attention_sm90_backward_usable; attention.cuh checks the
-rest): an sm_90a build (SM90_GEMM_BUILD) on a 9.0 device, hs = 64 or 128 (128 unless
-attention_set_sm90_hs128(0)), 16-byte aligned tensors and row strides; T, B,
-NH, NKV any; one call at a time on a device (its kernels' tile counters are per device: two
-forwards, or two backwards, on concurrent streams of one device would share them). No float
-atomics (an integer counter hands out the tiles, whose arithmetic is the same whichever CTA
-runs them): bitwise repeatable.
+Requirements (attention_sm90_usable; attention.cuh checks the rest): an sm_90a build
+(SM90_GEMM_BUILD) on a 9.0 device, hs = 64 or 128 (128 unless attention_set_sm90_hs128(0)),
+16-byte aligned tensors and row strides; T, B, NH, NKV any; one call at a time on a device (its
+kernels' tile counters are per device: two forwards, or two backwards, on concurrent streams of
+one device would share them). No float atomics (an integer counter hands out the tiles, whose
+arithmetic is the same whichever CTA runs them): bitwise repeatable.
 */
 #ifndef LLMC_ATTENTION_SM90_CUH
 #define LLMC_ATTENTION_SM90_CUH
