@@ -62,7 +62,8 @@ all: lib tests dev train_gpt
 
 lib: $(BUILD)/libflce.a $(BUILD)/libflce.so
 
-tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_bpe $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
+tests: $(BUILD)/test_cpu $(BUILD)/test_gpu $(BUILD)/test_train_gpu $(BUILD)/test_attention_gpu $(BUILD)/test_bpe \
+       $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
        $(BUILD)/test_llmc $(BUILD)/test_train_host $(BUILD)/test_hf $(BUILD)/hf_roundtrip $(BUILD)/bpe_encode \
        $(BUILD)/test_hf_tokenizer
 
@@ -167,6 +168,11 @@ $(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
 # (the vocabulary-parallel checks run their ranks as threads: test/vp_comm.h)
 $(BUILD)/test_cpu: $(BUILD)/test_cpu.o $(BUILD)/flce_ref.o $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_ARCH) -o $@ $^ $(NVCC_LIBS) -lpthread
+
+# the attention kernels' GPU test alone (test_train_gpu runs it too)
+$(BUILD)/test_attention_gpu: test/test_attention_gpu.cu test/gpu_kernels_attention.cuh test/test_util.h \
+                             $(LLMC_CUDA_HEADERS) | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -o $@ test/test_attention_gpu.cu $(NVCC_LIBS)
 
 # vocab parallel on every GPU of the host through NCCL where the build finds it (the trainer's test of nccl.h)
 TEST_GPU_NCCL := $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),-DFLCE_TEST_NCCL -lnccl)

@@ -1,10 +1,18 @@
 /*
 attention_bench.cu - the trainer's causal attention (llmc/attention.cuh) timed, llm.c dev/cuda
-style: the forward on the Hopper kernel (llmc/attention_sm90.cuh, hs = 64) against the mma.sync
-one, and the backward, at GPT-2 124M's shape by default; -k sets the key/value heads (GQA:
--c 2048 -n 32 -k 8 is Llama 3.2 1B's attention, -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
+style: the forward and the backward on the Hopper kernels (llmc/attention_sm90.cuh, hs = 64 or
+128) against the mma.sync ones, at GPT-2 124M's shape by default; -k sets the key/value heads
+(GQA: -c 2048 -n 32 -k 8 is Llama 3.2 1B's attention, -c 896 -n 14 -k 2 Qwen2.5 0.5B's).
 
-./attention_bench [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]
+./attention_bench [-s shape] [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]
+
+-s sets B, T, C, NH, NKV to a named model's attention (flags after it change single values):
+  gpt2      B 64, T 1024, C  768, NH 12, NKV 12 (hs  64; the default)
+  llama1b   B  8, T 2048, C 2048, NH 32, NKV  8 (hs  64; Llama 3.2 1B)
+  qwen0.5b  B 32, T 1024, C  896, NH 14, NKV  2 (hs  64; Qwen2.5 0.5B)
+  qwen1.5b  B 32, T 1024, C 1536, NH 12, NKV  2 (hs 128; Qwen2.5 1.5B)
+  llama3b   B  8, T 2048, C 3072, NH 24, NKV  8 (hs 128; Llama 3.2 3B)
+  llama8b   B  4, T 2048, C 4096, NH 32, NKV  8 (hs 128; Llama 3.1 8B)
 
 -g sets the heads per group of the Hopper kernels' work tiles (att90_set_group; 0: all heads
 in one group, the order before the groups) in place of the kernels' own choice, enough heads
@@ -27,6 +35,16 @@ more (rel L2 over the finite values, the non-finite ones counted). Reports, neve
 #include "../llmc/rand.h"
 #include "common.cuh"  // time_runs, median_of, rel_l2_bf16_host
 
+// the -s shape sets
+typedef struct {
+    const char *name;
+    int B, T, C, NH, NKV;
+} att_shape;
+static const att_shape att_shapes[] = {
+    {"gpt2", 64, 1024, 768, 12, 12},      {"llama1b", 8, 2048, 2048, 32, 8}, {"qwen0.5b", 32, 1024, 896, 14, 2},
+    {"qwen1.5b", 32, 1024, 1536, 12, 2}, {"llama3b", 8, 2048, 3072, 24, 8}, {"llama8b", 4, 2048, 4096, 32, 8},
+};
+
 // median ms of `repeats` runs of the forward (which = 0) or the backward (1) of q, k, v packed
 // in qkv (a's layout; the gradients in dqkv likewise)
 static float time_it(int which, int repeats, floatX *out, void *saved, void *scratch, floatX *dqkv, const floatX *qkv,
@@ -46,7 +64,22 @@ static float time_it(int which, int repeats, floatX *out, void *saved, void *scr
 int main(int argc, char **argv) {
     int B = 64, T = 1024, C = 768, NH = 12, NKV = 0, repeats = 20, group = -1;  // NKV 0: NH; group -1: the kernels' own
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "-b") == 0) B = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-s") == 0) {
+            const int n_shapes = (int)(sizeof(att_shapes) / sizeof(att_shapes[0]));
+            int found = 0;
+            for (int j = 0; j < n_shapes; j++)
+                if (strcmp(argv[i + 1], att_shapes[j].name) == 0) {
+                    const att_shape *sh = &att_shapes[j];
+                    B = sh->B, T = sh->T, C = sh->C, NH = sh->NH, NKV = sh->NKV;
+                    found = 1;
+                }
+            if (!found) {
+                fprintf(stderr, "attention_bench: -s takes one of");
+                for (int j = 0; j < n_shapes; j++) fprintf(stderr, " %s", att_shapes[j].name);
+                fprintf(stderr, "\n");
+                return 1;
+            }
+        } else if (strcmp(argv[i], "-b") == 0) B = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-t") == 0) T = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-c") == 0) C = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NH = atoi(argv[i + 1]);
@@ -54,7 +87,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-r") == 0) repeats = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-g") == 0) group = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-s shape] [-b B] [-t T] [-c C] [-n NH] [-k NKV] [-r repeats] [-g heads]\n",
+                    argv[0]);
             return 1;
         }
     }
@@ -103,21 +137,25 @@ int main(int argc, char **argv) {
     const float bwd = time_it(1, repeats, out_ref, saved_ref, scratch, dqkv, qkv, dout, &att, s);
     printf("| backward (mma.sync, 3 kernels) | %.3f | %.0f |\n", bwd, 5 * flop / bwd / 1e9);
     attention_set_sm90(1);
-    if (attention_sm90_usable(hs)) {
+    const int sm90 = attention_sm90_usable(hs);
+    double out_l2 = 0.0, dl = 0.0, part_l2[3] = {0.0, 0.0, 0.0};  // the comparisons, printed after the table
+    size_t bad = 0, gbad = 0;
+    if (sm90) {
         cudaCheck(cudaMemset(out, 0xFF, n_out * 2));
         const float f90 = time_it(0, repeats, out, saved, scratch, dqkv, qkv, dout, &att, s);
         printf("| forward, Hopper (wgmma) | %.3f | %.0f |\n", f90, 2 * flop / f90 / 1e9);
         uint16_t *a = (uint16_t *)malloc(n_out * 2), *b = (uint16_t *)malloc(n_out * 2);
         cudaCheck(cudaMemcpy(a, out, n_out * 2, cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(b, out_ref, n_out * 2, cudaMemcpyDeviceToHost));
-        size_t bad = 0;
-        const double out_l2 = rel_l2_bf16_host(a, b, n_out, &bad);
+        out_l2 = rel_l2_bf16_host(a, b, n_out, &bad);
         const size_t n_rows = (size_t)B * NH * T;
         float *la = (float *)malloc(n_rows * 4), *lb = (float *)malloc(n_rows * 4);
         cudaCheck(cudaMemcpy(la, saved, n_rows * 4, cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(lb, saved_ref, n_rows * 4, cudaMemcpyDeviceToHost));
-        double dl = 0.0;
         for (size_t i = 0; i < n_rows; i++) dl = fmax(dl, isfinite(la[i]) ? fabs((double)la[i] - lb[i]) : INFINITY);
+        free(a); free(b); free(la); free(lb);
+    }
+    if (sm90) {
         // the backward from the same forward state (the mma.sync forward's), both ways
         floatX *dqkv_ref;
         cudaCheck(cudaMalloc(&dqkv_ref, n_qkv * 2));
@@ -134,8 +172,6 @@ int main(int argc, char **argv) {
         // dq, dk, dv: the three parts of each token's row (C, ckv, ckv wide), gathered part by part
         const size_t n_part = (size_t)B * T * C;
         uint16_t *pa = (uint16_t *)malloc(n_part * 2), *pb = (uint16_t *)malloc(n_part * 2);
-        double part_l2[3];
-        size_t gbad = 0;
         for (int part = 0; part < 3; part++) {
             const size_t w = part == 0 ? (size_t)C : (size_t)ckv, off = part == 0 ? 0 : (size_t)C + (part - 1) * ckv;
             for (size_t r = 0; r < (size_t)B * T; r++) {
@@ -146,14 +182,16 @@ int main(int argc, char **argv) {
         }
         free(pa);
         free(pb);
-        printf("\nHopper forward vs mma.sync: out rel L2 %.2e, %zu non-finite; lse max |diff| %.2e\n",
-               out_l2, bad, dl);
+        free(ga); free(gb);
+        cudaCheck(cudaFree(dqkv_ref));
+    }
+    if (sm90) {
+        printf("\nHopper forward vs mma.sync: out rel L2 %.2e, %zu non-finite; lse max |diff| %.2e\n", out_l2, bad,
+               dl);
         printf("Hopper backward vs mma.sync: dq %.2e, dk %.2e, dv %.2e rel L2, %zu non-finite\n", part_l2[0],
                part_l2[1], part_l2[2], gbad);
-        free(a); free(b); free(la); free(lb); free(ga); free(gb);
-        cudaCheck(cudaFree(dqkv_ref));
     } else {
-        printf("\n(no Hopper forward: needs an sm_90a build on a 9.0 GPU and hs = 64)\n");
+        printf("\n(no Hopper kernels: need an sm_90a build on a 9.0 GPU and hs = 64 or 128)\n");
     }
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(out_ref));
     cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(saved)); cudaCheck(cudaFree(saved_ref)); cudaCheck(cudaFree(scratch));

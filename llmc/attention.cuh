@@ -1,9 +1,10 @@
 /*
 attention.cuh - causal multi-head self-attention with grouped-query heads (GQA), bf16 in and
 out, fp32 softmax: a FlashAttention-2 style forward and a deterministic backward, on mma.sync
-tensor cores. On an sm_90a build and a 9.0 GPU, head size 64 runs on the Hopper kernels of
-attention_sm90.cuh instead (wgmma and TMA; the same algorithm, inputs, outputs and saved
-state); attention_set_sm90(0) keeps every call here (the tests run both).
+tensor cores. On an sm_90a build and a 9.0 GPU, head sizes 64 and 128 run on the Hopper
+kernels of attention_sm90.cuh instead (wgmma and TMA; the same algorithm, inputs, outputs and
+saved state), forward and backward; attention_set_sm90(0) keeps every call here (the tests run
+both), attention_set_sm90_hs128(0) the calls of head size 128 (A/B measurements).
 
 Layouts (AttentionShape: B, T, NH, NKV, hs, ldq, ldkv; token t of sequence b is row b*T + t):
   q    rows ldq elements apart: query head h in columns h*hs .. h*hs+hs-1 (NH heads)
@@ -783,7 +784,7 @@ static inline void attention_forward(floatX *out, void *saved, void *scratch, co
     require(err == NULL, err);
     float *lse = (float *)saved;
     if (attention_sm90_usable(a->hs)) {
-        attention_forward_sm90(out, lse, q, k, v, a->B, a->T, a->NH, a->NKV, a->ldq, a->ldkv, s);
+        attention_forward_sm90(out, lse, q, k, v, a->B, a->T, a->NH, a->NKV, a->hs, a->ldq, a->ldkv, s);
         return;
     }
     switch (a->hs) {
@@ -806,8 +807,8 @@ static inline void attn_backward_hs(floatX *dq, floatX *dk, floatX *dv, float *D
     const size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
     attn_bwd_dot_kernel<HS><<<(unsigned)llmc_ceil_div(threads, 256), 256, 0, s>>>(Dvec, dout, out, rows, T, NH);
     cudaLaunchCheck("attn_bwd_dot_kernel");
-    if (HS == ATT90_HS && attention_sm90_usable(HS)) {
-        attention_backward_sm90(dq, dk, dv, Dvec, dout, q, k, v, lse, B, T, NH, NKV, a->ldq, a->ldkv, s);
+    if (attention_sm90_usable(HS)) {
+        attention_backward_sm90(dq, dk, dv, Dvec, dout, q, k, v, lse, B, T, NH, NKV, HS, a->ldq, a->ldkv, s);
         return;
     }
 

@@ -1,11 +1,11 @@
 /*
-attention_sm90.cuh - causal attention on Hopper (sm_90a), head size 64: the products on
-wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
+attention_sm90.cuh - causal attention on Hopper (sm_90a), head sizes 64 and 128: the products
+on wgmma, the tiles brought by TMA into mbarrier-guarded rings, warpgroups specialised as one
 producer and two consumers, in the manner of FlashAttention-3. Same inputs, outputs and saved
 state as attention.cuh's kernels, which dispatch here where this applies (see its layouts):
 
   forward   q (rows ldq apart, NH heads), k, v (rows ldkv apart, NKV heads; NKV divides NH;
-            query head h reads K/V head h / (NH/NKV)) -> out (B, T, NH*64); lse (B, NH, T):
+            query head h reads K/V head h / (NH/NKV)) -> out (B, T, NH*hs); lse (B, NH, T):
             base-2 log-sum-exp of the scaled scores (P = 2^(s log2(e) / sqrt(hs) - lse))
   backward  dout, q, k, v, lse and Dvec = rowsum(dout * out) -> dq, dk, dv (the layouts of
             q, k, v)
@@ -16,15 +16,21 @@ Every kernel runs persistent CTAs (one per SM, at most one per work tile) over w
 or K/V heads for dK/dV: each kernel counts its own tiles and heads), heaviest first within a
 group (att90_tile), so that the tiles running at one time share their heads' K/V (or Q/dO) in
 L2. In each CTA, one thread of warpgroup 0 issues the TMA loads (3-D tensor maps, one per
-tensor, over (B, T, the tensor's heads * 64 columns) with its row stride ldq, ldkv or NH*64:
-a box is one head's 64 columns by 64 or 128 tokens of one sequence, tokens past T read as
-zeros; GQA reads K/V head h / group in place), and in the backward warp 1 brings the rows' lse
-and D into shared memory; warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its
-stages, so each K/V (or Q/dO) tile crosses L2 once for 128 rows.
+tensor, over (B, T, the tensor's heads * hs columns) with its row stride ldq, ldkv or NH*hs: a
+box is 64 columns (128 bytes, the 128-byte swizzle's widest: one head at hs = 64, half of one
+at 128) by 64 or 128 tokens of one sequence, tokens past T read as zeros; GQA reads K/V head h
+/ group in place), and in the backward warp 1 brings the rows' lse and D into shared memory;
+warpgroups 1 and 2 each own 64 of the tile's 128 rows and share its stages, so each K/V (or
+Q/dO) tile crosses L2 once for 128 rows.
 
 Forward, per 128-key stage:  S = Q K^T (wgmma m64n128k16, both from shared memory); online
   softmax on the fp32 S in registers (row max over a quad, O and the row sum rescaled);
-  O += P V (m64n64k16, P from registers: the S accumulator layout is the A fragment layout).
+  O += P V (m64n{hs}k16, P from registers: the S accumulator layout is the A fragment layout).
+  Head size 128: each 128-row tile of Q, K or V is two 64-column halves (two TMA boxes) one
+  after the other in shared memory, each 128 rows of 128 swizzled bytes; Q K^T's 8 K steps
+  take 4 from each half, and P V's B operand (V, MN-major) spans both halves with the
+  descriptor's leading byte offset = one half (att90_scores, att90_pv). O is 64 fp32 a thread
+  (32 at hs = 64); 2 K/V stages of 32 KiB each for K and V (4 of 16 KiB at hs = 64).
 Backward, as attention.cuh's (so that each gradient is written once, without atomics):
   dK/dV kernel, per 128 keys and 64-query stage: S^T = K Q^T, dP^T = V dO^T (m64n64k16, K
     and V in registers for the whole work tile), P^T from lse, dS^T = P^T (dP^T - D);
@@ -34,18 +40,26 @@ Backward, as attention.cuh's (so that each gradient is written once, without ato
     template parameter: GPT-2's NKV = NH calls run the instantiation without the head loop.
   dQ kernel, per 128 queries and 64-key stage: S = Q K^T, dP = dO V^T (Q, dO in registers),
     dS = P (dP - D); dQ += dS K (dS from registers).
-Within a consumer, the next stage's score products are issued before this stage's
-accumulating products, so that the softmax (or the P, dS transform) of one stage runs while
-the previous stage's products are on the tensor cores (across the heads of a GQA group too);
-the two consumers interleave as well. The diagonal tiles mask keys past the row (and with it
-the zero keys past T).
+  Head size 128 (att90_bwd_cfg): tiles in 64-column halves as the forward's; dK, dV (dQ) are
+    64 x 128 fp32 a warpgroup, 64 registers each, so K, V (Q, dO) stay in shared memory and
+    the score products read both operands there (m64n64k16 over 8 K steps, 4 per half);
+    dV += P^T dO, dK += dS^T Q, dQ += dS K are m64n128k16 with the MN-major B spanning both
+    halves (lbo = one half of the 64-row tile). 2 stages (32 KiB each) beside the two 64 KiB
+    work-tile buffers. The dK/dV consumer waits for its dV, dK products before it issues the
+    next S^T, dP^T (att90_dkv_tail128): dK, dV, P^T, dS^T and the next S^T, dP^T in flight
+    together would not fit its registers; the other consumer's products fill the gap.
+Within a consumer (but head size 128's dK/dV one), the next stage's score products are issued
+before this stage's accumulating products, so that the softmax (or the P, dS transform) of one
+stage runs while the previous stage's products are on the tensor cores (across the heads of a
+GQA group too); the two consumers interleave as well. The diagonal tiles mask keys past the row
+(and with it the zero keys past T).
 
 Requirements (attention_sm90_usable; attention.cuh checks the rest): an sm_90a build
-(SM90_GEMM_BUILD) on a 9.0 device, hs = 64, 16-byte aligned tensors and row strides; T, B,
-NH, NKV any; one call at a time on a device (its kernels' tile counters are per device: two
-forwards, or two backwards, on concurrent streams of one device would share them). No float
-atomics (an integer counter hands out the tiles, whose arithmetic is the same whichever CTA
-runs them): bitwise repeatable.
+(SM90_GEMM_BUILD) on a 9.0 device, hs = 64 or 128 (128 unless attention_set_sm90_hs128(0)),
+16-byte aligned tensors and row strides; T, B, NH, NKV any; one call at a time on a device (its
+kernels' tile counters are per device: two forwards, or two backwards, on concurrent streams of
+one device would share them). No float atomics (an integer counter hands out the tiles, whose
+arithmetic is the same whichever CTA runs them): bitwise repeatable.
 */
 #ifndef LLMC_ATTENTION_SM90_CUH
 #define LLMC_ATTENTION_SM90_CUH
@@ -55,13 +69,26 @@ runs them): bitwise repeatable.
 
 #define ATT90_BM 128        // query rows per work tile (64 per consumer warpgroup)
 #define ATT90_BN 128        // keys per K/V stage
-#define ATT90_HS 64         // head size (one 128-byte swizzle row of bf16)
-#define ATT90_STAGES 4
+#define ATT90_SWZ_COLS 64   // bf16 columns of one 128-byte swizzle row: a TMA box's width
 #define ATT90_THREADS 384   // producer warpgroup + 2 consumer warpgroups
 #define ATT90_MAX_DEVICES 64  // devices a process may use (per-device host state)
-#define ATT90_Q_BYTES (ATT90_BM * ATT90_HS * 2)
-#define ATT90_KV_BYTES (ATT90_BN * ATT90_HS * 2)
-#define ATT90_SMEM (2 * ATT90_Q_BYTES + 2 * ATT90_STAGES * ATT90_KV_BYTES + 256 + 1024)
+
+// The forward's sizes at head size HS (64 or 128). A head of HS columns is HS / 64 "halves" of
+// 64 columns (one 128-byte swizzle row each), every tile stored half after half: half c of a
+// tile of R rows is R 128-byte rows at c R 128 bytes from its start, as one TMA box writes them
+// (the 128-byte swizzle limits a box to 128 bytes of columns). At HS = 64 a tile is one half.
+// Shared memory: Q in 2 tile buffers, K and V in rings of STAGES stages, then barriers: at HS =
+// 64 2 x 16 + 2 x 4 x 16 KiB, at HS = 128 2 x 32 + 2 x 2 x 32 KiB (of the 227 KiB an SM has).
+template <int HS>
+struct att90_fwd_cfg {
+    static constexpr int HALVES = HS / ATT90_SWZ_COLS;
+    static constexpr int STAGES = HS == 64 ? 4 : 2;
+    static constexpr int Q_HALF = ATT90_BM * 128;   // bytes of one half of a Q tile
+    static constexpr int KV_HALF = ATT90_BN * 128;  // of a K or V stage
+    static constexpr int Q_BYTES = HALVES * Q_HALF;
+    static constexpr int KV_BYTES = HALVES * KV_HALF;
+    static constexpr int SMEM = 2 * Q_BYTES + 2 * STAGES * KV_BYTES + 256 + 1024;
+};
 
 // S (64 x 128 fp32 per warpgroup) (+)= Q (64 x 16, shared) K^T (16 x 128, shared, K-major)
 __device__ __forceinline__ void att90_mma_qk(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -77,12 +104,20 @@ __device__ __forceinline__ void att90_mma_qk(float (&d)[64], uint64_t desc_a, ui
 #endif
 }
 
-// S (64 x 128 per warpgroup) = Q K^T over the head's 64 channels: issued and committed
+// S (64 x 128 per warpgroup) = Q K^T over the head's HS channels: issued and committed.
+// Both operands K-major (rows along the channels): K step kk (channels 16 kk .. 16 kk + 15)
+// is in half kk / 4 of each tile, 32 (kk % 4) bytes into its 128-byte rows; within a half the
+// 8-row groups are 1024 bytes apart (sbo; lbo unused for K-major with the 128-byte swizzle).
+// q_addr, k_addr: half 0 of the warpgroup's 64 rows of Q, of the stage's K; the next half is
+// Q_HALF (KV_HALF) bytes on. At HS = 64 kk / 4 is 0: the head-size-64 code.
+template <int HS>
 __device__ __forceinline__ void att90_scores(float (&sc)[64], uint32_t q_addr, uint32_t k_addr) {
+    typedef att90_fwd_cfg<HS> C;
     sm90_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++)
-        att90_mma_qk(sc, sm90_desc(q_addr + kk * 32, 16, 1024), sm90_desc(k_addr + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < HS / 16; kk++)
+        att90_mma_qk(sc, sm90_desc(q_addr + (kk / 4) * C::Q_HALF + (kk % 4) * 32, 16, 1024),
+                     sm90_desc(k_addr + (kk / 4) * C::KV_HALF + (kk % 4) * 32, 16, 1024), kk);
     sm90_wgmma_commit();
 }
 
@@ -96,6 +131,36 @@ __device__ __forceinline__ void att90_mma_pv(float (&d)[32], const uint32_t *a, 
                  : SM90_D16(0), SM90_D16(16)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 #endif
+}
+
+// O (64 x 128 fp32 per warpgroup) += P (64 x 16, registers) V (16 x 128, shared, MN-major):
+// head size 128's P V, one instruction over both halves of V (see att90_pv)
+__device__ __forceinline__ void att90_mma_pv(float (&d)[64], const uint32_t *a, uint64_t desc_b) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, "
+                 "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "
+                 "%58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+#endif
+}
+
+// O (64 x HS) += P (64 x 128 keys, registers: pa, 8 K steps of 4) V (128 keys x HS, shared at
+// v_addr). V is the B operand MN-major (transposed: its rows run along K = the keys, its
+// columns along N = the channels). With the 128-byte swizzle an MN-major operand is read in
+// atoms of 64 N (one 128-byte row) x 8 K (8 rows, 1024 bytes): sbo is the step between the
+// 8-key row groups (1024), lbo the step between the 64-channel column blocks along N. K step kk
+// (keys 16 kk ..) starts 16 rows = 2048 bytes on. HS = 64: N = 64 is one column block (lbo
+// unused; 8192 as the GEMM's). HS = 128: N = 128 is the two halves of the stage, KV_HALF =
+// 128 keys x 128 bytes apart, so lbo = KV_HALF (the GEMM's MN-major B uses lbo = its box size
+// the same way) and one m64n128k16 covers both halves.
+template <int HS>
+__device__ __forceinline__ void att90_pv(float (&o)[HS / 2], const uint32_t (&pa)[32], uint32_t v_addr) {
+    constexpr uint32_t lbo = HS == 64 ? 8192 : att90_fwd_cfg<HS>::KV_HALF;
+#pragma unroll
+    for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, lbo, 1024));
 }
 
 __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
@@ -199,12 +264,13 @@ typedef struct {
     float scale_log2;
 } att90_fwd_ctx;
 
-// Key tile j of the work tile: S_j (in sc) through the online softmax into O; with NEXT, S_{j+1}
-// is issued before P_j V_j, and in sc when this returns.
-template <bool NEXT>
-__device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, float (&sc)[64], float (&o)[32],
+// Key tile j of the work tile: S_j (in sc) through the online softmax into O (64 x HS); with
+// NEXT, S_{j+1} is issued before P_j V_j, and in sc when this returns.
+template <int HS, bool NEXT>
+__device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, float (&sc)[64], float (&o)[HS / 2],
                                                float (&m)[2], float (&l)[2]) {
-    const int s = (c.it + j) % ATT90_STAGES, s1 = (c.it + j + 1) % ATT90_STAGES;
+    typedef att90_fwd_cfg<HS> C;
+    const int s = (c.it + j) % C::STAGES, s1 = (c.it + j + 1) % C::STAGES;
     // sc[4 i + e]: row row0 + 8 (e >> 1), key j BN + 8 i + 2 tq + (e & 1)
     if (j == c.qt) {  // the diagonal tile: keys past the row drop out
 #pragma unroll
@@ -239,10 +305,10 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
     }
     sm90_wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and the P registers are free
     sm90_fence_acc(o);
-    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.kv_empty[(c.it + j - 1) % ATT90_STAGES]);
-    if (NEXT) sm90_mbar_wait(&c.kv_full[s1], ((c.it + j + 1) / ATT90_STAGES) & 1);
+    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.kv_empty[(c.it + j - 1) % C::STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.kv_full[s1], ((c.it + j + 1) / C::STAGES) & 1);
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < HS / 8; i++) {  // o[4 i + e]: row row0 + 8 (e >> 1), channel 8 i + 2 tq + (e & 1)
         o[4 * i] *= alpha[0];
         o[4 * i + 1] *= alpha[0];
         o[4 * i + 2] *= alpha[1];
@@ -258,11 +324,9 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
         pa[2 * i + 1] = sm90_pack_bf16(sc[4 * i + 2], sc[4 * i + 3]);
     }
     sm90_fence_regs(pa);
-    if (NEXT) att90_scores(sc, c.q_addr, sm90_smem(c.sk + s1 * ATT90_KV_BYTES));
+    if (NEXT) att90_scores<HS>(sc, c.q_addr, sm90_smem(c.sk + s1 * C::KV_BYTES));
     sm90_wgmma_fence();
-    const uint32_t v_addr = sm90_smem(c.sv + s * ATT90_KV_BYTES);
-#pragma unroll
-    for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, 8192, 1024));
+    att90_pv<HS>(o, pa, sm90_smem(c.sv + s * C::KV_BYTES));
     sm90_wgmma_commit();
     if (NEXT) {
         sm90_wgmma_wait<1>();  // S_{j+1} is in; P_j V_j may still run
@@ -270,6 +334,7 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
     }
 }
 
+template <int HS>
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                  const __grid_constant__ CUtensorMap map_v, floatX *__restrict__ out, float *__restrict__ lse, int T,
@@ -277,8 +342,9 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *sq = smem, *sk = sq + 2 * ATT90_Q_BYTES, *sv = sk + ATT90_STAGES * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sv + ATT90_STAGES * ATT90_KV_BYTES, ATT90_STAGES);
+    typedef att90_fwd_cfg<HS> C;
+    uint8_t *sq = smem, *sk = sq + 2 * C::Q_BYTES, *sv = sk + C::STAGES * C::KV_BYTES;
+    const att90_bars bars = att90_bars_init(sv + C::STAGES * C::KV_BYTES, C::STAGES);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *kv_full = bars.st_full, *kv_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_qt * BH;
@@ -294,14 +360,23 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
             att90_tile(t, BH, n_qt, G, true, &qt, &bh);
             const int b = bh / NH, h = bh % NH, hk = h / group;  // hk: the head's K/V head
             const int qb = qi & 1;
-            sm90_mbar_expect_tx(&q_full[qb], ATT90_Q_BYTES);
-            sm90_tma_load_3d(sq + qb * ATT90_Q_BYTES, &map_q, h * ATT90_HS, qt * ATT90_BM, b, &q_full[qb]);
+            // each half a box of 64 columns (Q_HALF, KV_HALF bytes: the maps' boxes, att90_map)
+            sm90_mbar_expect_tx(&q_full[qb], C::Q_BYTES);
+#pragma unroll
+            for (int c = 0; c < C::HALVES; c++)
+                sm90_tma_load_3d(sq + qb * C::Q_BYTES + c * C::Q_HALF, &map_q, h * HS + c * ATT90_SWZ_COLS,
+                                 qt * ATT90_BM, b, &q_full[qb]);
             for (int j = 0; j <= qt; j++, it++) {
-                const int s = it % ATT90_STAGES;
-                sm90_mbar_wait(&kv_empty[s], ((it / ATT90_STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&kv_full[s], 2 * ATT90_KV_BYTES);
-                sm90_tma_load_3d(sk + s * ATT90_KV_BYTES, &map_k, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
-                sm90_tma_load_3d(sv + s * ATT90_KV_BYTES, &map_v, hk * ATT90_HS, j * ATT90_BN, b, &kv_full[s]);
+                const int s = it % C::STAGES;
+                sm90_mbar_wait(&kv_empty[s], ((it / C::STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&kv_full[s], 2 * C::KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < C::HALVES; c++) {
+                    sm90_tma_load_3d(sk + s * C::KV_BYTES + c * C::KV_HALF, &map_k, hk * HS + c * ATT90_SWZ_COLS,
+                                     j * ATT90_BN, b, &kv_full[s]);
+                    sm90_tma_load_3d(sv + s * C::KV_BYTES + c * C::KV_HALF, &map_v, hk * HS + c * ATT90_SWZ_COLS,
+                                     j * ATT90_BN, b, &kv_full[s]);
+                }
             }
         }
         return;
@@ -318,15 +393,16 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
         const int b = bh / NH, h = bh % NH;
         const int qb = qi & 1;
         const int row0 = qt * ATT90_BM + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
-        const uint32_t q_addr = sm90_smem(sq + qb * ATT90_Q_BYTES) + cw * 8192;  // the warpgroup's 64 rows
-        float o[32], sc[64];
+        // the warpgroup's 64 rows of half 0 (64 rows of 128 bytes on per consumer)
+        const uint32_t q_addr = sm90_smem(sq + qb * C::Q_BYTES) + cw * 8192;
+        float o[HS / 2], sc[64];
 #pragma unroll
-        for (int i = 0; i < 32; i++) o[i] = 0.0f;
+        for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
         sm90_fence_acc(o);  // set before any product is in flight (else ptxas serializes them)
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         const int n = qt + 1;  // key tiles up to the diagonal
-        sm90_mbar_wait(&kv_full[it % ATT90_STAGES], (it / ATT90_STAGES) & 1);
-        att90_scores(sc, q_addr, sm90_smem(sk + (it % ATT90_STAGES) * ATT90_KV_BYTES));
+        sm90_mbar_wait(&kv_full[it % C::STAGES], (it / C::STAGES) & 1);
+        att90_scores<HS>(sc, q_addr, sm90_smem(sk + (it % C::STAGES) * C::KV_BYTES));
         sm90_wgmma_wait<0>();
         sm90_fence_acc(sc);
         // Per key tile j: the softmax of S_j runs while P_{j-1} V_{j-1} is on the tensor cores;
@@ -334,12 +410,12 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
         // The last tile has no next one: a step of its own, so that no branch sits between the
         // rescaling of O and the products (ptxas would move it past them and serialize them).
         att90_fwd_ctx c = {sk, sv, kv_full, kv_empty, q_addr, it, qt, row0, tq, lt, scale_log2};
-        for (int j = 0; j + 1 < n; j++) att90_fwd_step<true>(c, j, sc, o, m, l);
-        att90_fwd_step<false>(c, n - 1, sc, o, m, l);
+        for (int j = 0; j + 1 < n; j++) att90_fwd_step<HS, true>(c, j, sc, o, m, l);
+        att90_fwd_step<HS, false>(c, n - 1, sc, o, m, l);
         sm90_wgmma_wait<0>();
         sm90_fence_acc(o);
         if (lt == 0) {
-            sm90_mbar_arrive(&kv_empty[(it + n - 1) % ATT90_STAGES]);
+            sm90_mbar_arrive(&kv_empty[(it + n - 1) % C::STAGES]);
             sm90_mbar_arrive(&q_empty[qb]);
         }
         it += n;
@@ -350,9 +426,9 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
             const int row = row0 + 8 * r;
             if (row < T) {
                 const float inv = 1.0f / l[r];
-                floatX *orow = out + ((size_t)b * T + row) * ((size_t)NH * ATT90_HS) + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *orow = out + ((size_t)b * T + row) * ((size_t)NH * HS) + (size_t)h * HS + 2 * tq;
 #pragma unroll
-                for (int i = 0; i < 8; i++)
+                for (int i = 0; i < HS / 8; i++)
                     *reinterpret_cast<uint32_t *>(orow + 8 * i) =
                         sm90_pack_bf16(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
                 if (lse != nullptr && tq == 0) lse[(size_t)bh * T + row] = m[r] + log2f(l[r]);
@@ -369,16 +445,41 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
 #ifndef ATT90_BWD_STAGES
 #define ATT90_BWD_STAGES 6  // 4: 3% slower (dev/attention_bench), 8: 1%
 #endif
-#define ATT90_T64_BYTES (64 * ATT90_HS * 2)  // a 64-row tile of one head: 8 KiB
 // The rows' lse and D in shared memory, brought by a warp of the producer warpgroup ahead of
 // the consumers (loaded by the consumers themselves, their latency was the dK/dV kernel's
 // largest stall): a stage's 64 rows (dK/dV: 4 ATT90_QUAD_STRIDE floats) x STAGES, or a tile
 // buffer's 128 rows (dQ: 256 floats) x 2
 #define ATT90_QUAD_STRIDE 36
-#define ATT90_BWD_ROWS_BYTES \
-    ((ATT90_BWD_STAGES * 4 * ATT90_QUAD_STRIDE > 2 * 256 ? ATT90_BWD_STAGES * 4 * ATT90_QUAD_STRIDE : 2 * 256) * 4)
-// 128-row pair buffers (K and V, or Q and dO) x 2 | 64-row pair stages x STAGES | barriers | rows
-#define ATT90_BWD_SMEM (2 * 2 * ATT90_KV_BYTES + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256 + ATT90_BWD_ROWS_BYTES + 1024)
+
+// The backward's sizes at head size HS (64 or 128), its tiles stored in 64-column halves as the
+// forward's (att90_fwd_cfg). Shared memory: 128-row pair buffers (K and V, or Q and dO) x 2 |
+// 64-row pair stages x STAGES | barriers | rows. HS = 64: 2 x 32 + 6 x 16 KiB; HS = 128: 2 x 64
+// + 2 x 32 KiB. At HS = 64 the work tile's A operands (K and V, or Q and dO) are read into
+// registers once a tile (att90_frags, AOP = their 16 registers each); at HS = 128 that would
+// be 32 registers each beside 64 + 64 of dK, dV: they stay in shared memory, and the score
+// products read both operands from there (AOP = the warpgroup's shared-memory address).
+template <int HS>
+struct att90_bwd_cfg {
+    static constexpr int HALVES = HS / ATT90_SWZ_COLS;
+    static constexpr int STAGES = HS == 64 ? ATT90_BWD_STAGES : 2;
+    static constexpr int TILE_HALF = 128 * 128;  // bytes of one half of a 128-row tile
+    static constexpr int TILE_BYTES = HALVES * TILE_HALF;
+    static constexpr int T64_HALF = 64 * 128;    // of a 64-row tile (a stage's Q, dO, K or V)
+    static constexpr int T64_BYTES = HALVES * T64_HALF;
+    static constexpr int ROWS_BYTES =
+        (STAGES * 4 * ATT90_QUAD_STRIDE > 2 * 256 ? STAGES * 4 * ATT90_QUAD_STRIDE : 2 * 256) * 4;
+    static constexpr int SMEM = 2 * 2 * TILE_BYTES + 2 * STAGES * T64_BYTES + 256 + ROWS_BYTES + 1024;
+    // the dK/dV kernel's registers a thread (setmaxnreg; 128 x (PRODUCER + 2 CONSUMER) within the
+    // 384 x 168 of the launch): at HS = 128 its lse/D warp (in the producer warpgroup) spilled
+    // with 24, and its consumers need fewer than 232 (att90_dkv_tail128)
+    static constexpr int PRODUCER_REGS = HS == 64 ? 24 : 32;
+    static constexpr int CONSUMER_REGS = HS == 64 ? 240 : 232;
+};
+template <int HS> struct att90_aop { typedef uint32_t type[16]; };
+template <> struct att90_aop<128> { typedef uint32_t type; };
+static_assert(att90_fwd_cfg<64>::SMEM <= 227 * 1024 && att90_fwd_cfg<128>::SMEM <= 227 * 1024 &&
+                  att90_bwd_cfg<64>::SMEM <= 227 * 1024 && att90_bwd_cfg<128>::SMEM <= 227 * 1024,
+              "attention (Hopper): shared memory past the 227 KiB of a CTA");
 
 // The lse and D of `n` rows from row r0 of one (b, h) into shared memory (rows past T: lse inf,
 // D 0, so that P = 0), by the 32 lanes of a warp, each of which then arrives on bar (its own
@@ -428,6 +529,38 @@ __device__ __forceinline__ void att90_frags(uint32_t (&a)[16], uint32_t base, in
     }
 }
 
+// d (64 x 64 fp32 per warpgroup) (+)= A (64 x 16, shared, K-major) B^T (16 x 64, shared, K-major)
+__device__ __forceinline__ void att90_mma_ss64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SM90_D16(0), SM90_D16(16)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+// Head size 128's score-like products: x = A1 B1^T, y = A2 B2^T over 128 channels (8 K steps),
+// every operand K-major in shared memory. a1, a2: the warpgroup's 64 rows of half 0 of the
+// work tile's 128-row tiles (half 1 TILE_HALF on); b1, b2: half 0 of the stage's 64-row tiles
+// (half 1 T64_HALF on). K step kk reads half kk / 4, 32 (kk % 4) bytes into the rows; 8-row
+// groups 1024 bytes apart (sbo) in each.
+__device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32], uint32_t a1, uint32_t b1,
+                                                      uint32_t a2, uint32_t b2) {
+    typedef att90_bwd_cfg<128> C;
+    sm90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        att90_mma_ss64(x, sm90_desc(a1 + (kk / 4) * C::TILE_HALF + (kk % 4) * 32, 16, 1024),
+                       sm90_desc(b1 + (kk / 4) * C::T64_HALF + (kk % 4) * 32, 16, 1024), kk);
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        att90_mma_ss64(y, sm90_desc(a2 + (kk / 4) * C::TILE_HALF + (kk % 4) * 32, 16, 1024),
+                       sm90_desc(b2 + (kk / 4) * C::T64_HALF + (kk % 4) * 32, 16, 1024), kk);
+    sm90_wgmma_commit();
+}
+
 // x (64 x 64 per warpgroup) = A1 B1^T and y = A2 B2^T over the head's 64 channels (4 K steps):
 // the two score-like products of the backward, S (or S^T) and dP (or dP^T); A1, A2 from
 // registers (att90_frags), B1, B2 from shared memory
@@ -435,9 +568,9 @@ __device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32
                                                       uint32_t b1, const uint32_t (&a2)[16], uint32_t b2) {
     sm90_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++) att90_mma_rs64(x, a1 + 4 * kk, sm90_desc(b1 + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < 4; kk++) att90_mma_rs64(x, a1 + 4 * kk, sm90_desc(b1 + kk * 32, 16, 1024), kk);
 #pragma unroll
-    for (int kk = 0; kk < ATT90_HS / 16; kk++) att90_mma_rs64(y, a2 + 4 * kk, sm90_desc(b2 + kk * 32, 16, 1024), kk);
+    for (int kk = 0; kk < 4; kk++) att90_mma_rs64(y, a2 + 4 * kk, sm90_desc(b2 + kk * 32, 16, 1024), kk);
     sm90_wgmma_commit();
 }
 
@@ -445,6 +578,15 @@ __device__ __forceinline__ void att90_two_products(float (&x)[32], float (&y)[32
 __device__ __forceinline__ void att90_product_rs(float (&d)[32], const uint32_t (&a)[16], uint32_t b) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) att90_mma_pv(d, a + 4 * kk, sm90_desc(b + kk * 2048, 8192, 1024));
+}
+
+// Head size 128: d (64 x 128) += A (64 x 64, registers) B (64 x 128, shared, MN-major: a stage's
+// 64-row tile, its two 64-column halves T64_HALF = 8192 bytes apart = lbo, the step between
+// column blocks along N, as att90_pv's; K step kk: rows 16 kk .., 2048 bytes on)
+__device__ __forceinline__ void att90_product_rs(float (&d)[64], const uint32_t (&a)[16], uint32_t b) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        att90_mma_pv(d, a + 4 * kk, sm90_desc(b + kk * 2048, att90_bwd_cfg<128>::T64_HALF, 1024));
 }
 
 // What a consumer's step of the dK/dV kernel needs besides its registers.
@@ -457,8 +599,9 @@ typedef struct {
 } att90_dkv_ctx;
 
 // The lse and D of this thread's 16 query columns of query tile i, from its stage (full)
+template <int HS>
 __device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, float (&lq)[16], float (&dd)[16]) {
-    const uint32_t rows = sm90_smem(c.rows + ((c.it + i) % ATT90_BWD_STAGES) * 4 * ATT90_QUAD_STRIDE) +
+    const uint32_t rows = sm90_smem(c.rows + ((c.it + i) % att90_bwd_cfg<HS>::STAGES) * 4 * ATT90_QUAD_STRIDE) +
                           4 * ATT90_QUAD_STRIDE * c.tq;  // bytes
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -470,17 +613,85 @@ __device__ __forceinline__ void att90_dkv_rows(const att90_dkv_ctx &c, int i, fl
     }
 }
 
+// Head size 128's end of a dK/dV step (att90_dkv_step), once P^T and dS^T are in st, dpt: dV +=
+// P^T dO and dK += dS^T Q, then (NEXT) step i+1's S^T and dP^T, each product group waited for
+// before the next is issued. dK and dV (128 registers) with P^T and dS^T (32) in flight beside
+// the next S^T and dP^T (64) exceed the 240 registers (ptxas spills and serializes the
+// products), so a consumer's products do not overlap its own transform here; the other
+// consumer's run meanwhile.
+template <bool NEXT>
+__device__ __forceinline__ void att90_dkv_tail128(const att90_dkv_ctx &c, int i, float (&st)[32], float (&dpt)[32],
+                                                  float (&dk)[64], float (&dv)[64], uint32_t ka) {
+    typedef att90_bwd_cfg<128> C;
+    const int s = (c.it + i) % C::STAGES, s1 = (c.it + i + 1) % C::STAGES;
+    uint32_t pa[16], da[16];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        pa[2 * j] = sm90_pack_bf16(st[4 * j], st[4 * j + 1]);
+        pa[2 * j + 1] = sm90_pack_bf16(st[4 * j + 2], st[4 * j + 3]);
+        da[2 * j] = sm90_pack_bf16(dpt[4 * j], dpt[4 * j + 1]);
+        da[2 * j + 1] = sm90_pack_bf16(dpt[4 * j + 2], dpt[4 * j + 3]);
+    }
+    sm90_fence_regs(pa);
+    sm90_fence_regs(da);
+    const uint32_t q_addr = sm90_smem(c.sst + s * 2 * C::T64_BYTES), do_addr = q_addr + C::T64_BYTES;
+    sm90_wgmma_fence();
+    att90_product_rs(dv, pa, do_addr);
+    att90_product_rs(dk, da, q_addr);
+    sm90_wgmma_commit();
+    sm90_wgmma_wait<0>();
+    sm90_fence_acc(dk);
+    sm90_fence_acc(dv);
+    if (c.lt == 0) sm90_mbar_arrive(&c.st_empty[s]);  // this stage's Q, dO, lse and D read
+    if (NEXT) {
+        sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / C::STAGES) & 1);
+        const uint32_t q1 = sm90_smem(c.sst + s1 * 2 * C::T64_BYTES);
+        att90_two_products(st, dpt, ka, q1, ka + C::TILE_BYTES, q1 + C::T64_BYTES);  // K Q^T, V dO^T
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(st);
+        sm90_fence_acc(dpt);
+    }
+}
+
 // Step i of the work tile (its stage c.it + i): query tile qi of its query head (qi = i but with
 // GQA, where the steps walk the group's heads one after another). S^T, dP^T (in st, dpt)
 // into P^T, dS^T, then dV += P^T dO, dK += dS^T Q. With NEXT, step i+1's S^T and dP^T (the next
-// tile, of this head or of the next one) are issued first, and are in st, dpt (its lse and D in
-// lq, dd) when this returns.
-template <bool NEXT>
+// tile, of this head or of the next one) are issued first, and are in st, dpt (at HS = 64 its
+// lse and D in lq, dd) when this returns. HS = 128 reads each step's lse and D at its start
+// instead (att90_dkv_rows), so that they are not held beside dK, dV (64 + 64 registers) across
+// the products. ka, va: the K and V operand (att90_aop).
+template <int HS, bool NEXT>
 __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, int qi, float (&st)[32],
-                                               float (&dpt)[32], float (&dk)[32], float (&dv)[32], float (&lq)[16],
-                                               float (&dd)[16], const uint32_t (&ka)[16], const uint32_t (&va)[16]) {
-    const int s = (c.it + i) % ATT90_BWD_STAGES, s1 = (c.it + i + 1) % ATT90_BWD_STAGES;
+                                               float (&dpt)[32], float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                               float (&lq)[16], float (&dd)[16],
+                                               const typename att90_aop<HS>::type &ka,
+                                               const typename att90_aop<HS>::type &va) {
+    typedef att90_bwd_cfg<HS> C;
+    const int s = (c.it + i) % C::STAGES, s1 = (c.it + i + 1) % C::STAGES;
     const int q0 = (2 * c.kt + qi) * 64;
+    if constexpr (HS != 64) {
+        // as below, with this step's lse and D read from its stage 2 rows at a time (16 bytes: see
+        // att90_load_rows), so that they do not add 32 registers to dK, dV, S^T and dP^T
+        const uint32_t rows = sm90_smem(c.rows + s * 4 * ATT90_QUAD_STRIDE) + 4 * ATT90_QUAD_STRIDE * c.tq;
+        // query - key less its j and e terms (past the first two query tiles at least 9: no mask)
+        const int qd = q0 + 2 * c.tq - c.key0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint4 v = sm90_lds_u4(rows + 16 * j);
+            const float lj[2] = {__uint_as_float(v.x), __uint_as_float(v.y)};
+            const float dj[2] = {__uint_as_float(v.z), __uint_as_float(v.w)};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                // query q0 + 8 j + 2 tq + (e & 1) before key key0 + 8 (e >> 1): P = 0
+                const float x = att90_exp2(fmaf(st[4 * j + e], c.scale_log2, -lj[e & 1]));
+                const float p = qd < 8 * ((e >> 1) - j) - (e & 1) ? 0.0f : x;
+                st[4 * j + e] = p;
+                dpt[4 * j + e] = p * (dpt[4 * j + e] - dj[e & 1]);
+            }
+        }
+        att90_dkv_tail128<NEXT>(c, i, st, dpt, dk, dv, ka);  // (va = ka + TILE_BYTES)
+        return;
+    }
     // st[4 j + e]: key key0 + 8 (e >> 1), query q0 + 8 j + 2 tq + (e & 1); P^T and dS^T in place.
     // Only the first two query tiles reach below the diagonal (queries before keys: P = 0); past
     // them the mask's compares would be a third of the loop's instructions
@@ -506,10 +717,11 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, in
             }
     }
     sm90_wgmma_wait<0>();  // tile i-1's dV, dK products are done: their operands are free
-    if (i > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + i - 1) % ATT90_BWD_STAGES]);
+    if (i > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + i - 1) % C::STAGES]);
     if (NEXT) {
-        sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / ATT90_BWD_STAGES) & 1);
-        att90_dkv_rows(c, i + 1, lq, dd);  // tile i's are used up; these are needed after the products
+        sm90_mbar_wait(&c.st_full[s1], ((c.it + i + 1) / C::STAGES) & 1);
+        // tile i's are used up; these are needed after the products
+        if constexpr (HS == 64) att90_dkv_rows<HS>(c, i + 1, lq, dd);
     }
     uint32_t pa[16], da[16];
 #pragma unroll
@@ -522,10 +734,10 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, in
     sm90_fence_regs(pa);
     sm90_fence_regs(da);
     if (NEXT) {
-        const uint32_t q1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
-        att90_two_products(st, dpt, ka, q1, va, q1 + ATT90_T64_BYTES);
+        const uint32_t q1 = sm90_smem(c.sst + s1 * 2 * C::T64_BYTES);
+        att90_two_products(st, dpt, ka, q1, va, q1 + C::T64_BYTES);
     }
-    const uint32_t q_addr = sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES), do_addr = q_addr + ATT90_T64_BYTES;
+    const uint32_t q_addr = sm90_smem(c.sst + s * 2 * C::T64_BYTES), do_addr = q_addr + C::T64_BYTES;
     sm90_wgmma_fence();
     att90_product_rs(dv, pa, do_addr);
     att90_product_rs(dk, da, q_addr);
@@ -551,12 +763,15 @@ typedef struct {
     float lr[2], dr[2];  // lse and D of the thread's two rows
 } att90_dq_ctx;
 
-// Key tile j: S, dP (in sc, dp) into dS, then dQ += dS K. With NEXT, tile j+1's S and dP are
-// issued first, and are in sc, dp when this returns.
-template <bool NEXT>
+// Key tile j: S, dP (in sc, dp) into dS, then dQ (64 x HS) += dS K. With NEXT, tile j+1's S
+// and dP are issued first, and are in sc, dp when this returns. qa, oa: the Q and dO operand
+// (att90_aop).
+template <int HS, bool NEXT>
 __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, float (&sc)[32], float (&dp)[32],
-                                              float (&dq)[32], const uint32_t (&qa)[16], const uint32_t (&oa)[16]) {
-    const int s = (c.it + j) % ATT90_BWD_STAGES, s1 = (c.it + j + 1) % ATT90_BWD_STAGES;
+                                              float (&dq)[HS / 2], const typename att90_aop<HS>::type &qa,
+                                              const typename att90_aop<HS>::type &oa) {
+    typedef att90_bwd_cfg<HS> C;
+    const int s = (c.it + j) % C::STAGES, s1 = (c.it + j + 1) % C::STAGES;
     // sc[4 i + e]: row row0 + 8 (e >> 1), key 64 j + 8 i + 2 tq + (e & 1); dS in place in dp.
     // Only the last two key tiles (from the work tile's first row) reach past the diagonal
     if (64 * j + 63 > c.row_first) {
@@ -579,8 +794,8 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
             }
     }
     sm90_wgmma_wait<0>();  // tile j-1's dQ product is done: its operands are free
-    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + j - 1) % ATT90_BWD_STAGES]);
-    if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + j + 1) / ATT90_BWD_STAGES) & 1);
+    if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + j - 1) % C::STAGES]);
+    if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + j + 1) / C::STAGES) & 1);
     uint32_t da[16];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -589,11 +804,11 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
     }
     sm90_fence_regs(da);
     if (NEXT) {
-        const uint32_t k1 = sm90_smem(c.sst + s1 * 2 * ATT90_T64_BYTES);
-        att90_two_products(sc, dp, qa, k1, oa, k1 + ATT90_T64_BYTES);
+        const uint32_t k1 = sm90_smem(c.sst + s1 * 2 * C::T64_BYTES);
+        att90_two_products(sc, dp, qa, k1, oa, k1 + C::T64_BYTES);
     }
     sm90_wgmma_fence();
-    att90_product_rs(dq, da, sm90_smem(c.sst + s * 2 * ATT90_T64_BYTES));
+    att90_product_rs(dq, da, sm90_smem(c.sst + s * 2 * C::T64_BYTES));
     sm90_wgmma_commit();
     if (NEXT) {
         sm90_wgmma_wait<1>();  // tile j+1's S, dP are in; the dQ product may still run
@@ -610,11 +825,12 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
 // the lightest (last keys) last; each consumer warpgroup owns 64 of the keys and walks the
 // 64-query tiles at and after them, of each query head of the group in turn (GQA: the `group`
 // heads hk group .. hk group + group - 1, in that order; without, group is 1 and the head is hk):
-//   S^T = K Q^T, dP^T = V dO^T (K, V as A from registers, read once a tile), P^T from the
-//   saved lse, dS^T = P^T (dP^T - D);  dV += P^T dO, dK += dS^T Q (P^T, dS^T from registers)
+//   S^T = K Q^T, dP^T = V dO^T (K, V as A: from registers, read once a tile, at HS = 64; from
+//   shared memory at 128), P^T from the saved lse, dS^T = P^T (dP^T - D);  dV += P^T dO,
+//   dK += dS^T Q (P^T, dS^T from registers; dK, dV 64 x HS fp32 a warpgroup)
 // so that dK and dV sum over the group's heads in registers, in a fixed order. GQA is a template
 // parameter so that the kernel for NKV = NH (GPT-2's) is the one without the head loop.
-template <bool GQA>
+template <int HS, bool GQA>
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_constant__ CUtensorMap map_v128,
                      const __grid_constant__ CUtensorMap map_q64, const __grid_constant__ CUtensorMap map_do64,
@@ -624,16 +840,17 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *skv = smem, *sst = skv + 4 * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES, 1, 33);
-    float *rows = (float *)(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256);
+    typedef att90_bwd_cfg<HS> C;
+    uint8_t *skv = smem, *sst = skv + 4 * C::TILE_BYTES;
+    const att90_bars bars = att90_bars_init(sst + 2 * C::STAGES * C::T64_BYTES, C::STAGES, 1, 33);
+    float *rows = (float *)(sst + 2 * C::STAGES * C::T64_BYTES + 256);
     uint64_t *kv_full = bars.tile_full, *kv_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_kt * BKV, n_q64 = (T + 63) / 64;
     const int grp = GQA ? group : 1, NH = NKV * grp;  // query heads per K/V head, query heads
 
     if (wg == 0) {
-        sm90_setmaxnreg_dec<24>();
+        sm90_setmaxnreg_dec<C::PRODUCER_REGS>();
         if (threadIdx.x / 32 == 1) {  // warp 1: each stage's 64 rows of lse and D
             int it = 0;
             for (int ti = 0;; ti++) {
@@ -642,12 +859,12 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
                 int kt, bk;
                 att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
                 // query tile i of (b, h) per stage, for the group's heads h in turn (the producer's
-                // order), in one loop (this warp has 24 registers)
+                // order), in one loop (this warp has C::PRODUCER_REGS registers)
                 const size_t bh0 = (size_t)(bk / NKV) * NH + (size_t)(bk % NKV) * grp;
                 const float *lh = lse + bh0 * T, *dh = Dvec + bh0 * T;
                 for (int j = grp * (n_q64 - 2 * kt), i = 2 * kt; j > 0; j--, it++) {
-                    const int s = it % ATT90_BWD_STAGES;
-                    sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
+                    const int s = it % C::STAGES;
+                    sm90_mbar_wait(&st_empty[s], ((it / C::STAGES) & 1) ^ 1);
                     att90_load_rows<true>(rows + s * 4 * ATT90_QUAD_STRIDE, lh, dh, i * 64, 64, T, threadIdx.x % 32,
                                           &st_full[s]);
                     if (++i == n_q64) {  // the next head's first tile
@@ -667,24 +884,35 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
             int kt, bk;
             att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
             const int b = bk / NKV, hk = bk % NKV, kb = ti & 1;
-            uint8_t *sk = skv + kb * 2 * ATT90_KV_BYTES;
-            sm90_mbar_expect_tx(&kv_full[kb], 2 * ATT90_KV_BYTES);
-            sm90_tma_load_3d(sk, &map_k128, hk * ATT90_HS, kt * 128, b, &kv_full[kb]);
-            sm90_tma_load_3d(sk + ATT90_KV_BYTES, &map_v128, hk * ATT90_HS, kt * 128, b, &kv_full[kb]);
+            // K then V, each HALVES boxes of 64 columns (TILE_HALF bytes) one after the other
+            uint8_t *sk = skv + kb * 2 * C::TILE_BYTES;
+            sm90_mbar_expect_tx(&kv_full[kb], 2 * C::TILE_BYTES);
+#pragma unroll
+            for (int c = 0; c < C::HALVES; c++) {
+                sm90_tma_load_3d(sk + c * C::TILE_HALF, &map_k128, hk * HS + c * ATT90_SWZ_COLS, kt * 128, b,
+                                 &kv_full[kb]);
+                sm90_tma_load_3d(sk + C::TILE_BYTES + c * C::TILE_HALF, &map_v128, hk * HS + c * ATT90_SWZ_COLS,
+                                 kt * 128, b, &kv_full[kb]);
+            }
             for (int h = hk * grp; h < (hk + 1) * grp; h++)  // the group's query heads, in order
                 for (int i = 2 * kt; i < n_q64; i++, it++) {
-                    const int s = it % ATT90_BWD_STAGES;
-                    uint8_t *sq = sst + s * 2 * ATT90_T64_BYTES;
-                    sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
-                    sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
-                    sm90_tma_load_3d(sq, &map_q64, h * ATT90_HS, i * 64, b, &st_full[s]);
-                    sm90_tma_load_3d(sq + ATT90_T64_BYTES, &map_do64, h * ATT90_HS, i * 64, b, &st_full[s]);
+                    const int s = it % C::STAGES;
+                    uint8_t *sq = sst + s * 2 * C::T64_BYTES;
+                    sm90_mbar_wait(&st_empty[s], ((it / C::STAGES) & 1) ^ 1);
+                    sm90_mbar_expect_tx(&st_full[s], 2 * C::T64_BYTES);
+#pragma unroll
+                    for (int c = 0; c < C::HALVES; c++) {
+                        sm90_tma_load_3d(sq + c * C::T64_HALF, &map_q64, h * HS + c * ATT90_SWZ_COLS, i * 64, b,
+                                         &st_full[s]);
+                        sm90_tma_load_3d(sq + C::T64_BYTES + c * C::T64_HALF, &map_do64, h * HS + c * ATT90_SWZ_COLS,
+                                         i * 64, b, &st_full[s]);
+                    }
                 }
         }
         return;
     }
 
-    sm90_setmaxnreg_inc<240>();
+    sm90_setmaxnreg_inc<C::CONSUMER_REGS>();
     const int cw = wg - 1, lt = threadIdx.x % 128, w = lt / 32, g = (lt % 32) / 4, tq = lt % 4;
     int it = 0;
     for (int ti = 0;; ti++) {
@@ -694,29 +922,33 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
         att90_tile(t, BKV, n_kt, G, false, &kt, &bk);
         const int b = bk / NKV, hk = bk % NKV, kb = ti & 1;
         const int key0 = kt * 128 + 64 * cw + 16 * w + g;  // this thread's keys: key0, key0 + 8
-        const uint32_t k_addr = sm90_smem(skv + kb * 2 * ATT90_KV_BYTES) + cw * 8192;
-        const uint32_t v_addr = k_addr + ATT90_KV_BYTES;
-        float dk[32], dv[32], st[32], dpt[32];
+        // the warpgroup's 64 keys of half 0 (64 rows of 128 bytes on per consumer)
+        const uint32_t k_addr = sm90_smem(skv + kb * 2 * C::TILE_BYTES) + cw * 8192;
+        const uint32_t v_addr = k_addr + C::TILE_BYTES;
+        float dk[HS / 2], dv[HS / 2], st[32], dpt[32];
 #pragma unroll
-        for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
+        for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
         // the zeros are set before any product is in flight (else ptxas serializes them: C7515)
         sm90_fence_acc(dk);
         sm90_fence_acc(dv);
         const int n = n_q64 - 2 * kt, n_steps = grp * n;  // query tiles per head; steps over the group
         att90_dkv_ctx c = {sst, st_full, st_empty, rows, it, kt, key0, tq, lt, scale_log2};
         float lq[16], dd[16];
-        uint32_t ka[16], va[16];
-        {
+        typename att90_aop<HS>::type ka, va;
+        if constexpr (HS == 64) {
             att90_frags(ka, k_addr, w, lt % 32);
             att90_frags(va, v_addr, w, lt % 32);
             sm90_fence_regs(ka);
             sm90_fence_regs(va);
+        } else {
+            ka = k_addr;
+            va = v_addr;
         }
-        sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
-        att90_dkv_rows(c, 0, lq, dd);
+        sm90_mbar_wait(&st_full[it % C::STAGES], (it / C::STAGES) & 1);
+        if constexpr (HS == 64) att90_dkv_rows<HS>(c, 0, lq, dd);
         {
-            const uint32_t q_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
-            att90_two_products(st, dpt, ka, q_addr, va, q_addr + ATT90_T64_BYTES);
+            const uint32_t q_addr = sm90_smem(sst + (it % C::STAGES) * 2 * C::T64_BYTES);
+            att90_two_products(st, dpt, ka, q_addr, va, q_addr + C::T64_BYTES);
             sm90_wgmma_wait<0>();
             sm90_fence_acc(st);
             sm90_fence_acc(dpt);
@@ -725,20 +957,20 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
         // i-1's dV and dK products run; then step i+1's S^T, dP^T and step i's dV, dK are issued
         // together (across the heads of a group as within one)
         for (int i = 0, qi = 0; i + 1 < n_steps; i++) {
-            att90_dkv_step<true>(c, i, GQA ? qi : i, st, dpt, dk, dv, lq, dd, ka, va);
+            att90_dkv_step<HS, true>(c, i, GQA ? qi : i, st, dpt, dk, dv, lq, dd, ka, va);
             if (GQA && ++qi == n) qi = 0;
         }
-        att90_dkv_step<false>(c, n_steps - 1, n - 1, st, dpt, dk, dv, lq, dd, ka, va);
+        att90_dkv_step<HS, false>(c, n_steps - 1, n - 1, st, dpt, dk, dv, lq, dd, ka, va);
         if (lt == 0) sm90_mbar_arrive(&kv_empty[kb]);  // K, V read for the last time
         it += n_steps;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int key = key0 + 8 * r;
             if (key < T) {
-                const size_t at = ((size_t)b * T + key) * (size_t)ldkv + (size_t)hk * ATT90_HS + 2 * tq;
+                const size_t at = ((size_t)b * T + key) * (size_t)ldkv + (size_t)hk * HS + 2 * tq;
                 floatX *dkrow = dK + at, *dvrow = dV + at;
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < HS / 8; j++) {
                     *reinterpret_cast<uint32_t *>(dkrow + 8 * j) =
                         sm90_pack_bf16(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
                     *reinterpret_cast<uint32_t *>(dvrow + 8 * j) = sm90_pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
@@ -752,8 +984,9 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
 // dQ of 128 queries of one (b, h) per work tile (BH = B NH heads of n_qt tiles), heaviest first;
 // each consumer warpgroup owns 64 of them and walks the 64-key tiles (of K/V head h / group) up
 // to the diagonal:
-//   S = Q K^T, dP = dO V^T (Q, dO as A from registers, read once a tile), P from the saved lse,
-//   dS = P (dP - D);  dQ += dS K (dS from registers)
+//   S = Q K^T, dP = dO V^T (Q, dO as A: from registers, read once a tile, at HS = 64; from
+//   shared memory at 128), P from the saved lse, dS = P (dP - D);  dQ += dS K (dS from registers)
+template <int HS>
 __global__ void __launch_bounds__(ATT90_THREADS, 1)
 att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_constant__ CUtensorMap map_do128,
                     const __grid_constant__ CUtensorMap map_k64, const __grid_constant__ CUtensorMap map_v64,
@@ -762,9 +995,10 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
 #ifdef SM90_DEVICE_CODE
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *sqd = smem, *sst = sqd + 4 * ATT90_KV_BYTES;
-    const att90_bars bars = att90_bars_init(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES, ATT90_BWD_STAGES, 33, 1);
-    float *rows = (float *)(sst + 2 * ATT90_BWD_STAGES * ATT90_T64_BYTES + 256);
+    typedef att90_bwd_cfg<HS> C;
+    uint8_t *sqd = smem, *sst = sqd + 4 * C::TILE_BYTES;
+    const att90_bars bars = att90_bars_init(sst + 2 * C::STAGES * C::T64_BYTES, C::STAGES, 33, 1);
+    float *rows = (float *)(sst + 2 * C::STAGES * C::T64_BYTES + 256);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
     const int wg = threadIdx.x / 128;
     const int n_tiles = n_qt * BH, n_k64 = (T + 63) / 64;
@@ -793,18 +1027,29 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
             int qt, bh;
             att90_tile(t, BH, n_qt, G, true, &qt, &bh);
             const int b = bh / NH, h = bh % NH, hk = h / group, qb = ti & 1;  // hk: the head's K/V head
-            uint8_t *sq = sqd + qb * 2 * ATT90_KV_BYTES;
-            sm90_mbar_expect_tx(&q_full[qb], 2 * ATT90_KV_BYTES);
-            sm90_tma_load_3d(sq, &map_q128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
-            sm90_tma_load_3d(sq + ATT90_KV_BYTES, &map_do128, h * ATT90_HS, qt * 128, b, &q_full[qb]);
+            // Q then dO, each HALVES boxes of 64 columns (TILE_HALF bytes) one after the other
+            uint8_t *sq = sqd + qb * 2 * C::TILE_BYTES;
+            sm90_mbar_expect_tx(&q_full[qb], 2 * C::TILE_BYTES);
+#pragma unroll
+            for (int c = 0; c < C::HALVES; c++) {
+                sm90_tma_load_3d(sq + c * C::TILE_HALF, &map_q128, h * HS + c * ATT90_SWZ_COLS, qt * 128, b,
+                                 &q_full[qb]);
+                sm90_tma_load_3d(sq + C::TILE_BYTES + c * C::TILE_HALF, &map_do128, h * HS + c * ATT90_SWZ_COLS,
+                                 qt * 128, b, &q_full[qb]);
+            }
             const int n = min(2 * qt + 2, n_k64);
             for (int j = 0; j < n; j++, it++) {
-                const int s = it % ATT90_BWD_STAGES;
-                uint8_t *sk = sst + s * 2 * ATT90_T64_BYTES;
-                sm90_mbar_wait(&st_empty[s], ((it / ATT90_BWD_STAGES) & 1) ^ 1);
-                sm90_mbar_expect_tx(&st_full[s], 2 * ATT90_T64_BYTES);
-                sm90_tma_load_3d(sk, &map_k64, hk * ATT90_HS, j * 64, b, &st_full[s]);
-                sm90_tma_load_3d(sk + ATT90_T64_BYTES, &map_v64, hk * ATT90_HS, j * 64, b, &st_full[s]);
+                const int s = it % C::STAGES;
+                uint8_t *sk = sst + s * 2 * C::T64_BYTES;
+                sm90_mbar_wait(&st_empty[s], ((it / C::STAGES) & 1) ^ 1);
+                sm90_mbar_expect_tx(&st_full[s], 2 * C::T64_BYTES);
+#pragma unroll
+                for (int c = 0; c < C::HALVES; c++) {
+                    sm90_tma_load_3d(sk + c * C::T64_HALF, &map_k64, hk * HS + c * ATT90_SWZ_COLS, j * 64, b,
+                                     &st_full[s]);
+                    sm90_tma_load_3d(sk + C::T64_BYTES + c * C::T64_HALF, &map_v64, hk * HS + c * ATT90_SWZ_COLS,
+                                     j * 64, b, &st_full[s]);
+                }
             }
         }
         return;
@@ -820,19 +1065,23 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
         att90_tile(t, BH, n_qt, G, true, &qt, &bh);
         const int b = bh / NH, h = bh % NH, qb = ti & 1;
         const int row0 = qt * 128 + 64 * cw + 16 * w + g;  // this thread's rows: row0, row0 + 8
-        const uint32_t q_addr = sm90_smem(sqd + qb * 2 * ATT90_KV_BYTES) + cw * 8192;
-        const uint32_t do_addr = q_addr + ATT90_KV_BYTES;
-        float dq[32], sc[32], dp[32];
+        // the warpgroup's 64 rows of half 0 (64 rows of 128 bytes on per consumer)
+        const uint32_t q_addr = sm90_smem(sqd + qb * 2 * C::TILE_BYTES) + cw * 8192;
+        const uint32_t do_addr = q_addr + C::TILE_BYTES;
+        float dq[HS / 2], sc[32], dp[32];
 #pragma unroll
-        for (int i = 0; i < 32; i++) dq[i] = 0.0f;
+        for (int i = 0; i < HS / 2; i++) dq[i] = 0.0f;
         sm90_fence_acc(dq);  // (see the dK/dV kernel)
         const int n = min(2 * qt + 2, n_k64);
-        uint32_t qa[16], oa[16];
-        {
+        typename att90_aop<HS>::type qa, oa;
+        if constexpr (HS == 64) {
             att90_frags(qa, q_addr, w, lt % 32);
             att90_frags(oa, do_addr, w, lt % 32);
             sm90_fence_regs(qa);
             sm90_fence_regs(oa);
+        } else {
+            qa = q_addr;
+            oa = do_addr;
         }
         float lr[2], dr[2];  // lse and D of the thread's rows, from the tile's buffer
 #pragma unroll
@@ -841,10 +1090,10 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
             lr[r] = sm90_lds_f(sm90_smem(rows + qb * 256 + tr));
             dr[r] = sm90_lds_f(sm90_smem(rows + qb * 256 + 128 + tr));
         }
-        sm90_mbar_wait(&st_full[it % ATT90_BWD_STAGES], (it / ATT90_BWD_STAGES) & 1);
+        sm90_mbar_wait(&st_full[it % C::STAGES], (it / C::STAGES) & 1);
         {
-            const uint32_t k_addr = sm90_smem(sst + (it % ATT90_BWD_STAGES) * 2 * ATT90_T64_BYTES);
-            att90_two_products(sc, dp, qa, k_addr, oa, k_addr + ATT90_T64_BYTES);
+            const uint32_t k_addr = sm90_smem(sst + (it % C::STAGES) * 2 * C::T64_BYTES);
+            att90_two_products(sc, dp, qa, k_addr, oa, k_addr + C::T64_BYTES);
             sm90_wgmma_wait<0>();
             sm90_fence_acc(sc);
             sm90_fence_acc(dp);
@@ -853,17 +1102,17 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
         // runs, then tile j+1's S, dP and tile j's dQ product issued together
         att90_dq_ctx c = {sst, st_full, st_empty, it, row0, qt * 128, tq, lt, scale_log2, {lr[0], lr[1]},
                           {dr[0], dr[1]}};
-        for (int j = 0; j + 1 < n; j++) att90_dq_step<true>(c, j, sc, dp, dq, qa, oa);
-        att90_dq_step<false>(c, n - 1, sc, dp, dq, qa, oa);
+        for (int j = 0; j + 1 < n; j++) att90_dq_step<HS, true>(c, j, sc, dp, dq, qa, oa);
+        att90_dq_step<HS, false>(c, n - 1, sc, dp, dq, qa, oa);
         if (lt == 0) sm90_mbar_arrive(&q_empty[qb]);  // Q, dO read for the last time
         it += n;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int row = row0 + 8 * r;
             if (row < T) {
-                floatX *dqrow = dQ + ((size_t)b * T + row) * (size_t)ldq + (size_t)h * ATT90_HS + 2 * tq;
+                floatX *dqrow = dQ + ((size_t)b * T + row) * (size_t)ldq + (size_t)h * HS + 2 * tq;
 #pragma unroll
-                for (int i = 0; i < 8; i++)
+                for (int i = 0; i < HS / 8; i++)
                     *reinterpret_cast<uint32_t *>(dqrow + 8 * i) =
                         sm90_pack_bf16(dq[4 * i + 2 * r] * scale, dq[4 * i + 2 * r + 1] * scale);
             }
@@ -876,13 +1125,18 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
 // host side
 
 static int att90_enabled = 1;  // attention_set_sm90: 0 sends every call to attention.cuh's kernels
+static int att90_hs128 = 1;    // attention_set_sm90_hs128: 0 sends head size 128 there
 
 static inline void attention_set_sm90(int on) { att90_enabled = on; }
+// For measurements and tests (dev/attention_bench): 0 runs head size 128 on attention.cuh's
+// mma.sync kernels while head size 64 stays here; 1 (the default) runs it here.
+static inline void attention_set_sm90_hs128(int on) { att90_hs128 = on; }
 
-// Whether the Hopper kernels run a call of head size hs (see the requirements above; the
-// caller has checked the rest of the call).
+// Whether the Hopper kernels run a call of head size hs, forward and backward (see the
+// requirements above; the caller has checked the rest of the call): hs = 64, or 128 unless
+// attention_set_sm90_hs128(0).
 static inline int attention_sm90_usable(int hs) {
-    if (!att90_enabled || hs != ATT90_HS) return 0;
+    if (!att90_enabled || !(hs == 64 || (hs == 128 && att90_hs128))) return 0;
     static signed char avail[ATT90_MAX_DEVICES + 1];  // per device: 0 not asked yet, 1 yes, -1 no
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ATT90_MAX_DEVICES) dev = ATT90_MAX_DEVICES;
@@ -897,15 +1151,17 @@ static inline void att90_check(int B, int T, int NH) {
 }
 
 // A tensor map of the heads of a (B, T, ld) bf16 tensor whose rows start at p, ld elements
-// apart: `cols` = heads * 64 columns (q: NH heads, k and v: NKV, dout: NH with ld = NH * 64), in
-// boxes of one head (64 columns) by `rows` tokens of one sequence; tokens past T read as zeros.
+// apart: `cols` = heads * hs columns (q: NH heads, k and v: NKV, dout: NH with ld = NH * hs), in
+// boxes of 64 columns (one head at hs = 64, one half of it at 128) by `rows` tokens of one
+// sequence: ATT90_SWZ_COLS x rows x 2 bytes, the byte counts the kernels expect (Q_HALF,
+// KV_HALF, TILE_HALF, T64_HALF); tokens past T read as zeros.
 static inline void att90_map(CUtensorMap *map, const floatX *p, int cols, int ld, int T, int B, int rows) {
     sm90_matrix m;
     m.ptr = p;
     m.rows = T;
     m.cols = cols;
     m.ld = ld;
-    cudaCheck(sm90_make_map(map, m, 2, ATT90_HS, rows, 3, B, (int64_t)T * ld));
+    cudaCheck(sm90_make_map(map, m, 2, ATT90_SWZ_COLS, rows, 3, B, (int64_t)T * ld));
 }
 
 // Persistent CTAs: one per SM (at most one per work tile). The first call on a device also
@@ -916,13 +1172,18 @@ static inline unsigned att90_grid(long long tiles) {
     cudaCheck(cudaGetDevice(&dev));
     require(dev < ATT90_MAX_DEVICES, "attention (Hopper): device index past ATT90_MAX_DEVICES");
     if (sms[dev] == 0) {
-        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT90_SMEM));
-        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       ATT90_BWD_SMEM));
-        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       ATT90_BWD_SMEM));
-        cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       ATT90_BWD_SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       att90_fwd_cfg<64>::SMEM));
+        cudaCheck(cudaFuncSetAttribute(att90_fwd_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       att90_fwd_cfg<128>::SMEM));
+        const int smem64 = att90_bwd_cfg<64>::SMEM, smem128 = att90_bwd_cfg<128>::SMEM;
+        const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<64, false>, a, smem64));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<64, true>, a, smem64));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel<64>, a, smem64));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<128, false>, a, smem128));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dkv_kernel<128, true>, a, smem128));
+        cudaCheck(cudaFuncSetAttribute(att90_bwd_dq_kernel<128>, a, smem128));
         cudaCheck(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
     }
     return (unsigned)(tiles < sms[dev] ? tiles : sms[dev]);
@@ -938,59 +1199,75 @@ static inline int att90_group(unsigned grid, int n, int BH) {
     return G < 1 ? 1 : G > BH ? BH : G;
 }
 
-// out (B, T, NH 64) = causal attention of q (rows ldq apart, NH heads) over k and v (rows ldkv
-// apart, NKV heads, NKV dividing NH), lse (B, NH, T) (skipped when NULL), on the Hopper kernel;
-// the caller (attention.cuh) has checked the call and attention_sm90_usable.
-static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
-                                          int B, int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
+template <int HS>
+static inline void att90_forward(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v, int B,
+                                 int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
     att90_check(B, T, NH);
     CUtensorMap mq, mk, mv;
-    att90_map(&mq, q, NH * ATT90_HS, ldq, T, B, ATT90_BM);
-    att90_map(&mk, k, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
-    att90_map(&mv, v, NKV * ATT90_HS, ldkv, T, B, ATT90_BN);
+    att90_map(&mq, q, NH * HS, ldq, T, B, ATT90_BM);
+    att90_map(&mk, k, NKV * HS, ldkv, T, B, ATT90_BN);
+    att90_map(&mv, v, NKV * HS, ldkv, T, B, ATT90_BN);
     const int n_qt = (T + ATT90_BM - 1) / ATT90_BM, BH = B * NH;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)ATT90_HS);
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)HS);
     const unsigned grid = att90_grid((long long)n_qt * BH);
-    att90_fwd_kernel<<<grid, ATT90_THREADS, ATT90_SMEM, s>>>(mq, mk, mv, out, lse, T, NH, NH / NKV, BH, n_qt,
-                                                             att90_group(grid, n_qt, BH), scale_log2);
+    att90_fwd_kernel<HS><<<grid, ATT90_THREADS, att90_fwd_cfg<HS>::SMEM, s>>>(
+        mq, mk, mv, out, lse, T, NH, NH / NKV, BH, n_qt, att90_group(grid, n_qt, BH), scale_log2);
     cudaLaunchCheck("att90_fwd_kernel");
 }
 
+// out (B, T, NH hs) = causal attention of q (rows ldq apart, NH heads of hs = 64 or 128) over k
+// and v (rows ldkv apart, NKV heads, NKV dividing NH), lse (B, NH, T) (skipped when NULL), on
+// the Hopper kernel; the caller (attention.cuh) has checked the call and attention_sm90_usable.
+static inline void attention_forward_sm90(floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
+                                          int B, int T, int NH, int NKV, int hs, int ldq, int ldkv, cudaStream_t s) {
+    if (hs == 128) att90_forward<128>(out, lse, q, k, v, B, T, NH, NKV, ldq, ldkv, s);
+    else att90_forward<64>(out, lse, q, k, v, B, T, NH, NKV, ldq, ldkv, s);
+}
+
+template <int HS>
+static inline void att90_backward(floatX *dq, floatX *dk, floatX *dv, const float *Dvec, const floatX *dout,
+                                  const floatX *q, const floatX *k, const floatX *v, const float *lse, int B, int T,
+                                  int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
+    typedef att90_bwd_cfg<HS> C;
+    att90_check(B, T, NH);
+    CUtensorMap k128, v128, q64, do64, q128, do128, k64, v64;
+    att90_map(&k128, k, NKV * HS, ldkv, T, B, 128);
+    att90_map(&v128, v, NKV * HS, ldkv, T, B, 128);
+    att90_map(&q64, q, NH * HS, ldq, T, B, 64);
+    att90_map(&do64, dout, NH * HS, NH * HS, T, B, 64);
+    att90_map(&q128, q, NH * HS, ldq, T, B, 128);
+    att90_map(&do128, dout, NH * HS, NH * HS, T, B, 128);
+    att90_map(&k64, k, NKV * HS, ldkv, T, B, 64);
+    att90_map(&v64, v, NKV * HS, ldkv, T, B, 64);
+    const int BH = B * NH, BKV = B * NKV, group = NH / NKV, n_t128 = (T + 127) / 128;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = 1.4426950408889634f * scale;
+    const unsigned grid_kv = att90_grid((long long)n_t128 * BKV);
+    const int G_kv = att90_group(grid_kv, n_t128, BKV);
+    if (group == 1) {
+        att90_bwd_dkv_kernel<HS, false><<<grid_kv, ATT90_THREADS, C::SMEM, s>>>(
+            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, 1, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
+    } else {
+        att90_bwd_dkv_kernel<HS, true><<<grid_kv, ATT90_THREADS, C::SMEM, s>>>(
+            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, group, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
+    }
+    cudaLaunchCheck("att90_bwd_dkv_kernel");
+    const unsigned grid = att90_grid((long long)n_t128 * BH);
+    att90_bwd_dq_kernel<HS><<<grid, ATT90_THREADS, C::SMEM, s>>>(q128, do128, k64, v64, dq, lse, Dvec, T, NH, group,
+                                                                  ldq, BH, n_t128, att90_group(grid, n_t128, BH),
+                                                                  scale_log2, scale);
+    cudaLaunchCheck("att90_bwd_dq_kernel");
+}
+
 // dq, dk, dv (the layouts of q, k, v) = the gradient through the forward's (out, lse) given dout
-// (B, T, NH 64) and the row dot products Dvec = rowsum(dout * out) (B, NH, T), on the Hopper
+// (B, T, NH hs) and the row dot products Dvec = rowsum(dout * out) (B, NH, T), on the Hopper
 // kernels; the caller has checked the call and attention_sm90_usable and computed Dvec
 // (attention.cuh's attention_backward). The dK/dV kernel's work tiles are per K/V head (B NKV
 // of them per key tile), the dQ kernel's per query head; each has its own grid and head groups.
 static inline void attention_backward_sm90(floatX *dq, floatX *dk, floatX *dv, const float *Dvec, const floatX *dout,
                                            const floatX *q, const floatX *k, const floatX *v, const float *lse, int B,
-                                           int T, int NH, int NKV, int ldq, int ldkv, cudaStream_t s) {
-    att90_check(B, T, NH);
-    CUtensorMap k128, v128, q64, do64, q128, do128, k64, v64;
-    att90_map(&k128, k, NKV * ATT90_HS, ldkv, T, B, 128);
-    att90_map(&v128, v, NKV * ATT90_HS, ldkv, T, B, 128);
-    att90_map(&q64, q, NH * ATT90_HS, ldq, T, B, 64);
-    att90_map(&do64, dout, NH * ATT90_HS, NH * ATT90_HS, T, B, 64);
-    att90_map(&q128, q, NH * ATT90_HS, ldq, T, B, 128);
-    att90_map(&do128, dout, NH * ATT90_HS, NH * ATT90_HS, T, B, 128);
-    att90_map(&k64, k, NKV * ATT90_HS, ldkv, T, B, 64);
-    att90_map(&v64, v, NKV * ATT90_HS, ldkv, T, B, 64);
-    const int BH = B * NH, BKV = B * NKV, group = NH / NKV, n_t128 = (T + 127) / 128;
-    const float scale = 1.0f / sqrtf((float)ATT90_HS), scale_log2 = 1.4426950408889634f * scale;
-    const unsigned grid_kv = att90_grid((long long)n_t128 * BKV);
-    const int G_kv = att90_group(grid_kv, n_t128, BKV);
-    if (group == 1) {
-        att90_bwd_dkv_kernel<false><<<grid_kv, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(
-            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, 1, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
-    } else {
-        att90_bwd_dkv_kernel<true><<<grid_kv, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(
-            k128, v128, q64, do64, dk, dv, lse, Dvec, T, NKV, group, ldkv, BKV, n_t128, G_kv, scale_log2, scale);
-    }
-    cudaLaunchCheck("att90_bwd_dkv_kernel");
-    const unsigned grid = att90_grid((long long)n_t128 * BH);
-    att90_bwd_dq_kernel<<<grid, ATT90_THREADS, ATT90_BWD_SMEM, s>>>(q128, do128, k64, v64, dq, lse, Dvec, T, NH, group,
-                                                                     ldq, BH, n_t128, att90_group(grid, n_t128, BH),
-                                                                     scale_log2, scale);
-    cudaLaunchCheck("att90_bwd_dq_kernel");
+                                           int T, int NH, int NKV, int hs, int ldq, int ldkv, cudaStream_t s) {
+    if (hs == 128) att90_backward<128>(dq, dk, dv, Dvec, dout, q, k, v, lse, B, T, NH, NKV, ldq, ldkv, s);
+    else att90_backward<64>(dq, dk, dv, Dvec, dout, q, k, v, lse, B, T, NH, NKV, ldq, ldkv, s);
 }
 
 #endif // LLMC_ATTENTION_SM90_CUH

@@ -32,8 +32,11 @@ What is checked:
     and one real run with B*T*3C > 2^31 (B = 1024, T = 1024, C = 768: about 13 GB of GPU
     memory, skipped when it cannot be allocated), checked on three sampled heads, including
     the last one, plus a full non-finite scan of out and dqkv on the GPU.
-Every case runs on the Hopper kernels (attention_sm90.cuh, hs = 64) where the build and GPU
-have them, and again on the mma.sync kernels (attention_set_sm90(0)).
+Every case runs on the Hopper kernels (attention_sm90.cuh: hs = 64 and 128) where the build
+and GPU have them, and again on the mma.sync kernels (attention_set_sm90(0));
+on the Hopper pass each such case is also compared with the mma.sync kernels' results on the
+same inputs (out, dq, dk, dv rel L2 <= 1e-2, lse within 1e-3). Head size 128 runs at T = 100,
+130, 77, 1000 and 1024 with NH/NKV = 2/2, 12/2, 6/2 and 4/4.
 */
 #ifndef GPU_KERNELS_ATTENTION_CUH
 #define GPU_KERNELS_ATTENTION_CUH
@@ -383,6 +386,37 @@ static void gka_case(int B, int T, int NH, int NKV, int hs, uint64_t seed) {
     test_check(repeat[0], "%s: twice, bitwise the same out, lse, dq, dk and dv", name);
     test_check(memcmp(res[0].out, out_nosave, n_q * 2) == 0, "%s: forward with saved = NULL gives the same out", name);
 
+    // where this call ran the Hopper forward: against attention.cuh's kernels on the same inputs
+    // (out and the gradients within bf16 rounding of each other, lse within fp32 rounding)
+    if (attention_sm90_usable(hs)) {
+        gka_result mma;
+        int mma_repeat, mma_outside;
+        attention_set_sm90(0);
+        gka_layout_run(GKA_PACKED, B, T, NH, NKV, hs, q_b, k_b, v_b, dout_b, &mma, &mma_repeat, &mma_outside, NULL);
+        attention_set_sm90(1);
+        double e[4], dl = 0.0;
+        const uint16_t *x[4] = {res[0].out, res[0].dq, res[0].dk, res[0].dv}, *y[4] = {mma.out, mma.dq, mma.dk, mma.dv};
+        for (int part = 0; part < 4; part++) {
+            const size_t n = part < 2 ? n_q : n_kv;
+            const int w = part < 2 ? wq : wkv;
+            double *ref = (double *)gka_xmalloc(n * sizeof(double));
+            for (size_t i = 0; i < n; i++) ref[i] = bf16_bits_to_f32(y[part][i]);
+            float *got = part < 2 ? fq : fkv;
+            gka_bits_to_float(got, x[part], n);
+            e[part] = gka_rel_l2_rows(got, w, ref, w, rows, w);
+            free(ref);
+        }
+        const float *la = (const float *)res[0].saved, *lb = (const float *)mma.saved;
+        for (size_t i = 0; i < (size_t)B * NH * T; i++) {
+            const double d = isfinite(la[i]) ? fabs((double)la[i] - lb[i]) : INFINITY;
+            dl = d > dl ? d : dl;
+        }
+        test_check(e[0] <= GKA_TOL && e[1] <= GKA_TOL && e[2] <= GKA_TOL && e[3] <= GKA_TOL && dl <= 1e-3,
+                   "%s: Hopper vs mma.sync: out %.2e, dq %.2e, dk %.2e, dv %.2e rel L2 (bound %.0e), lse max |diff| "
+                   "%.2e (bound 1e-3)", name, e[0], e[1], e[2], e[3], GKA_TOL, dl);
+        gka_result_free(&mma);
+    }
+
     // the other layouts: bitwise the packed layout's results, nothing written outside dq, dk, dv
     for (int kind = GKA_SEPARATE; kind <= GKA_PADDED; kind++) {
         gka_layout_run(kind, B, T, NH, NKV, hs, q_b, k_b, v_b, dout_b, &res[kind], &repeat[kind], &outside[kind],
@@ -666,14 +700,16 @@ static void gka_large(int B, int T, int C, int NH) {
 }
 
 static void test_attention(void) {
-    // hs = 64 runs the Hopper kernels (llmc/attention_sm90.cuh) where the build and GPU have
-    // them, so those cases run twice: with them and with attention.cuh's own kernels
+    // hs = 64 and 128 run the Hopper kernels (llmc/attention_sm90.cuh) where the build and GPU
+    // have them, so those cases run twice: with them and with attention.cuh's own kernels
     attention_set_sm90(1);
+    attention_set_sm90_hs128(1);
     const int sm90 = attention_sm90_usable(64);
     for (int pass = sm90 ? 0 : 1; pass < 2; pass++) {
         attention_set_sm90(pass == 0);
         printf("attention (llmc/attention.cuh), on %s\n",
-               pass == 0 ? "the Hopper kernels (attention_sm90.cuh) where hs = 64" : "mma.sync everywhere");
+               pass == 0 ? "the Hopper kernels (attention_sm90.cuh) where hs = 64 or 128"
+                         : "mma.sync everywhere");
         // GPT-2's heads (NKV = NH; the packed layout is the trainer's qkv (B, T, 3C))
         gka_case(2, 64, 2, 2, 64, 1);      // hs 64, one tile
         gka_case(3, 37, 1, 1, 64, 2);      // T below one tile
@@ -686,11 +722,16 @@ static void test_attention(void) {
         gka_case(3, 1, 4, 1, 64, 13);      // one token; one K/V head for all
         gka_case(2, 300, 6, 2, 64, 14);    // three Hopper key tiles, the last partial
         gka_case(4, 600, 16, 8, 64, 15);   // 160 dK/dV work tiles (per K/V head), 320 dQ ones
+        // hs 128 (Qwen2.5 1.5B-7B, Llama 3.2 3B, Llama 3.1 8B): the Hopper kernels' two 64-column
+        // halves per row, 2 stages; the mma.sync dK/dV query tile of 32
+        gka_case(2, 100, 2, 2, 128, 7);     // one work tile, partial
+        gka_case(2, 130, 12, 2, 128, 16);   // GQA 12/2, the second tile of two rows
+        gka_case(2, 1024, 12, 2, 128, 19);  // Qwen2.5 1.5B's heads at T = 1024: 8 key tiles per row tile
+        gka_case(2, 1000, 6, 2, 128, 20);   // GQA 6/2, T = 1000: the last tile partial
+        gka_case(3, 77, 4, 4, 128, 21);     // NKV = NH, T odd, below one tile
         if (pass == 1) {
             gka_case(2, 50, 4, 4, 16, 5);      // hs 16 (the debug model)
             gka_case(2, 130, 2, 2, 32, 6);     // hs 32, three tiles, the last of two rows
-            gka_case(2, 100, 2, 2, 128, 7);    // hs 128 (dK/dV query tile of 32)
-            gka_case(2, 130, 12, 2, 128, 16);  // GQA 12/2 at hs 128
             gka_case(2, 77, 4, 1, 32, 17);     // GQA 4/1 at hs 32
             gka_case(3, 50, 8, 2, 16, 18);     // GQA 8/2 at hs 16
         }
