@@ -476,11 +476,15 @@ static void mmt_run_swiglu(MatmulContext *ctx, cudaStream_t s, int BT, int C, in
     double *gu_ref = (double *)mmt_malloc(ngu * sizeof(double)), *h_ref = (double *)mmt_malloc(nh * sizeof(double));
     double *dgu_ref = (double *)mmt_malloc(ngu * sizeof(double)), *dw_ref = (double *)calloc(nwd, sizeof(double));
     if (dw_ref == NULL) exit(EXIT_FAILURE);
+    float *wgu_t = (float *)mmt_malloc(nwgu * sizeof(float));  // (C, 2I): the reference's loops run along rows
+    for (size_t o = 0; o < (size_t)2 * I; o++)
+        for (size_t c = 0; c < (size_t)C; c++) wgu_t[c * 2 * I + o] = wgu[o * C + c];
     for (size_t r = 0; r < (size_t)BT; r++) {
-        for (size_t o = 0; o < (size_t)2 * I; o++) {
-            double acc = 0.0;
-            for (size_t c = 0; c < (size_t)C; c++) acc += (double)x[r * C + c] * (double)wgu[o * C + c];
-            gu_ref[r * 2 * I + o] = acc;
+        double *acc = gu_ref + r * 2 * I;
+        for (size_t o = 0; o < (size_t)2 * I; o++) acc[o] = 0.0;
+        for (size_t c = 0; c < (size_t)C; c++) {
+            const double xv = x[r * C + c];
+            for (size_t o = 0; o < (size_t)2 * I; o++) acc[o] += xv * (double)wgu_t[c * 2 * I + o];
         }
         for (size_t i = 0; i < (size_t)I; i++) {
             const double g = gu_ref[r * 2 * I + i], u = gu_ref[r * 2 * I + I + i];
@@ -610,7 +614,7 @@ static void mmt_run_swiglu(MatmulContext *ctx, cudaStream_t s, int BT, int C, in
     mmt_set_mode(ctx, 0);
     void *dev[] = {d_x, d_wgu, d_dout, d_wd, d_guin, d_hin, d_gu, d_h, d_h2, d_dh, d_dgu, d_dgu2, d_dw};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaCheck(cudaFree(dev[i]));
-    void *host[] = {x, wgu, dout, wd, gu_in, h_in, dw0, gu_ref, h_ref, dgu_ref, dw_ref, h_gu, h_gu0, h_h, h_h2,
+    void *host[] = {x, wgu, wgu_t, dout, wd, gu_in, h_in, dw0, gu_ref, h_ref, dgu_ref, dw_ref, h_gu, h_gu0, h_h, h_h2,
                     h_dgu, h_dgu2, h_dgu0, h_dw, h_chk, expect};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }

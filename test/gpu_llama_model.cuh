@@ -174,8 +174,11 @@ static void test_llama_fixture(const char *dir, const char *name) {
     const float loss = llama_fixture_step(&t, &f, s);
     {  // the MLP's SwiGLU: in the Hopper GEMM's epilogues where the trainer's kinds have them
         const int fused = t.mm.n_swiglu > swiglu_before;
+        const LlamaModel *g = llama_impl(&t.model);  // layer 0's buffers (the others' offsets keep alignment)
+        const int BT = f.B * f.T, C = c->hidden_size, I = c->intermediate_size;
         const int want = (t.mm.use_sm90 >> MM90_SWIGLU & 1) && (t.mm.use_sm90 >> MM90_DSWIGLU & 1) &&
-                         c->intermediate_size % 8 == 0 && c->hidden_size <= MM90_SWIGLU_MAX_K;
+                         mm90_fits_swiglu(BT, C, I, g->gu, g->h, g->ln2, g->p.gateupw, NULL) &&
+                         mm90_fits_swiglu(BT, C, I, g->dgu, NULL, g->dresidual, g->p.downw, g->gu);
         test_check(fused == want, "%s: the SwiGLU path of the step: %s (%lld fused calls; expected %s)", name,
                    fused ? "fused into the Hopper GEMM (MM90_SWIGLU, MM90_DSWIGLU)" : "unfused (GEMM + swiglu kernels)",
                    t.mm.n_swiglu - swiglu_before, want ? "fused" : "unfused");
