@@ -42,6 +42,10 @@ that the kernel calls at fixed points (see sm90_plain below):
     tensor time alone fills the SM's 128 bytes a clock (dev/RESULTS.md), and ~13% less than
     the 64 x 256 ping-pong, while each warpgroup's epilogue runs beside the other's products:
     the tile for short K with a heavy epilogue (QuACK's logits GEMM takes it too). SS only.
+  - B_HALVES, TILE_N: a K-major B tile made of two boxes, rows n0 .. of each half of a stacked
+    weight (a 3-D map the caller makes, sm90_gemm_run), the tile advancing by TILE_N = BN / 2
+    columns: llmc/matmul_sm90.cuh's SwiGLU forward gets a channel's gate and up columns into
+    the same thread's accumulators that way.
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.

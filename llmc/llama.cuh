@@ -12,7 +12,8 @@ Per layer l, over the B*T tokens (x the residual stream, qkv = NH + 2 NKV heads 
   ln2 = rmsnorm(x2; ln2w)                     rstd2 kept
   gu  = ln2 @ gateupw^T                       one GEMM: each row [gate (I) | up (I)]
   h   = silu(gate) * up                       -r 1: recomputed in the backward (one buffer)
-                                              (on Hopper both in the GEMM's epilogue: matmul_forward_swiglu)
+                                              on Hopper in the GEMM's epilogue (matmul_forward_swiglu),
+                                              its backward in the down dinp's (matmul_backward_dswiglu)
   x3  = x2 + h @ downw^T
 then hidden = rmsnorm(x3 of the last layer; lnfw), which the trainer's LM head reads (the
 head is lm_head, or embed when tied: flce adds its d_W into embed's gradient then, and the
