@@ -42,6 +42,10 @@ that the kernel calls at fixed points (see sm90_plain below):
     tensor time alone fills the SM's 128 bytes a clock (dev/RESULTS.md), and ~13% less than
     the 64 x 256 ping-pong, while each warpgroup's epilogue runs beside the other's products:
     the tile for short K with a heavy epilogue (QuACK's logits GEMM takes it too). SS only.
+  - B_HALVES, TILE_N: a K-major B tile made of two boxes, rows n0 .. of each half of a stacked
+    weight (a 3-D map the caller makes, sm90_gemm_run), the tile advancing by TILE_N = BN / 2
+    columns: llmc/matmul_sm90.cuh's SwiGLU forward gets a channel's gate and up columns into
+    the same thread's accumulators that way.
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
@@ -527,6 +531,13 @@ struct sm90_policy_base {
     static constexpr bool X_IN = false;   // or reads one through map_x, box by box (sm90_box_load)
     static constexpr int STAGE_EXTRA = 0;
     static constexpr int EPI_BUFFERS = 2;
+    // Output columns a tile advances by (0: BN). B_HALVES (K-major B only): the BN rows of a
+    // stage's B tile are two halves of BN / 2 rows, each one box of a 3-D map of B as
+    // (K, rows, 2), at (k0, n0, 0) and (k0, n0, 1), so that a tile of TILE_N = BN / 2
+    // columns n0 .. gets rows n0 .. of both halves of a stacked weight (the SwiGLU's gate and
+    // up projections); rows past the map's second dimension are zeros, not the other half's.
+    static constexpr int TILE_N = 0;
+    static constexpr bool B_HALVES = false;
     template <class Args>
     __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
     template <class Args, class TS>
@@ -590,6 +601,9 @@ struct sm90_tile_of {
     static constexpr int ACC = P::BN / 2;
     static_assert(P::WG_M == 64 || (P::WG_M == 128 && P::PINGPONG && !P::A_REGS), "the wide tile is ping-pong, SS");
     static_assert(P::BN == 256 || (P::BN == 192 && P::WG_M == 128), "tile widths: 256, or 192 wide");
+    static_assert(!P::B_HALVES || P::BN % 16 == 0, "B halves: whole 8-row groups each");
+    // the columns a tile advances by
+    static constexpr int TN = P::TILE_N > 0 ? P::TILE_N : P::BN;
 };
 
 // The accumulators of a consumer thread: float[128] for a 64-row block, float[2][96] wide.
@@ -738,7 +752,11 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                     sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
                 }
                 if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K
+                    static_assert(!(TRANS_B && P::B_HALVES), "B halves: K-major B");
                     for (int i = 0; i < P::BN / 64; i++) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
+                } else if (P::B_HALVES) {  // two boxes of 64 K x BN / 2 rows: rows n0 .. of each half
+                    sm90_tma_load_3d(sb, &map_b, k0, tile.n0, 0, &full[s]);
+                    sm90_tma_load_3d(sb + B_BYTES / 2, &map_b, k0, tile.n0, 1, &full[s]);
                 } else {        // (N, K) rows: one box of 64 K x BN rows
                     sm90_tma_load(sb, &map_b, k0, tile.n0, &full[s]);
                 }
@@ -838,23 +856,34 @@ static inline sm90_encode_fn sm90_encoder(void) {
     return fn;
 }
 
+// A tensor map (rank 2 or 3; bf16 or fp32 by elem) of the array at ptr with dimensions dims
+// (dims[0] contiguous), strides[i] elements between consecutive indices of dimension i + 1
+// (multiples of 16 bytes), in boxes of box[0] x box[1] x box[2] with the given swizzle (the
+// inner box 128 bytes or less for the 128-byte swizzle, 64 or less for the 64-byte one).
+static inline cudaError_t sm90_make_map_3d(CUtensorMap *map, const void *ptr, int elem, int rank,
+                                           const int64_t (&dims)[3], const int64_t (&strides)[2],
+                                           const int (&box)[3], CUtensorMapSwizzle swizzle) {
+    sm90_encode_fn enc = sm90_encoder();
+    if (enc == NULL) return cudaErrorNotSupported;
+    const cuuint64_t d[3] = {(cuuint64_t)dims[0], (cuuint64_t)dims[1], (cuuint64_t)dims[2]};
+    const cuuint64_t str[2] = {(cuuint64_t)(strides[0] * elem), (cuuint64_t)(strides[1] * elem)};
+    const cuuint32_t b[3] = {(cuuint32_t)box[0], (cuuint32_t)box[1], (cuuint32_t)box[2]};
+    const cuuint32_t estr[3] = {1, 1, 1};
+    CUresult r = enc(map, elem == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                     (cuuint32_t)rank, (void *)ptr, d, str, b, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // A tensor map of m (rows x cols, bf16 or fp32 by elem) in boxes of box_cols x box_rows, with
 // the 128-byte swizzle. rank 2, or rank 3 with `depth` slices split_stride elements apart (the
 // outputs: split-K parts); the rank must match the instructions that use it (.2d loads, .3d
 // stores).
 static inline cudaError_t sm90_make_map(CUtensorMap *map, const sm90_matrix &m, int elem, int box_cols, int box_rows,
                                  int rank, int depth, int64_t split_stride) {
-    sm90_encode_fn enc = sm90_encoder();
-    if (enc == NULL) return cudaErrorNotSupported;
-    const cuuint64_t dims[3] = {(cuuint64_t)m.cols, (cuuint64_t)m.rows, (cuuint64_t)depth};
-    const cuuint64_t strides[2] = {(cuuint64_t)(m.ld * elem), (cuuint64_t)(split_stride * elem)};
-    const cuuint32_t box[3] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1};
-    const cuuint32_t estr[3] = {1, 1, 1};
-    CUresult r = enc(map, elem == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                     (cuuint32_t)rank, (void *)m.ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    const int64_t dims[3] = {m.cols, m.rows, depth}, strides[2] = {m.ld, split_stride};
+    const int box[3] = {box_cols, box_rows, 1};
+    return sm90_make_map_3d(map, m.ptr, elem, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 static inline cudaError_t sm90_make_operand_map(CUtensorMap *map, const sm90_matrix &m, int box_cols, int box_rows) {
@@ -921,18 +950,40 @@ static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM
     return s;
 }
 
+// Launches policy P on the tensor maps made by the caller (operands in the layout TRANS_A,
+// TRANS_B; map_x zeroed where P has no X_OUT or X_IN) over shape (sm90_make_shape with P's
+// tile), on stream: for policies whose maps are not sm90_gemm_launch's.
+template <class P, int TRANS_A, int TRANS_B>
+static cudaError_t sm90_gemm_run(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &md,
+                                 const CUtensorMap &mx, const sm90_shape &shape, const typename P::Args &args,
+                                 cudaStream_t stream) {
+    constexpr int STAGES = sm90_stages<P>::value;
+    typedef sm90_tile_of<P> TL;
+    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, TL::A_BYTES, TL::B_BYTES, P::X_IN> L;
+    static_assert(L::TOTAL <= SM90_SMEM_LIMIT, "shared memory");
+    auto kernel = sm90_gemm_kernel<P, TRANS_A, TRANS_B>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::TOTAL);
+    if (e != cudaSuccess) return e;
+    int dev = 0, sms = 0;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
+    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, shape, args);
+    return cudaGetLastError();
+}
+
 // Launches policy P on problem p (D of OutT, operands in the layout TRANS_A, TRANS_B, which
 // must be p's), on stream. The caller has checked p.
 template <class P, typename OutT, int TRANS_A, int TRANS_B>
 static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Args &args, cudaStream_t stream) {
-    constexpr int STAGES = sm90_stages<P>::value;
     typedef sm90_tile_of<P> TL;
     constexpr int BM = TL::BM;
-    typedef sm90_smem_layout<STAGES, P::STAGE_EXTRA, P::EPI_BUFFERS, TL::A_BYTES, TL::B_BYTES, P::X_IN> L;
-    static_assert(L::TOTAL <= SM90_SMEM_LIMIT, "shared memory");
+    static_assert(!P::B_HALVES, "B halves: the caller makes its maps (sm90_gemm_run)");
     if (p.trans_a != TRANS_A || p.trans_b != TRANS_B) return cudaErrorInvalidValue;
     CUtensorMap ma, mb, md;
-    const sm90_shape shape = sm90_make_shape(p, BM, P::BN);
+    const sm90_shape shape = sm90_make_shape(p, BM, TL::TN);
     cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, BM);
     if (e == cudaSuccess)
         e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, P::BN);
@@ -945,17 +996,7 @@ static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Arg
         e = sm90_make_map(&mx, p.x, 2, 64, 16, 3, 1, 0);
     }
     if (e != cudaSuccess) return e;
-    auto kernel = sm90_gemm_kernel<P, TRANS_A, TRANS_B>;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::TOTAL);
-    if (e != cudaSuccess) return e;
-    int dev = 0, sms = 0;
-    e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
-    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
-    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, shape, args);
-    return cudaGetLastError();
+    return sm90_gemm_run<P, TRANS_A, TRANS_B>(ma, mb, md, mx, shape, args, stream);
 }
 
 // The plain policy in p's layout, on schedule SCHED (SM90_COOPERATIVE, _PINGPONG, _WIDE).

@@ -12,6 +12,8 @@ Per layer l, over the B*T tokens (x the residual stream, qkv = NH + 2 NKV heads 
   ln2 = rmsnorm(x2; ln2w)                     rstd2 kept
   gu  = ln2 @ gateupw^T                       one GEMM: each row [gate (I) | up (I)]
   h   = silu(gate) * up                       -r 1: recomputed in the backward (one buffer)
+                                              on Hopper in the GEMM's epilogue (matmul_forward_swiglu),
+                                              its backward in the down dinp's (matmul_backward_dswiglu)
   x3  = x2 + h @ downw^T
 then hidden = rmsnorm(x3 of the last layer; lnfw), which the trainer's LM head reads (the
 head is lm_head, or embed when tied: flce adds its d_W into embed's gradient then, and the
@@ -208,8 +210,7 @@ static void llama_model_forward(Model *m, int B, int T, cudaStream_t s) {
                           qkv + d->NH * d->hd, qkv + (d->NH + d->NKV) * d->hd, &att, s);
         matmul_forward_residual(m->mm, res2, x, atty, p->attprojw + (size_t)l * C * C, NULL, BT, C, C, s);
         rmsnorm_forward(ln2, g->ln2_rstd + l * ml, res2, p->ln2w + (size_t)l * C, d->eps, BT, C, s);
-        matmul_forward(m->mm, gu, NULL, ln2, p->gateupw + (size_t)l * 2 * I * C, NULL, BT, C, 2 * I, s);
-        swiglu_forward(h, gu, BT, I, s);
+        matmul_forward_swiglu(m->mm, gu, h, ln2, p->gateupw + (size_t)l * 2 * I * C, BT, C, I, s);
         matmul_forward_residual(m->mm, res3, res2, h, p->downw + (size_t)l * C * I, NULL, BT, I, C, s);
     }
     rmsnorm_forward(m->hidden, g->lnf_rstd, g->res3 + (L - 1) * sC, p->lnfw, d->eps, BT, C, s);
@@ -236,10 +237,10 @@ static void llama_model_backward(Model *m, int B, int T, const GradReadyHook *ho
         floatX *res2 = g->res2 + l * sC, *ln2 = g->ln2 + l * sC, *gu = g->gu + l * sGU;
         floatX *h = g->h + (g->recompute ? 0 : l * sI);
         // MLP
+        // h for the down projection's weight gradient (the fused forward's h is this, bitwise)
         if (g->recompute) swiglu_forward(h, gu, BT, I, s);
-        matmul_backward(m->mm, g->dh, gr->downw + (size_t)l * C * I, NULL, g->dresidual, h,
-                        p->downw + (size_t)l * C * I, NULL, BT, I, C, s);
-        swiglu_backward(g->dgu, g->dh, gu, BT, I, s);
+        matmul_backward_dswiglu(m->mm, g->dgu, g->dh, gr->downw + (size_t)l * C * I, g->dresidual, h,
+                                p->downw + (size_t)l * C * I, gu, BT, C, I, s);
         matmul_backward(m->mm, dln, gr->gateupw + (size_t)l * 2 * I * C, NULL, g->dgu, ln2,
                         p->gateupw + (size_t)l * 2 * I * C, NULL, BT, C, 2 * I, s);
         rmsnorm_backward(g->dresidual, gr->ln2w + (size_t)l * C, g->rms_scratch, dln, res2, p->ln2w + (size_t)l * C,

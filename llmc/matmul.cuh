@@ -10,6 +10,8 @@ cuBLASLt's epilogue, and the backward (input, weight and bias gradients).
                    dweight (OC,C)  += dout^T @ inp              (fp32, +=: beta 1)
                    dinp    (BT,C)   = dout @ weight             (bf16, =: overwritten)
   matmul_backward_dgelu  the same, dinp = (dout @ weight) * gelu'(inp_pre_gelu)  (=)
+  matmul_forward_swiglu    gu (BT,2I) = inp (BT,C) @ gateupw (2I,C)^T, h (BT,I) = silu(gate) * up
+  matmul_backward_dswiglu  dweight (C,I) += dout^T @ h, dgu (BT,2I) = swiglu_backward(dout @ weight, gu)
 
 Row-major as llm.c (weight (OC, C): out = inp @ W^T + b); the GELU is the tanh form of
 test/gpt2_ref.c. The GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
@@ -26,6 +28,10 @@ bias epilogue adds to the sum and the residual stream is written once; its fallb
 the residual with add_inplace after the unfused path. matmul_backward_dgelu puts the GELU
 backward of the layer below into the dinp GEMM (CUBLASLT_EPILOGUE_DGELU, aux = that layer's
 pre-activation), falling back on gelu_backward_inplace after a plain GEMM.
+The Llama / Qwen MLP's SwiGLU (llmc/swiglu.cuh) goes into the epilogues of the gate/up
+forward and of the down projection's dinp on the Hopper path (MM90_SWIGLU, MM90_DSWIGLU of
+llmc/matmul_sm90.cuh, K = C <= 2048); elsewhere the two calls are the GEMM and swiglu_forward,
+or matmul_backward's dinp into a dh buffer and swiglu_backward, as before the fusion.
 The bias gradient is our own deterministic two-pass column sum, not cuBLASLt's BGRADB
 epilogue: BGRADB writes (=) its vector in D's type, while our gradients accumulate (+=) in
 fp32, and its reduction order is cuBLASLt's to choose. With pre_gelu, the GELU backward is
@@ -46,6 +52,7 @@ Indices: every product that can pass 2^31 (BT*OC, BT*C) is 64-bit.
 #include "gelu.cuh"
 #include "gemm_lt.cuh"
 #include "matmul_sm90.cuh"
+#include "swiglu.cuh"
 
 #define MATMUL_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
 #define MATMUL_DBIAS_LANES 32                    // threads of a block along the columns
@@ -65,6 +72,7 @@ typedef struct {
     int use_cublaslt;        // 1 (matmul_init); 0: the simple GEMM kernel below everywhere (tests)
     int use_sm90;            // our Hopper GEMM for short K: the calls of these kinds (mm90_available's bits)
     long long n_sm90;        // calls it took
+    long long n_swiglu;      // of those, the SwiGLU calls fused into its epilogues (MM90_SWIGLU, MM90_DSWIGLU)
     long long n_fallback;    // calls that took the unfused/kernel path though the flags asked otherwise
     int warned;              // the fallback note is printed once
 } MatmulContext;
@@ -484,6 +492,51 @@ static inline void matmul_backward_dgelu(MatmulContext *ctx, floatX *dinp, float
     }
     matmul_gemm(ctx, s, "backward dinp", 0, 0, C, BT, OC, weight, C, dout, OC, dinp, CUDA_R_16BF, C, 0.0f);
     gelu_backward_inplace(dinp, inp_pre_gelu, (size_t)BT * (size_t)C, s);
+}
+
+// The Llama / Qwen MLP's gate/up projection and SwiGLU: gu (BT, 2I) = inp (BT, C) @ gateupw
+// (2I, C)^T (each row [gate (I) | up (I)]; no bias), h (BT, I) = silu(gate) * up. Fused (the
+// Hopper path): one GEMM whose tiles hold a gate column and its up column in the same thread;
+// gu rounded once from fp32, h is swiglu_forward's of that gu (bitwise), so the backward's
+// recompute of h from gu (-r 1) gives the same h. Unfused: matmul_forward, then
+// swiglu_forward. gu and h are overwritten and must not overlap each other or the inputs.
+static inline void matmul_forward_swiglu(MatmulContext *ctx, floatX *gu, floatX *h, const floatX *inp,
+                                         const floatX *gateupw, int BT, int C, int I, cudaStream_t s) {
+    matmul_check_args("matmul_forward_swiglu", BT, C, I, gu == NULL || h == NULL || inp == NULL || gateupw == NULL);
+    if ((ctx->use_sm90 >> MM90_SWIGLU & 1) && ctx->fuse_epilogues &&
+        mm90_fits_swiglu(BT, C, I, gu, h, inp, gateupw, NULL)) {
+        matmul_sm90_status(ctx, mm90_swiglu(gu, h, inp, gateupw, BT, C, I, s), "forward (swiglu)", BT, 2 * (int64_t)I,
+                           C);
+        ctx->n_swiglu++;
+        return;
+    }
+    matmul_forward(ctx, gu, NULL, inp, gateupw, NULL, BT, C, 2 * I, s);
+    swiglu_forward(h, gu, BT, I, s);
+}
+
+// The backward of the MLP's down projection (out = h @ weight^T, weight (C, I), no bias) and
+// of the SwiGLU that made its input h from gu, given dout (BT, C):
+//   dweight (C,I)  += dout^T @ h                             fp32, +=   (skipped when NULL)
+//   dgu    (BT,2I)  = [dh u silu'(g) | dh silu(g)], dh = dout @ weight     bf16, =
+// Fused (the Hopper path): dh lives in the dinp GEMM's accumulators only, its epilogue reads
+// gate and up and writes dgu (dh not rounded to bf16 first). Unfused: matmul_backward writes
+// dh (BT, I) into the scratch dh, then swiglu_backward. dgu may be gu (in place); dh must not
+// overlap dgu, gu or the inputs (it is not written on the fused path).
+static inline void matmul_backward_dswiglu(MatmulContext *ctx, floatX *dgu, floatX *dh, float *dweight, floatX *dout,
+                                           const floatX *h, const floatX *weight, const floatX *gu, int BT, int C,
+                                           int I, cudaStream_t s) {
+    matmul_check_args("matmul_backward_dswiglu", BT, I, C,
+                      dgu == NULL || dh == NULL || dout == NULL || weight == NULL || gu == NULL ||
+                          (dweight != NULL && h == NULL));
+    if ((ctx->use_sm90 >> MM90_DSWIGLU & 1) && ctx->fuse_epilogues &&
+        mm90_fits_swiglu(BT, C, I, dgu, NULL, dout, weight, gu)) {
+        matmul_backward(ctx, NULL, dweight, NULL, dout, h, weight, NULL, BT, I, C, s);
+        matmul_sm90_status(ctx, mm90_dswiglu(dgu, dout, weight, gu, BT, C, I, s), "backward dinp (dswiglu)", BT, I, C);
+        ctx->n_swiglu++;
+        return;
+    }
+    matmul_backward(ctx, dh, dweight, NULL, dout, h, weight, NULL, BT, I, C, s);
+    swiglu_backward(dgu, dh, gu, BT, I, s);
 }
 
 #endif // LLMC_MATMUL_CUH

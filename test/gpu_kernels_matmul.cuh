@@ -18,6 +18,9 @@ the trainer's projection shapes (where the epilogue mode must not fall back), a 
 odd shape, and with residual and out off 16-byte alignment; matmul_backward_dgelu (the GELU
 backward in the dinp GEMM's epilogue) at the trainer's MLP projection shape and two others.
 The backward with GELU and bias runs the GELU backward inside the bias gradient's pass.
+matmul_forward_swiglu and matmul_backward_dswiglu (the Llama / Qwen MLP's SwiGLU, fused into
+the Hopper GEMM's epilogues) run unfused and fused at intermediate sizes that are not multiples
+of the tiles (96 columns forward, 192 backward) and K = C up to 2048; see mmt_run_swiglu.
 */
 #ifndef TEST_GPU_KERNELS_MATMUL_CUH
 #define TEST_GPU_KERNELS_MATMUL_CUH
@@ -441,6 +444,181 @@ static void mmt_run_dgelu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 
+static double mmt_silu(double x) { return x / (1.0 + exp(-x)); }
+
+// matmul_forward_swiglu and matmul_backward_dswiglu in mode 0 (cuBLASLt's GEMMs, then
+// llmc/swiglu.cuh's kernels: there is no cuBLASLt epilogue for it) and mode 3 (the fused Hopper
+// kinds MM90_SWIGLU / MM90_DSWIGLU where mm90_fits_swiglu; elsewhere as mode 0), against
+// double references:
+//   forward:  gu = x @ wgu^T (BT, 2I) within one bf16 spacing (+ 1e-3 for fp32 accumulation) of
+//             the exact value on the Hopper path (rounded once from fp32), rel L2 <= MMT_TOL on
+//             both; h rel L2 <= MMT_TOL against silu(g) u of the exact gu, and bitwise what
+//             swiglu_forward makes of the gu written (so that -r 1's recompute is the same h);
+//   backward: dgu = swiglu_backward(dout @ wd, gu_in), dweight = dw0 + dout^T @ h_in (+=), rel
+//             L2 <= MMT_TOL; again in place (dgu = gu) bitwise the same; the Hopper path never
+//             writes the dh scratch (it stays poison).
+// Every output poisoned first, guards after each buffer, inputs untouched. Reported, not
+// bounded: the largest difference in bf16 ulps between the two paths' gu (accumulation order).
+static void mmt_run_swiglu(MatmulContext *ctx, cudaStream_t s, int BT, int C, int I, uint64_t *rng) {
+    const size_t nx = (size_t)BT * C, nwgu = (size_t)2 * I * C, ngu = (size_t)BT * 2 * I, nh = (size_t)BT * I;
+    const size_t nwd = (size_t)C * I;
+    float *x = (float *)mmt_malloc(nx * sizeof(float)), *wgu = (float *)mmt_malloc(nwgu * sizeof(float));
+    float *dout = (float *)mmt_malloc(nx * sizeof(float)), *wd = (float *)mmt_malloc(nwd * sizeof(float));
+    float *gu_in = (float *)mmt_malloc(ngu * sizeof(float)), *h_in = (float *)mmt_malloc(nh * sizeof(float));
+    float *dw0 = (float *)mmt_malloc(nwd * sizeof(float));
+    mmt_fill_bf16(x, nx, 1.0f, rng);
+    mmt_fill_bf16(wgu, nwgu, 3.0f / sqrtf((float)C), rng);  // gate and up of std ~1
+    mmt_fill_bf16(dout, nx, 1.0f, rng);
+    mmt_fill_bf16(wd, nwd, 3.0f / sqrtf((float)C), rng);
+    mmt_fill_bf16(gu_in, ngu, 3.0f, rng);
+    mmt_fill_bf16(h_in, nh, 1.0f, rng);
+    fill_uniform(dw0, nwd, 2.0f, rng);
+    double *gu_ref = (double *)mmt_malloc(ngu * sizeof(double)), *h_ref = (double *)mmt_malloc(nh * sizeof(double));
+    double *dgu_ref = (double *)mmt_malloc(ngu * sizeof(double)), *dw_ref = (double *)calloc(nwd, sizeof(double));
+    if (dw_ref == NULL) exit(EXIT_FAILURE);
+    float *wgu_t = (float *)mmt_malloc(nwgu * sizeof(float));  // (C, 2I): the reference's loops run along rows
+    for (size_t o = 0; o < (size_t)2 * I; o++)
+        for (size_t c = 0; c < (size_t)C; c++) wgu_t[c * 2 * I + o] = wgu[o * C + c];
+    for (size_t r = 0; r < (size_t)BT; r++) {
+        double *acc = gu_ref + r * 2 * I;
+        for (size_t o = 0; o < (size_t)2 * I; o++) acc[o] = 0.0;
+        for (size_t c = 0; c < (size_t)C; c++) {
+            const double xv = x[r * C + c];
+            for (size_t o = 0; o < (size_t)2 * I; o++) acc[o] += xv * (double)wgu_t[c * 2 * I + o];
+        }
+        for (size_t i = 0; i < (size_t)I; i++) {
+            const double g = gu_ref[r * 2 * I + i], u = gu_ref[r * 2 * I + I + i];
+            h_ref[r * I + i] = mmt_silu(g) * u;
+        }
+    }
+    for (size_t r = 0; r < (size_t)BT; r++) {
+        for (size_t i = 0; i < (size_t)I; i++) dgu_ref[r * 2 * I + i] = 0.0;  // dh's row, then dgu's
+        for (size_t c = 0; c < (size_t)C; c++) {
+            const double dv = dout[r * C + c];
+            for (size_t i = 0; i < (size_t)I; i++) dgu_ref[r * 2 * I + i] += dv * (double)wd[c * I + i];
+            for (size_t i = 0; i < (size_t)I; i++) dw_ref[c * I + i] += dv * (double)h_in[r * I + i];
+        }
+        for (size_t i = 0; i < (size_t)I; i++) {
+            const double dh = dgu_ref[r * 2 * I + i], g = gu_in[r * 2 * I + i], u = gu_in[r * 2 * I + I + i];
+            const double sg = 1.0 / (1.0 + exp(-g));
+            dgu_ref[r * 2 * I + i] = dh * u * sg * (1.0 + g * (1.0 - sg));
+            dgu_ref[r * 2 * I + I + i] = dh * g * sg;
+        }
+    }
+    floatX *d_x = (floatX *)mmt_dev_alloc(nx, 2), *d_wgu = (floatX *)mmt_dev_alloc(nwgu, 2);
+    floatX *d_dout = (floatX *)mmt_dev_alloc(nx, 2), *d_wd = (floatX *)mmt_dev_alloc(nwd, 2);
+    floatX *d_guin = (floatX *)mmt_dev_alloc(ngu, 2), *d_hin = (floatX *)mmt_dev_alloc(nh, 2);
+    floatX *d_gu = (floatX *)mmt_dev_alloc(ngu, 2), *d_h = (floatX *)mmt_dev_alloc(nh, 2);
+    floatX *d_h2 = (floatX *)mmt_dev_alloc(nh, 2), *d_dh = (floatX *)mmt_dev_alloc(nh, 2);
+    floatX *d_dgu = (floatX *)mmt_dev_alloc(ngu, 2), *d_dgu2 = (floatX *)mmt_dev_alloc(ngu, 2);
+    float *d_dw = (float *)mmt_dev_alloc(nwd, 4);
+    mmt_upload_bf16(d_x, x, nx);
+    mmt_upload_bf16(d_wgu, wgu, nwgu);
+    mmt_upload_bf16(d_dout, dout, nx);
+    mmt_upload_bf16(d_wd, wd, nwd);
+    mmt_upload_bf16(d_guin, gu_in, ngu);
+    mmt_upload_bf16(d_hin, h_in, nh);
+    float *h_gu = (float *)mmt_malloc(ngu * sizeof(float)), *h_gu0 = (float *)mmt_malloc(ngu * sizeof(float));
+    float *h_h = (float *)mmt_malloc(nh * sizeof(float)), *h_h2 = (float *)mmt_malloc(nh * sizeof(float));
+    float *h_dgu = (float *)mmt_malloc(ngu * sizeof(float)), *h_dgu2 = (float *)mmt_malloc(ngu * sizeof(float));
+    float *h_dgu0 = (float *)mmt_malloc(ngu * sizeof(float)), *h_dw = (float *)mmt_malloc(nwd * sizeof(float));
+    float *h_chk = (float *)mmt_malloc(ngu * sizeof(float));
+    double *expect = (double *)mmt_malloc(nwd * sizeof(double));
+    for (int mode = 0; mode < MMT_MODES; mode += 3) {
+        mmt_set_mode(ctx, mode);
+        // ---- forward
+        cudaCheck(cudaMemsetAsync(d_gu, 0xFF, (ngu + MMT_GUARD) * 2, s));
+        cudaCheck(cudaMemsetAsync(d_h, 0xFF, (nh + MMT_GUARD) * 2, s));
+        long long before = ctx->n_sm90;
+        matmul_forward_swiglu(ctx, d_gu, d_h, d_x, d_wgu, BT, C, I, s);
+        int ok = 1;
+        const char *path = mmt_path(ctx, before, mm90_fits_swiglu(BT, C, I, d_gu, d_h, d_x, d_wgu, NULL), &ok);
+        const int hopper = ctx->n_sm90 > before;
+        cudaCheck(cudaMemsetAsync(d_h2, 0xFF, (nh + MMT_GUARD) * 2, s));
+        swiglu_forward(d_h2, d_gu, BT, I, s);
+        cudaCheck(cudaStreamSynchronize(s));
+        cudaCheck(cudaGetLastError());
+        mmt_download_bf16(h_gu, d_gu, ngu);
+        mmt_download_bf16(h_h, d_h, nh);
+        mmt_download_bf16(h_h2, d_h2, nh);
+        const double e_gu = rel_l2_f64(h_gu, gu_ref, ngu), e_h = rel_l2_f64(h_h, h_ref, nh);
+        size_t far = 0;
+        for (size_t i = 0; i < ngu; i++) {
+            int ex = 0;
+            frexp(fabs(gu_ref[i]), &ex);
+            const double spacing = gu_ref[i] == 0.0 ? 0.0 : ldexp(1.0, ex - 8);
+            if (!(fabs((double)h_gu[i] - gu_ref[i]) <= spacing + 1e-3)) far++;
+        }
+        const int h_same = memcmp(h_h, h_h2, nh * sizeof(float)) == 0;
+        int worst_ulp = 0;  // against mode 0's gu
+        if (mode == 0) {
+            memcpy(h_gu0, h_gu, ngu * sizeof(float));
+        } else {
+            for (size_t i = 0; i < ngu; i++) {  // bf16 bits as ordered integers: their difference counts ulps
+                const int a = f32_to_bf16_bits(h_gu[i]), b = f32_to_bf16_bits(h_gu0[i]);
+                const int d = abs((a & 0x8000 ? -(a & 0x7fff) : a) - (b & 0x8000 ? -(b & 0x7fff) : b));
+                if (d > worst_ulp) worst_ulp = d;
+            }
+        }
+        int guards = mmt_guard_ok(d_gu, ngu, 2) && mmt_guard_ok(d_h, nh, 2) && mmt_guard_ok(d_x, nx, 2) &&
+                     mmt_guard_ok(d_wgu, nwgu, 2);
+        test_check(e_gu <= MMT_TOL && e_h <= MMT_TOL && (!hopper || far == 0) && h_same && guards && ok,
+                   "matmul_forward_swiglu BT=%d C=%d I=%d %-8s (%s): gu rel L2 %.2e (%zu beyond 1 bf16 spacing; "
+                   "%d ulps at most from the unfused gu), h rel L2 %.2e (%s swiglu_forward of gu), guards %s",
+                   BT, C, I, mode == 0 ? "unfused" : "hopper", hopper ? "fused" : path, e_gu, far, worst_ulp, e_h,
+                   h_same ? "bitwise" : "NOT", guards ? "intact" : "WRITTEN");
+        // ---- backward, out of place and in place
+        cudaCheck(cudaMemcpy(d_dw, dw0, nwd * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemsetAsync(d_dgu, 0xFF, (ngu + MMT_GUARD) * 2, s));
+        cudaCheck(cudaMemsetAsync(d_dh, 0xFF, (nh + MMT_GUARD) * 2, s));
+        before = ctx->n_sm90;
+        matmul_backward_dswiglu(ctx, d_dgu, d_dh, d_dw, d_dout, d_hin, d_wd, d_guin, BT, C, I, s);
+        ok = 1;
+        path = mmt_path(ctx, before, mm90_fits_swiglu(BT, C, I, d_dgu, NULL, d_dout, d_wd, d_guin), &ok);
+        const int bhopper = ctx->n_sm90 > before;
+        cudaCheck(cudaMemcpyAsync(d_dgu2, d_guin, ngu * 2, cudaMemcpyDeviceToDevice, s));
+        matmul_backward_dswiglu(ctx, d_dgu2, d_dh, NULL, d_dout, NULL, d_wd, d_dgu2, BT, C, I, s);
+        cudaCheck(cudaStreamSynchronize(s));
+        cudaCheck(cudaGetLastError());
+        mmt_download_bf16(h_dgu, d_dgu, ngu);
+        mmt_download_bf16(h_dgu2, d_dgu2, ngu);
+        cudaCheck(cudaMemcpy(h_dw, d_dw, nwd * sizeof(float), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < nwd; i++) expect[i] = (double)dw0[i] + dw_ref[i];
+        const double e_dgu = rel_l2_f64(h_dgu, dgu_ref, ngu), e_dw = rel_l2_f64(h_dw, expect, nwd);
+        const int inplace_same = memcmp(h_dgu, h_dgu2, ngu * sizeof(float)) == 0;
+        double e_paths = 0.0;  // the fused dgu against the unfused one
+        if (mode == 0) {
+            memcpy(h_dgu0, h_dgu, ngu * sizeof(float));
+        } else {
+            double num = 0.0, den = 0.0;
+            for (size_t i = 0; i < ngu; i++) {
+                num += ((double)h_dgu[i] - h_dgu0[i]) * ((double)h_dgu[i] - h_dgu0[i]);
+                den += (double)h_dgu0[i] * h_dgu0[i];
+            }
+            e_paths = sqrt(num / den);
+        }
+        mmt_download_bf16(h_chk, d_guin, ngu);
+        const int gu_same = memcmp(h_chk, gu_in, ngu * sizeof(float)) == 0;
+        const int dh_untouched = !bhopper || mmt_guard_ok(d_dh, 0, 2);  // its first elements: still poison
+        guards = mmt_guard_ok(d_dgu, ngu, 2) && mmt_guard_ok(d_dgu2, ngu, 2) && mmt_guard_ok(d_dh, nh, 2) &&
+                 mmt_guard_ok(d_dw, nwd, 4) && mmt_guard_ok(d_guin, ngu, 2) && mmt_guard_ok(d_dout, nx, 2) &&
+                 mmt_guard_ok(d_wd, nwd, 2) && mmt_guard_ok(d_hin, nh, 2);
+        test_check(e_dgu <= MMT_TOL && e_dw <= MMT_TOL && inplace_same && gu_same && dh_untouched && guards && ok,
+                   "matmul_backward_dswiglu BT=%d C=%d I=%d %-8s (%s): dgu rel L2 %.2e (%.2e from the unfused), "
+                   "dweight %.2e (+=), in place %s, gu %s, dh %s, guards %s", BT, C, I,
+                   mode == 0 ? "unfused" : "hopper", bhopper ? "fused" : path, e_dgu, e_paths, e_dw,
+                   inplace_same ? "bitwise the same" : "DIFFERS", gu_same ? "untouched" : "WRITTEN",
+                   bhopper ? (dh_untouched ? "not written" : "WRITTEN") : "the unfused scratch",
+                   guards ? "intact" : "WRITTEN");
+    }
+    mmt_set_mode(ctx, 0);
+    void *dev[] = {d_x, d_wgu, d_dout, d_wd, d_guin, d_hin, d_gu, d_h, d_h2, d_dh, d_dgu, d_dgu2, d_dw};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaCheck(cudaFree(dev[i]));
+    void *host[] = {x, wgu, wgu_t, dout, wd, gu_in, h_in, dw0, gu_ref, h_ref, dgu_ref, dw_ref, h_gu, h_gu0, h_h, h_h2,
+                    h_dgu, h_dgu2, h_dgu0, h_dw, h_chk, expect};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+}
+
 // The trainer's kinds: the GELU and residual forwards where the Hopper GEMM runs, none elsewhere
 static void test_matmul_kinds(void) {
     const int got = mm90_available(), want = sm90_available() ? MM90_DEFAULT : 0;
@@ -471,6 +649,11 @@ static void test_matmul(void) {
     mmt_run_dgelu(&ctx, s, 333, 3072, 768, 1, &rng);
     mmt_run_dgelu(&ctx, s, 200, 256, 64, 1, &rng);
     mmt_run_dgelu(&ctx, s, 61, 100, 40, 0, &rng);
+    // the SwiGLU kinds: Qwen2.5-0.5B's C and I (I = 50.67 tiles of 96), a small odd one, and
+    // K = C of Qwen2.5-1.5B and Llama-3.2-1B (I partial tiles forward and backward)
+    const int sshapes[][3] = {{384, 896, 4864}, {200, 128, 136}, {130, 1536, 1000}, {136, 2048, 520}};  // BT, C, I
+    for (size_t i = 0; i < sizeof(sshapes) / sizeof(sshapes[0]); i++)
+        mmt_run_swiglu(&ctx, s, sshapes[i][0], sshapes[i][1], sshapes[i][2], &rng);
     matmul_free(&ctx);
     cudaCheck(cudaStreamDestroy(s));
 }

@@ -170,7 +170,19 @@ static void test_llama_fixture(const char *dir, const char *name) {
     trainer_upload_params(&t, f.params);
     trainer_alloc(&t, f.B, f.T, (size_t)512 << 20, 1, 1);
     const size_t n = spec.num_parameters;
+    const long long swiglu_before = t.mm.n_swiglu;
     const float loss = llama_fixture_step(&t, &f, s);
+    {  // the MLP's SwiGLU: in the Hopper GEMM's epilogues where the trainer's kinds have them
+        const int fused = t.mm.n_swiglu > swiglu_before;
+        const LlamaModel *g = llama_impl(&t.model);  // layer 0's buffers (the others' offsets keep alignment)
+        const int BT = f.B * f.T, C = c->hidden_size, I = c->intermediate_size;
+        const int want = (t.mm.use_sm90 >> MM90_SWIGLU & 1) && (t.mm.use_sm90 >> MM90_DSWIGLU & 1) &&
+                         mm90_fits_swiglu(BT, C, I, g->gu, g->h, g->ln2, g->p.gateupw, NULL) &&
+                         mm90_fits_swiglu(BT, C, I, g->dgu, NULL, g->dresidual, g->p.downw, g->gu);
+        test_check(fused == want, "%s: the SwiGLU path of the step: %s (%lld fused calls; expected %s)", name,
+                   fused ? "fused into the Hopper GEMM (MM90_SWIGLU, MM90_DSWIGLU)" : "unfused (GEMM + swiglu kernels)",
+                   t.mm.n_swiglu - swiglu_before, want ? "fused" : "unfused");
+    }
     const double rel = fabs((double)loss - f.loss) / f.loss;
     test_check(rel < 2e-3, "%s: loss %.6f vs transformers %.6f (rel err %.2e, bound 2e-3; ln V %.4f)", name, loss, f.loss,
                rel, log((double)c->vocab_size));
