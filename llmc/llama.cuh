@@ -69,8 +69,10 @@ typedef struct {
     size_t att_saved_bytes;
     floatX *h;                            // -r 1: (B,T,I), recomputed; -r 0: (L,B,T,I) kept
     int recompute;
-    // backward scratch (d_hidden serves as the norms' dout)
-    floatX *dresidual, *datty, *dqkv, *dgu, *dh;  // (B,T,C) x2, (B,T,QKV), (B,T,2I), (B,T,I)
+    // backward scratch (d_hidden serves as the norms' dout). The MLP's gradients take the
+    // layer's own activations once the backward has read them: dh over h (the down projection's
+    // weight gradient reads h before its dinp writes dh), dgu over gu (swiglu_backward in place)
+    floatX *dresidual, *datty, *dqkv;     // (B,T,C) x2, (B,T,QKV)
     float *rms_scratch;
     unsigned char *att_scratch;
 } LlamaModel;
@@ -151,8 +153,6 @@ static void llama_model_alloc(Model *m, int B, int T, int recompute) {
     m->d_hidden = llama_act(m, BT * C);
     g->datty = llama_act(m, BT * C);
     g->dqkv = llama_act(m, BT * QKV);
-    g->dgu = llama_act(m, BT * 2 * I);
-    g->dh = llama_act(m, BT * I);
     g->rms_scratch = llama_actf(m, rmsnorm_backward_scratch_floats((int)BT, (int)C));
     g->att_scratch = (unsigned char *)model_alloc_act(m, attention_scratch_bytes(&g->att));
     cudaCheck(cudaMalloc(&g->inputs, BT * sizeof(int)));
@@ -239,9 +239,9 @@ static void llama_model_backward(Model *m, int B, int T, const GradReadyHook *ho
         // MLP
         // h for the down projection's weight gradient (the fused forward's h is this, bitwise)
         if (g->recompute) swiglu_forward(h, gu, BT, I, s);
-        matmul_backward_dswiglu(m->mm, g->dgu, g->dh, gr->downw + (size_t)l * C * I, g->dresidual, h,
+        matmul_backward_dswiglu(m->mm, gu, h, gr->downw + (size_t)l * C * I, g->dresidual, h,
                                 p->downw + (size_t)l * C * I, gu, BT, C, I, s);
-        matmul_backward(m->mm, dln, gr->gateupw + (size_t)l * 2 * I * C, NULL, g->dgu, ln2,
+        matmul_backward(m->mm, dln, gr->gateupw + (size_t)l * 2 * I * C, NULL, gu, ln2,
                         p->gateupw + (size_t)l * 2 * I * C, NULL, BT, C, 2 * I, s);
         rmsnorm_backward(g->dresidual, gr->ln2w + (size_t)l * C, g->rms_scratch, dln, res2, p->ln2w + (size_t)l * C,
                          g->ln2_rstd + l * ml, BT, C, s);
@@ -266,7 +266,7 @@ static void llama_model_free(Model *m) {
     if (g == NULL) return;
     void *ptrs[] = {g->encoded, g->ln1,      g->qkv,       g->atty,      g->res2,       g->ln2,     g->gu,
                     g->res3,    g->ln1_rstd, g->ln2_rstd,  g->lnf_rstd,  g->att_saved,  g->h,       g->dresidual,
-                    m->d_hidden, g->datty,   g->dqkv,      g->dgu,       g->dh,         g->rms_scratch,
+                    m->d_hidden, g->datty,   g->dqkv,      g->rms_scratch,
                     g->att_scratch, g->inputs, g->rope_cos, g->rope_sin};
     for (size_t k = 0; k < sizeof(ptrs) / sizeof(ptrs[0]); k++) cudaCheck(cudaFree(ptrs[k]));
     encoder_buckets_free(&g->buckets);

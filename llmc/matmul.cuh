@@ -17,7 +17,7 @@ Row-major as llm.c (weight (OC, C): out = inp @ W^T + b); the GELU is the tanh f
 test/gpt2_ref.c. The GEMMs go through gemm_lt (common/gemm_lt.cuh: cuBLASLt, fp32
 accumulation, cached descriptors and algorithms) on the stream given, except on Hopper calls
 of short K (a forward with K = C <= 1024, a dinp with K = OC <= 1024) of the kinds that
-ctx->use_sm90 names (by default the GELU and the residual forwards: mm90_available), which run
+ctx->use_sm90 names (by default the GELU, residual and SwiGLU forwards: mm90_available), which run
 with their epilogues on our own GEMM (llmc/matmul_sm90.cuh); nothing synchronises the host. The forward's epilogue: CUBLASLT_EPILOGUE_BIAS, _GELU_AUX or _GELU_AUX_BIAS (the aux
 matrix is pre_gelu, leading dimension OC). cuBLASLt needs OC % 8 == 0 and pre_gelu and bias
 16-byte aligned for them; otherwise (or if cuBLASLt has no algorithm with the epilogue) the
@@ -28,10 +28,11 @@ bias epilogue adds to the sum and the residual stream is written once; its fallb
 the residual with add_inplace after the unfused path. matmul_backward_dgelu puts the GELU
 backward of the layer below into the dinp GEMM (CUBLASLT_EPILOGUE_DGELU, aux = that layer's
 pre-activation), falling back on gelu_backward_inplace after a plain GEMM.
-The Llama / Qwen MLP's SwiGLU (llmc/swiglu.cuh) goes into the epilogues of the gate/up
+The Llama / Qwen MLP's SwiGLU (llmc/swiglu.cuh) can go into the epilogues of the gate/up
 forward and of the down projection's dinp on the Hopper path (MM90_SWIGLU, MM90_DSWIGLU of
-llmc/matmul_sm90.cuh, K = C <= 2048); elsewhere the two calls are the GEMM and swiglu_forward,
-or matmul_backward's dinp into a dh buffer and swiglu_backward, as before the fusion.
+llmc/matmul_sm90.cuh, K = C <= 2048; the trainer's kinds take the forward only, the faster
+one); elsewhere the two calls are the GEMM and swiglu_forward, or matmul_backward's dinp into
+a dh buffer and swiglu_backward.
 The bias gradient is our own deterministic two-pass column sum, not cuBLASLt's BGRADB
 epilogue: BGRADB writes (=) its vector in D's type, while our gradients accumulate (+=) in
 fp32, and its reduction order is cuBLASLt's to choose. With pre_gelu, the GELU backward is
@@ -520,8 +521,9 @@ static inline void matmul_forward_swiglu(MatmulContext *ctx, floatX *gu, floatX 
 //   dgu    (BT,2I)  = [dh u silu'(g) | dh silu(g)], dh = dout @ weight     bf16, =
 // Fused (the Hopper path): dh lives in the dinp GEMM's accumulators only, its epilogue reads
 // gate and up and writes dgu (dh not rounded to bf16 first). Unfused: matmul_backward writes
-// dh (BT, I) into the scratch dh, then swiglu_backward. dgu may be gu (in place); dh must not
-// overlap dgu, gu or the inputs (it is not written on the fused path).
+// dh (BT, I) into the scratch dh, then swiglu_backward. dgu may be gu (in place), dh may be h
+// (matmul_backward writes its dinp after the weight gradient has read h); dh must not overlap
+// dgu, gu or dout (it is not written on the fused path).
 static inline void matmul_backward_dswiglu(MatmulContext *ctx, floatX *dgu, floatX *dh, float *dweight, floatX *dout,
                                            const floatX *h, const floatX *weight, const floatX *gu, int BT, int C,
                                            int I, cudaStream_t s) {

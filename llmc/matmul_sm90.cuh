@@ -388,12 +388,13 @@ struct mm90_dswiglu_policy : sm90_wide_base {
 // 1 << EPI, the dinp without an epilogue as 1 << MM90_DINP, the SwiGLU forward and backward as
 // 1 << MM90_SWIGLU, 1 << MM90_DSWIGLU. The trainer's: the two that measured faster than
 // cuBLASLt at GPT-2 124M's B = 64 shapes (dev/matmul_bench: the GELU forward 1.14x, the
-// residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md), and the SwiGLU pair (only
-// the Llama / Qwen MLP calls them); the tests and dev/matmul_bench set a MatmulContext's
-// use_sm90 to others (MM90_ALL: every kind).
+// residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md), and the SwiGLU forward (only
+// the Llama / Qwen MLP calls it: 1.05-1.18x against cuBLASLt's GEMM and the SwiGLU kernel; the
+// fused backward measured 0.68-0.97x against the unfused pair and is not taken); the tests and
+// dev/matmul_bench set a MatmulContext's use_sm90 to others (MM90_ALL: every kind).
 #define MM90_DINP 4
 #define MM90_ALL 127
-#define MM90_DEFAULT ((1 << MM90_RESIDUAL) | (1 << MM90_GELU) | (1 << MM90_SWIGLU) | (1 << MM90_DSWIGLU))
+#define MM90_DEFAULT ((1 << MM90_RESIDUAL) | (1 << MM90_GELU) | (1 << MM90_SWIGLU))
 
 // The bits of the calls that take it on this build and device (0 where it cannot run).
 static inline int mm90_available(void) {
