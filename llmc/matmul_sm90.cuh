@@ -39,8 +39,9 @@ MM90_MAX_K (past it the wide tile is slower than cuBLASLt's kernels: dev/RESULTS
 multiples of 8, every pointer 16-byte aligned, out not aliasing an input; the SwiGLU kinds
 (mm90_fits_swiglu) K = C <= MM90_SWIGLU_MAX_K, I and C multiples of 8. Which kinds of call
 take it is mm90_available's choice: the GELU and residual forwards, the two that measured
-faster (dev/matmul_bench times every kind on both paths), and the SwiGLU pair, whose unfused
-form is a GEMM and a memory-bound kernel (dev/matmul_bench -s swiglu times both forms).
+faster (dev/matmul_bench times every kind on both paths), and the SwiGLU forward, whose
+unfused form is a GEMM and a memory-bound kernel (dev/matmul_bench -s swiglu times both forms
+of both SwiGLU kinds; the backward's fused form measured slower).
 */
 #ifndef LLMC_MATMUL_SM90_CUH
 #define LLMC_MATMUL_SM90_CUH
@@ -389,8 +390,8 @@ struct mm90_dswiglu_policy : sm90_wide_base {
 // 1 << MM90_SWIGLU, 1 << MM90_DSWIGLU. The trainer's: the two that measured faster than
 // cuBLASLt at GPT-2 124M's B = 64 shapes (dev/matmul_bench: the GELU forward 1.14x, the
 // residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md), and the SwiGLU forward (only
-// the Llama / Qwen MLP calls it: 1.05-1.18x against cuBLASLt's GEMM and the SwiGLU kernel; the
-// fused backward measured 0.68-0.97x against the unfused pair and is not taken); the tests and
+// the Llama / Qwen MLP calls it; faster than cuBLASLt's GEMM and the SwiGLU kernel, where the
+// fused backward measured slower than its unfused pair and is not taken); the tests and
 // dev/matmul_bench set a MatmulContext's use_sm90 to others (MM90_ALL: every kind).
 #define MM90_DINP 4
 #define MM90_ALL 127

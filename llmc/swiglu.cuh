@@ -19,11 +19,13 @@ may run in place (dgu == gu): every element of gu is read, then written, by the 
 Requirements (checked on the host): I % 8 == 0, every pointer 16-byte aligned; out must not
 overlap gu, nor dh overlap dgu.
 
-On Hopper the trainer fuses both into GEMM epilogues (llmc/matmul.cuh's matmul_forward_swiglu
-and matmul_backward_dswiglu, llmc/matmul_sm90.cuh's MM90_SWIGLU and MM90_DSWIGLU) with this
-file's swiglu_sigmoid and expressions: the forward's h is swiglu_forward's of the gu it writes,
-bitwise; the backward's dh is the fp32 accumulator, not rounded to bf16 first. These kernels
-remain the path elsewhere and the backward's recompute of h (-r 1).
+On Hopper both can run in GEMM epilogues (llmc/matmul.cuh's matmul_forward_swiglu and
+matmul_backward_dswiglu, llmc/matmul_sm90.cuh's MM90_SWIGLU and MM90_DSWIGLU) with this file's
+swiglu_sigmoid and expressions: the forward's h is swiglu_forward's of the gu it writes,
+bitwise; the backward's dh is the fp32 accumulator, not rounded to bf16 first. The trainer
+takes the fused forward (the fused backward measured slower than the dinp GEMM and
+swiglu_backward: dev/RESULTS.md). These kernels remain the path elsewhere, the backward's,
+and the recompute of h (-r 1).
 */
 #ifndef LLMC_SWIGLU_CUH
 #define LLMC_SWIGLU_CUH
