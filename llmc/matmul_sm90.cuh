@@ -15,8 +15,8 @@ llmc/matmul.cuh otherwise asks of cuBLASLt:
 
 Why: at K = C = 768 (GPT-2 124M) a tile's products are short against its epilogue. cuBLASLt's
 kernels and our cooperative one run the epilogue while the tensor cores wait, and cuBLASLt's
-GELU epilogues (two outputs, or an aux matrix read) ran at ~540 TFLOP/s in a B = 64 step where
-its plain GEMMs of those shapes ran at 720-760 (dev/RESULTS.md has both measurements).
+GELU epilogues (two outputs, or an aux matrix read) ran well below its plain GEMMs of those
+shapes in a B = 64 step (dev/RESULTS.md has both measurements).
 Every sum is fp32 and rounded once to bf16, as in cuBLASLt's epilogues; the GELU is
 llmc/gelu.cuh's (gelu_fwd_f, gelu_grad_f). Deterministic: no split-K, each output written once.
 
@@ -388,8 +388,8 @@ struct mm90_dswiglu_policy : sm90_wide_base {
 // The calls that take the kernel where it fits, a bit each: MM90_BIAS .. MM90_DGELU as
 // 1 << EPI, the dinp without an epilogue as 1 << MM90_DINP, the SwiGLU forward and backward as
 // 1 << MM90_SWIGLU, 1 << MM90_DSWIGLU. The trainer's: the two that measured faster than
-// cuBLASLt at GPT-2 124M's B = 64 shapes (dev/matmul_bench: the GELU forward 1.14x, the
-// residual forward 1.09x; the others 0.99-1.01x, dev/RESULTS.md), and the SwiGLU forward (only
+// cuBLASLt at GPT-2 124M's B = 64 shapes (dev/matmul_bench: the GELU and the residual forward;
+// the others within noise of it, dev/RESULTS.md), and the SwiGLU forward (only
 // the Llama / Qwen MLP calls it; faster than cuBLASLt's GEMM and the SwiGLU kernel, where the
 // fused backward measured slower than its unfused pair and is not taken); the tests and
 // dev/matmul_bench set a MatmulContext's use_sm90 to others (MM90_ALL: every kind).
