@@ -44,7 +44,7 @@ CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_internal.h flce/flce_call.cuh flce/flce_kernels.cuh \
                 flce/flce_sm90.cuh $(COMMON_HEADERS)
-LLMC_HEADERS := llmc/utils.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
+LLMC_HEADERS := llmc/utils.h llmc/metrics_log.h llmc/bf16.h llmc/rand.h llmc/shard.h llmc/tokenizer.h llmc/dataloader.h llmc/gpt2.h llmc/llama.h \
                 llmc/checkpoint.h llmc/train_config.h llmc/schedulers.h llmc/sampler.h llmc/mfu.h \
                 llmc/multi_gpu.h llmc/launch_plan.h llmc/fault.h llmc/rendezvous.h llmc/comm.h \
                 llmc/zero.h llmc/model.h llmc/models.h llmc/rope.h llmc/safetensors.h llmc/hf_config.h llmc/hf_model.h \
@@ -221,8 +221,8 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_hf_tokenizer; $(BUILD)/test_gpt2_cpu test/fixtures; \
               $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
               FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
-              $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip
-N_CPU_SUITES := 10
+              $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py
+N_CPU_SUITES := 11
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
       $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)

@@ -29,6 +29,7 @@ and the bf16 parameters are all-gathered after the update. ZeRO-0 and ZeRO-1 giv
 #include "llmc/utils.h"  // first: it sets the POSIX feature macros
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/metrics_log.h"
 #include "llmc/mfu.h"
 #include "llmc/models.h"
 #include "llmc/multi_gpu.h"
@@ -884,11 +885,12 @@ int main(int argc, char **argv) {
                model.flce_ws_bytes / gib, (long long)flce_chunk_tokens(&model.flce_cfg, model.flce_ws_bytes),
                model.tp ? " of every rank's, over this rank's rows" : "", full_logits / gib);
     }
-    FILE *log = NULL;
+    FILE *log = NULL, *jlog = NULL;  // llm.c's main.log, and main.jsonl (llmc/metrics_log.h)
     if (out_dir != NULL && main_rank) {
         char path[CHECKPOINT_PATH_MAX];
         snprintf(path, sizeof(path), "%s/main.log", out_dir);
         log = fopen_check(path, start_step > 0 ? "a" : "w");
+        jlog = metrics_log_open(out_dir, start_step > 0);
     }
 
     const double flops_per_token = c->family->flops_per_token(c, T);
@@ -923,6 +925,7 @@ int main(int argc, char **argv) {
             const double val_loss = all_targets > 0 ? loss_sum / all_targets : 0.0;
             if (main_rank) printf("val loss %f (%.0f tokens)\n", val_loss, all_targets);
             if (log) { fprintf(log, "s:%d tel:%.4f\n", step, val_loss); fflush(log); }
+            if (jlog) metrics_log_val(jlog, step, (long long)step * cfg.total_batch, val_loss);
         }
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
@@ -997,8 +1000,18 @@ int main(int argc, char **argv) {
         if (main_rank) printf("step %4d/%d | loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %s bf16 MFU | %.0f tok/s\n",
                step + 1, max_steps, loss, norm, step_lr, ms, mfu, tok_per_s_shown);
         if (log) { fprintf(log, "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, step_lr, norm); fflush(log); }
+        if (jlog) {
+            size_t free_now, total_now;
+            cudaCheck(cudaMemGetInfo(&free_now, &total_now));
+            const TrainMetrics tm = {step, (long long)(step + 1) * cfg.total_batch, loss, step_lr, norm, ms,
+                                     tok_per_s_shown,
+                                     peak ? mfu_percent(flops_per_token, tok_per_s_shown, peak, mg.nproc) : -1.0,
+                                     (total_now - free_now) / 1048576.0};
+            metrics_log_train(jlog, &tm);
+        }
     }
     if (log) fclose_check(log);
+    if (jlog) fclose_check(jlog);
     size_t free_b, total_b;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     if (main_rank) printf("device memory in use at the end (rank 0): %.0f MiB\n", (total_b - free_b) / 1048576.0);

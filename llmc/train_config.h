@@ -69,7 +69,7 @@ static const TrainFlag train_flags[] = {
     {"-V", 'i', TRAIN_FIELD_(vocab), 0, GPT2_MAX_VOCAB, "vocabulary of a fresh model (default 0: the descriptor's own, GPT-2's 50257\n"
      "              padded to 50304, Llama 3's 128256, Qwen2.5's 151936; e.g. 176245: any size,\n"
      "              padded to a multiple of 128)"},
-    {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log and checkpoints (default none)"},
+    {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log, main.jsonl (a JSON line a step: scripts/plot_log.py) and checkpoints (default none)"},
     {"-tk", 's', TRAIN_FIELD_(tokenizer), 0, 0, "tokenizer that decodes samples: llm.c's .bin or a Hugging Face tokenizer.json\n"
      "              (default: GPT-2's data/gpt2_tokenizer.bin for GPT-2; token ids for Llama / Qwen)"},
     {"-b", 'i', TRAIN_FIELD_(B), 1, 1 << 20, "micro-batch size B (default 4)"},

@@ -2,7 +2,7 @@
 utils.h - checked file and memory calls, and the atomic writer every file writer uses.
 
 Two kinds of error handling, as in llm.c plus a testable layer under it:
-  - fopen_check, fread_check, fwrite_check, fclose_check, fseek_check, ftell_check,
+  - fopen_check, fread_check, fwrite_check, fflush_check, fclose_check, fseek_check, ftell_check,
     malloc_check: on failure print the source file and line of the call, the path of the
     file involved (remembered from fopen_check) and what went wrong, then exit(1).
   - the *_checked functions of the other llmc/ headers never exit: they return 0 on
@@ -143,6 +143,15 @@ static inline void fwrite_check_(const void *ptr, size_t size, size_t nmemb, FIL
     }
 }
 #define fwrite_check(ptr, size, nmemb, fp) fwrite_check_(ptr, size, nmemb, fp, __FILE__, __LINE__)
+
+static inline void fflush_check_(FILE *fp, const char *file, int line) {
+    if (fflush(fp) != 0) {
+        fprintf(stderr, "Error: flushing '%s' failed at %s:%d: %s\n", llmc_file_path(fp), file, line,
+                strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
+#define fflush_check(fp) fflush_check_(fp, __FILE__, __LINE__)
 
 static inline void fclose_check_(FILE *fp, const char *file, int line) {
     char path[LLMC_TRACKED_PATH_LEN];

@@ -2,7 +2,7 @@
 test_train_host.c - CPU tests of the trainer's host logic: train_config.h (strict flags, their
 checks against each other, the processes and the model), gpt2.h (the parameter table's named
 pointers, descriptors, initialisation, config comparison), schedulers.h, sampler.h, mfu.h,
-and checkpoint.h's protocol: a crash injected after every stage of a checkpoint write, stale
+and metrics_log.h (main.jsonl's lines), checkpoint.h's protocol: a crash injected after every stage of a checkpoint write, stale
 DONE_ markers of an older run, a state without master weights (llm.c -w 0), a checkpoint of
 another model; zero.h (ZeRO-1's slices, each rank's share of every tensor, the gradient
 buckets) and ZeRO-1's per-rank state files, with the refusal to resume a checkpoint of another
@@ -23,6 +23,7 @@ The last line is "N passed, M failed". Temporary files go to /tmp/test_train_hos
 #include "../llmc/checkpoint.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
+#include "../llmc/metrics_log.h"
 #include "../llmc/mfu.h"
 #include "../llmc/multi_gpu.h"
 #include "../llmc/sampler.h"
@@ -490,6 +491,59 @@ static void test_gpt2(void) {
 }
 
 // ----------------------------------------------------------------------------
+// metrics_log.h: main.jsonl's lines, exactly; null for what is unknown or not finite; a buffer
+// too small refused; the file appended line by line (a resumed run continues it)
+
+static void test_metrics_log(void) {
+    printf("metrics_log.h (main.jsonl)\n");
+    char line[METRICS_LINE_MAX];
+    const TrainMetrics m = {10, 720896, 5.861, 3e-4, 1.47, 106.8, 613568.0, 51.4, 19013.0};
+    const char *want = "{\"step\": 10, \"tokens\": 720896, \"loss\": 5.861, \"lr\": 0.0003, \"norm\": 1.47, "
+                       "\"ms\": 106.8, \"tok_per_s\": 613568, \"mfu\": 51.4, \"mem_mib\": 19013}\n";
+    int n = metrics_format_train(line, sizeof(line), &m);
+    test_check(n == (int)strlen(want) && strcmp(line, want) == 0, "a step's line: %.*s", n > 0 ? n - 1 : 9,
+               n > 0 ? line : "(refused)");
+    TrainMetrics u = m;
+    u.mfu = -1.0;
+    u.mem_mib = -1.0;
+    u.norm = INFINITY;
+    u.tokens = 12345678901234LL;  // past 2^32 and past 9 significant digits: printed whole
+    n = metrics_format_train(line, sizeof(line), &u);
+    test_check(n > 0 && strstr(line, "\"tokens\": 12345678901234,") && strstr(line, "\"norm\": null") &&
+                   strstr(line, "\"mfu\": null") && strstr(line, "\"mem_mib\": null}\n"),
+               "unknown MFU and memory, an infinite norm: null; tokens an integer: %.*s", n > 0 ? n - 1 : 9,
+               n > 0 ? line : "(refused)");
+    n = metrics_format_val(line, sizeof(line), 10, 655360, 5.902);
+    test_check(n > 0 && strcmp(line, "{\"step\": 10, \"tokens\": 655360, \"val_loss\": 5.902}\n") == 0,
+               "a validation's line: %.*s", n > 0 ? n - 1 : 9, n > 0 ? line : "(refused)");
+    n = metrics_format_val(line, sizeof(line), 0, 0, NAN);
+    test_check(n > 0 && strstr(line, "\"val_loss\": null}"), "a NaN val loss: null");
+    int refused = 1;
+    for (size_t cap = 0; cap < strlen(want) + 1; cap++) refused &= metrics_format_train(line, cap, &m) == -1;
+    test_check(refused && metrics_format_train(line, strlen(want) + 1, &m) == (int)strlen(want),
+               "every buffer shorter than the line is refused, one byte more than its length takes it");
+    // written, then a resumed run appends
+    FILE *f = metrics_log_open(tmp_dir, 0);
+    metrics_log_val(f, 0, 0, 10.5);
+    metrics_log_train(f, &m);
+    fclose_check(f);
+    f = metrics_log_open(tmp_dir, 1);
+    metrics_log_val(f, 10, 655360, 5.902);
+    fclose_check(f);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", tmp_dir, METRICS_LOG_NAME);
+    f = fopen_check(path, "r");
+    char got[3][METRICS_LINE_MAX];
+    int lines = 0;
+    while (lines < 3 && fgets(got[lines], sizeof(got[lines]), f)) lines++;
+    const int more = fgetc(f) != EOF;
+    fclose_check(f);
+    test_check(lines == 3 && !more && strcmp(got[0], "{\"step\": 0, \"tokens\": 0, \"val_loss\": 10.5}\n") == 0 &&
+                   strcmp(got[1], want) == 0 && strstr(got[2], "\"val_loss\": 5.902"),
+               "%s: 3 lines, the third appended by the resumed run (%d lines)", METRICS_LOG_NAME, lines);
+    remove(path);
+}
+
 // schedulers.h, sampler.h, mfu.h
 
 static void test_schedules_sampler_mfu(void) {
@@ -1728,6 +1782,7 @@ int main(int argc, char **argv) {
     test_bad_lines_parsed();
     test_gpt2();
     test_schedules_sampler_mfu();
+    test_metrics_log();
     test_checkpoint_protocol();
     test_zero_layout();
     test_zero_llama();
