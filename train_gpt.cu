@@ -995,8 +995,9 @@ int main(int argc, char **argv) {
             ema_weight = 0.9 * ema_weight + 0.1;
         }
         const double tok_per_s_shown = ema_weight > 0.0 ? tok_per_s_ema / ema_weight : tok_per_s;
+        const double mfu_pct = peak ? mfu_percent(flops_per_token, tok_per_s_shown, peak, mg.nproc) : -1.0;
         char mfu[32] = "n/a";
-        if (peak) snprintf(mfu, sizeof(mfu), "%.1f%%", mfu_percent(flops_per_token, tok_per_s_shown, peak, mg.nproc));
+        if (peak) snprintf(mfu, sizeof(mfu), "%.1f%%", mfu_pct);
         if (main_rank) printf("step %4d/%d | loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %s bf16 MFU | %.0f tok/s\n",
                step + 1, max_steps, loss, norm, step_lr, ms, mfu, tok_per_s_shown);
         if (log) { fprintf(log, "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, step_lr, norm); fflush(log); }
@@ -1004,9 +1005,7 @@ int main(int argc, char **argv) {
             size_t free_now, total_now;
             cudaCheck(cudaMemGetInfo(&free_now, &total_now));
             const TrainMetrics tm = {step, (long long)(step + 1) * cfg.total_batch, loss, step_lr, norm, ms,
-                                     tok_per_s_shown,
-                                     peak ? mfu_percent(flops_per_token, tok_per_s_shown, peak, mg.nproc) : -1.0,
-                                     (total_now - free_now) / 1048576.0};
+                                     tok_per_s_shown, mfu_pct, (total_now - free_now) / 1048576.0};
             metrics_log_train(jlog, &tm);
         }
     }

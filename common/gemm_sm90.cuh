@@ -348,6 +348,26 @@ __device__ __forceinline__ uint32_t sm90_pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
+// an fp32 accumulator fragment (2N floats) as bf16 pairs: with wgmma's m64nNk16 accumulator
+// layout this is the A fragment of the product that takes it from registers (k16 steps of it)
+template <int N>
+__device__ __forceinline__ void sm90_pack_acc(uint32_t (&a)[N], const float (&d)[2 * N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i] = sm90_pack_bf16(d[2 * i], d[2 * i + 1]);
+}
+// two fragments at once, their pairs interleaved (the instruction order the products after
+// them were tuned with)
+template <int N>
+__device__ __forceinline__ void sm90_pack_acc2(uint32_t (&a)[N], const float (&d)[2 * N], uint32_t (&b)[N],
+                                               const float (&e)[2 * N]) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+        a[i] = sm90_pack_bf16(d[2 * i], d[2 * i + 1]);
+        a[i + 1] = sm90_pack_bf16(d[2 * i + 2], d[2 * i + 3]);
+        b[i] = sm90_pack_bf16(e[2 * i], e[2 * i + 1]);
+        b[i + 1] = sm90_pack_bf16(e[2 * i + 2], e[2 * i + 3]);
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // what a tile and a thread are

@@ -318,11 +318,7 @@ __device__ __forceinline__ void att90_fwd_step(const att90_fwd_ctx &c, int j, fl
     // the A fragment of keys 16 kk .. of wgmma's m64k16: (g, 2tq), (g + 8, 2tq),
     // (g, 2tq + 8), (g + 8, 2tq + 8): S's columns 8 i with i = 2 kk, 2 kk + 1
     uint32_t pa[32];
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        pa[2 * i] = sm90_pack_bf16(sc[4 * i], sc[4 * i + 1]);
-        pa[2 * i + 1] = sm90_pack_bf16(sc[4 * i + 2], sc[4 * i + 3]);
-    }
+    sm90_pack_acc(pa, sc);
     sm90_fence_regs(pa);
     if (NEXT) att90_scores<HS>(sc, c.q_addr, sm90_smem(c.sk + s1 * C::KV_BYTES));
     sm90_wgmma_fence();
@@ -625,13 +621,7 @@ __device__ __forceinline__ void att90_dkv_tail128(const att90_dkv_ctx &c, int i,
     typedef att90_bwd_cfg<128> C;
     const int s = (c.it + i) % C::STAGES, s1 = (c.it + i + 1) % C::STAGES;
     uint32_t pa[16], da[16];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        pa[2 * j] = sm90_pack_bf16(st[4 * j], st[4 * j + 1]);
-        pa[2 * j + 1] = sm90_pack_bf16(st[4 * j + 2], st[4 * j + 3]);
-        da[2 * j] = sm90_pack_bf16(dpt[4 * j], dpt[4 * j + 1]);
-        da[2 * j + 1] = sm90_pack_bf16(dpt[4 * j + 2], dpt[4 * j + 3]);
-    }
+    sm90_pack_acc2(pa, st, da, dpt);
     sm90_fence_regs(pa);
     sm90_fence_regs(da);
     const uint32_t q_addr = sm90_smem(c.sst + s * 2 * C::T64_BYTES), do_addr = q_addr + C::T64_BYTES;
@@ -724,13 +714,7 @@ __device__ __forceinline__ void att90_dkv_step(const att90_dkv_ctx &c, int i, in
         if constexpr (HS == 64) att90_dkv_rows<HS>(c, i + 1, lq, dd);
     }
     uint32_t pa[16], da[16];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        pa[2 * j] = sm90_pack_bf16(st[4 * j], st[4 * j + 1]);
-        pa[2 * j + 1] = sm90_pack_bf16(st[4 * j + 2], st[4 * j + 3]);
-        da[2 * j] = sm90_pack_bf16(dpt[4 * j], dpt[4 * j + 1]);
-        da[2 * j + 1] = sm90_pack_bf16(dpt[4 * j + 2], dpt[4 * j + 3]);
-    }
+    sm90_pack_acc2(pa, st, da, dpt);
     sm90_fence_regs(pa);
     sm90_fence_regs(da);
     if (NEXT) {
@@ -797,11 +781,7 @@ __device__ __forceinline__ void att90_dq_step(const att90_dq_ctx &c, int j, floa
     if (j > 0 && c.lt == 0) sm90_mbar_arrive(&c.st_empty[(c.it + j - 1) % C::STAGES]);
     if (NEXT) sm90_mbar_wait(&c.st_full[s1], ((c.it + j + 1) / C::STAGES) & 1);
     uint32_t da[16];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        da[2 * i] = sm90_pack_bf16(dp[4 * i], dp[4 * i + 1]);
-        da[2 * i + 1] = sm90_pack_bf16(dp[4 * i + 2], dp[4 * i + 3]);
-    }
+    sm90_pack_acc(da, dp);
     sm90_fence_regs(da);
     if (NEXT) {
         const uint32_t k1 = sm90_smem(c.sst + s1 * 2 * C::T64_BYTES);
