@@ -934,11 +934,15 @@ static inline int sm90_aligned(const void *p, int64_t ld, int elem) {
 //   a: (M, K) rows if !trans_a, else (K, M) rows;   b: (N, K) rows if !trans_b, else (K, N)
 //   d: (splits * M) rows of N, slice s (rows s M ..) holding split s's part
 //   x: a policy's second output (X_OUT) or input (X_IN), bf16 (M, N) rows; not used otherwise
+//   group_rows: the output rows of a raster group (0, as in a zeroed problem: SM90_GROUP_M
+//     tiles of SM90_BM). A group sweeps all of B, so B is read from DRAM once per group: a short
+//     A (a few MB) in one group reads B once in all.
 typedef struct {
     sm90_matrix a, b, d, x;
     int trans_a, trans_b;
     int64_t M, N, K;
     int splits;
+    int64_t group_rows;
 } sm90_problem;
 
 // cudaSuccess if the kernel can run p (sizes, alignment, 32-bit coordinates), else why not.
@@ -960,7 +964,7 @@ static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM
     s.K = (int)p.K;
     s.bm = bm;
     s.bn = bn;
-    s.group_m = SM90_GROUP_M * SM90_BM / bm;
+    s.group_m = p.group_rows > 0 ? (int)((p.group_rows + bm - 1) / bm) : SM90_GROUP_M * SM90_BM / bm;
     s.tiles_m = (int)((p.M + bm - 1) / bm);
     s.tiles_n = (int)((p.N + bn - 1) / bn);
     const int k_tiles = (int)((p.K + SM90_BK - 1) / SM90_BK);

@@ -205,7 +205,7 @@ static void check_case(const char *layout, int M, int N, int K, int d_fp32, int 
         poison_kernel<<<256, 256>>>((unsigned *)D, (size_t)splits * M * ldd * es / 4);
     }
     cudaCheck(cudaGetLastError());
-    sm90_problem p;
+    sm90_problem p = {};
     p.a = {A, a_rows, a_cols, lda};
     p.b = {B, b_rows, b_cols, ldb};
     p.d = {D, M, N, ldd};
@@ -259,7 +259,7 @@ static void time_case(const char *what, const char *layout, int M, int N, int K,
     fill_kernel<<<1024, 256>>>(A, (size_t)a_rows * lda, 11, 1.0f);
     fill_kernel<<<1024, 256>>>(B, (size_t)b_rows * ldb, 12, 1.0f);
     cudaCheck(cudaMemset(D, 0, (size_t)M * ldd * es));
-    sm90_problem p;
+    sm90_problem p = {};
     p.a = {A, a_rows, a_cols, lda};
     p.b = {B, b_rows, b_cols, ldb};
     p.d = {D, M, N, ldd};

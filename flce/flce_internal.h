@@ -93,7 +93,7 @@ typedef struct {
     int dw_accumulator;  // an fp32 (Vp, H) buffer accumulates a bf16 d_weight
     int dh_accumulator;  // an fp32 (chunk, H) buffer sums a bf16 d_hidden over vocabulary parts
     // the Hopper path (flce_sm90.cuh): the logits buffer is E (bf16, row stride ldl), and
-    int sm90;
+    int sm90;            // the multiprocessors the plan is for (0: the cuBLASLt path)
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
     int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride

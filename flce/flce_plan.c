@@ -223,14 +223,37 @@ static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
 }
 
 /*
+The modelled time (seconds) of the Hopper path's fused d_h GEMMs over all chunks and tiles:
+whole waves of 128 x 256 output tiles, each K part a wave at the rate per multiprocessor. A
+chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks of 3328 make
+104 tiles for 132 SMs in every split: a 79% wave), which the cost of a GEMM per logit misses.
+*/
+static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
+    const int64_t N = cfg->n_tokens, H = cfg->hidden, C = p->chunk;
+    const int64_t tiles_n = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN;
+    const double wave = 2.0 * FLCE_SM90_BM * FLCE_SM90_BN * ((double)p->vocab_tile / p->dh_parts) / (rate / p->sm90);
+    const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
+    double t = 0.0;
+    for (int k = 0; k < 2; k++) {
+        const int64_t rows = k == 0 ? C : last, count = k == 0 ? p->n_chunks - 1 : 1;
+        const int64_t work = (rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM * tiles_n * p->dh_parts;
+        t += (double)count * (double)((work + p->sm90 - 1) / p->sm90) * wave;
+    }
+    return t * (double)p->n_vtiles;
+}
+
+/*
 The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
 load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
 and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs ran
 slower than cuBLASLt's on stored dlogits (the d_W GEMM most: its transform needs per-token
 coefficients every K step), a cost per logit that grows with H, while the pass's cost per
 logit does not: on an H200 (dev/RESULTS.md) the pass won at H = 4096 and lost at H = 768 and
-1024. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/ and the tests (read
-when a plan is made: the layouts differ).
+1024. The pass also won where the fused GEMMs' 256-column tiles fit H badly: at H = 896 (3.5
+tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8% faster
+(three alternated rounds); the rule takes that for any H of 512 or more whose last tile is
+mostly empty (measured at 896 only). flce_dev_set_lt_backward (flce_internal.h) forces either,
+for dev/ and the tests (read when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 2048
 static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
@@ -239,7 +262,8 @@ void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1
 
 static int flce_sm90_lt_backward(const flce_config *cfg) {
     if (g_lt_backward >= 0) return g_lt_backward;
-    return cfg->hidden >= FLCE_LT_BACKWARD_MIN_H;
+    const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
+    return H >= FLCE_LT_BACKWARD_MIN_H || (H >= 512 && (covered - H) * 10 > H);
 }
 
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
@@ -252,7 +276,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
     size_t o = 0;
     memset(p, 0, sizeof(*p));
-    p->sm90 = sms > 0;
+    p->sm90 = sms > 0 ? sms : 0;
     p->chunk = chunk;
     const int64_t span = p->sm90 ? V : Vp;  // the columns the tiles cover
     p->vocab_tile = vtile < span ? vtile : span;
@@ -381,8 +405,10 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
         // the Hopper path: GEMMs with the loss in their epilogues and operand loads, a short
         // chunk wasting part of the 128-row tiles; per logit only E (written once, read by the
         // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile
-        const double V = (double)cfg->vocab;
-        double t = gemms * 2.0 * N * V * H / 7.0e14 * (1.0 + 64.0 / (double)p->chunk);
+        const double V = (double)cfg->vocab, rate = 7.0e14;
+        double t = gemms * 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
+        if (backward && !p->lt_backward)  // the fused d_h GEMM in its waves of tiles
+            t += flce_sm90_dh_time(cfg, p, rate) - 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
         double bytes = backward ? N * V * 6.0 : 0.0;
         if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
@@ -447,6 +473,23 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         if (c > 0) {
             flce_layout(cfg, c, span, dw_acc, sms, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
+        }
+        if (c > 0 && sms > 0 && backward && !p->lt_backward) {
+            // a shorter chunk (down to 3/4) whose d_h tiles fill whole waves can be faster:
+            // taken when the model finds it 1% faster. The workspace stays the largest chunk's,
+            // so that a plan made again from that size (a call's) chooses the same chunk.
+            const size_t total = p->total;
+            for (int64_t c2 = c - FLCE_CHUNK_MULTIPLE; c2 >= c - c / 4 && c2 > 0; c2 -= FLCE_CHUNK_MULTIPLE) {
+                const int64_t cb = flce_balance(N, c2, FLCE_CHUNK_MULTIPLE);
+                if (cb >= p->chunk || cb <= 0) continue;
+                flce_layout(cfg, cb, span, dw_acc, sms, &cand);
+                const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
+                if (flce_fits(cand.total, budget) && cost < best_cost * 0.99) {
+                    *p = cand;
+                    best_cost = cost;
+                }
+            }
+            if (p->total < total) p->total = total;
         }
     }
     // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the

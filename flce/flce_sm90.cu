@@ -48,13 +48,17 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
                                     int store_e, int want_stats) {
     flce_context *ctx = s->ctx;
     const int64_t H = s->cfg->hidden;
-    sm90_problem q;
+    sm90_problem q = {};
     q.a = {(const T *)s->t->hidden + c0 * H, r->rows, H, H};
     q.b = {(const T *)s->t->weight + (int64_t)r->voff * H, w, H, H};
     // E: (rows x w) of the tile; the statistics-only pass over the whole vocabulary writes none
     q.d = {s->ws + s->p->off_logits, r->rows, w < s->p->ldl ? w : s->p->ldl, s->p->ldl};
     q.trans_a = 0; q.trans_b = 0;
     q.M = r->rows; q.N = w; q.K = H; q.splits = 1;
+    // the chunk's rows in one raster group where they fit a few MB (all chunks of the default
+    // budgets): W, swept once per group, is then read from DRAM once a chunk rather than once
+    // per 1024 rows
+    if ((int64_t)r->rows * H * (int64_t)sizeof(T) <= ((int64_t)24 << 20)) q.group_rows = r->rows;
     flce_sm90_logits_args<T> a;
     a.r = *r;
     a.bias = s->ra.bias;
@@ -151,7 +155,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     if (t->d_hidden != NULL) {
         // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order
         float *part = (float *)(s->ws + p->off_dh_part);
-        sm90_problem q;
+        sm90_problem q = {};
         q.a = E;
         q.b = {w_tile, w, H, H};
         q.d = {part, rows, H, H};
@@ -196,7 +200,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
         // the scaled d_W: its B operand v' h in the d_h parts' buffer (free once they are summed)
         __nv_bfloat16 *xs = (__nv_bfloat16 *)(s->ws + p->off_dh_part);
-        sm90_problem q;
+        sm90_problem q = {};
         q.a = E;
         q.b = {r->sc ? (const void *)xs : (const void *)h_chunk, rows, H, H};
         q.d = {dw, rows_w, H, H};

@@ -74,7 +74,8 @@ chart of x floor per peer per shape with --png (matplotlib). The last line is
 Usage
   python3 scripts/bench_peers.py --dry-run           # no torch, no GPU: the plan, what imports
   python3 scripts/bench_peers.py -o peers.md --png peers.png [--shapes NxHxV|default|llama|all,...] [--peers a,b]
-      [--mode all|peers|overhead] [--c-bench build/flce_bench] [--time-limit S]
+      [--mode all|peers|overhead] [--c-bench build/flce_bench] [--time-limit S] [--kernels K]
+  (--kernels K: each row's K longest GPU kernels, launches and ms per call, under torch.profiler)
   python3 scripts/bench_peers.py --assemble /tmp/flce_whl   # reassemble the split wheel (below)
   Needs build/libflce.so for flce (make lib) or $FLCE_LIBRARY; flce/python is put on sys.path.
 
@@ -438,6 +439,21 @@ class Report:
                     else:
                         cells.append(cell(short_status(r), 60))
                 L.append("| %s | %s |" % (PEER_LABEL[k], " | ".join(cells)))
+        krows = [r for r in self.rows if r.get("kernels")]
+        if krows:
+            L += ["", "## Kernels per call (torch.profiler, the mean of 3 fwd+bwd calls)", "",
+                  "GPU time of each kernel name summed over a call (the profiler's, not the CUDA events'); "
+                  "names shortened: a template's arguments cut to the first.", "",
+                  "| N x H x V | peer | kernel | launches | ms | share |", "|---|---|---|---:|---:|---:|"]
+            for r in krows:
+                tot = sum(k["ms"] for k in r["kernels"]["all"])
+                for k in r["kernels"]["top"]:
+                    L.append("| %s | %s | %s | %d | %.2f | %.0f%% |" % (shape_str(r["shape"]), PEER_LABEL[r["key"]],
+                                                                     cell(k["name"], 100), k["launches"], k["ms"],
+                                                                     100.0 * k["ms"] / tot if tot else 0.0))
+                L.append("| %s | %s | (all %d kernels) | %d | %.2f | |" % (
+                    shape_str(r["shape"]), PEER_LABEL[r["key"]], len(r["kernels"]["all"]),
+                    sum(k["launches"] for k in r["kernels"]["all"]), tot))
         if self.overhead:
             L += ["", "## flce through the binding against its own C call", "",
                   "Cold queue: each run starts on an idle GPU, so the host's work before the first kernel "
@@ -676,6 +692,8 @@ def run(args, shapes, peers):
                         res["loss_err"] = abs(res.pop("loss") - ref_loss) if math.isfinite(res["loss"]) else float("inf")
                         res["dh_err"] = rel_l2(torch, h.grad, ref_dh, ref_dh_norm)
                         res["dw_err"] = rel_l2(torch, W.grad, ref_dw, ref_dw_norm)
+                        if args.kernels:
+                            res["kernels"] = kernel_times(torch, fn, h, W, t, args.kernels)
                         row.update(res, status="ok")
                 except torch.cuda.OutOfMemoryError as e:
                     err = "OutOfMemoryError: " + re.sub(r"\s+", " ", str(e))[:200]
@@ -891,6 +909,66 @@ def measure(torch, fn, h, W, t, args):
     del loss
     return dict(ms=ms, runs=len(times), spread=spread, cold=cold, loss=loss_v,
                 extra_mib=(peak - base - grads) / 2**20)
+
+
+def short_kernel(name):
+    """A kernel's name without its return type and parameters, a template's arguments cut to
+    the first (flce's GEMM kernels differ by their policy, the first argument)."""
+    name = re.sub(r"^void ", "", name.strip())
+    out, depth, i = [], 0, 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "(" and depth == 0:
+            break  # the parameter list
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 1:  # the first template argument ends: skip to its '>'
+            out.append(", ...")
+            d = 1
+            while i + 1 < len(name) and d > 0:
+                i += 1
+                d += {"<": 1, ">": -1}.get(name[i], 0)
+            depth = 0
+            out.append(">")
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)[:160]
+
+
+def kernel_times(torch, fn, h, W, t, top, calls=3):
+    """GPU kernels of `calls` fwd+bwd calls under torch.profiler: per name, launches and ms per
+    call; the `top` longest and all of them."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            h.grad = None
+            W.grad = None
+            loss = fn(h, W, t)
+            loss.backward()
+        torch.cuda.synchronize()
+    h.grad = None
+    W.grad = None
+    agg = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) is None or "CUDA" not in str(ev.device_type):
+            continue
+        us = getattr(ev, "device_time", None)
+        if us is None:
+            us = getattr(ev, "cuda_time", 0.0)
+        k = short_kernel(ev.name)
+        a = agg.setdefault(k, dict(name=k, launches=0, ms=0.0))
+        a["launches"] += 1
+        a["ms"] += us / 1000.0
+    rows = sorted(agg.values(), key=lambda a: -a["ms"])
+    for a in rows:
+        a["launches"] = int(round(a["launches"] / calls))
+        a["ms"] /= calls
+    return dict(top=rows[:top], all=rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1178,6 +1256,8 @@ def main(argv=None):
     ap.add_argument("--max-reps", type=int, default=20)
     ap.add_argument("--chunk", type=int, default=4096, help="torch.compile chunked: tokens per chunk")
     ap.add_argument("--quack-chunk", type=int, default=4096, help="QuACK's chunk_size")
+    ap.add_argument("--kernels", type=int, default=0, metavar="K",
+                    help="also list each row's K longest GPU kernels per call (torch.profiler over 3 calls)")
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args(argv)
 

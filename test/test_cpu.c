@@ -1499,6 +1499,56 @@ static void test_hopper_plans(void) {
                hop, (long long)ch, lt, (long long)cl_own, (long long)cl_in_hop);
 }
 
+// The Hopper planner's choices at the Llama 3.2 / Qwen2.5 heads (132 SMs, no GPU): the chunk
+// whose fused d_h GEMM fills whole waves of tiles (a shorter one than the largest that fits,
+// the workspace staying the largest one's, so that a call planning again from that size takes
+// the same chunk), and cuBLASLt's gradients where H's last 256-column tile is mostly empty.
+static void test_hopper_plan_choices(void) {
+    flce_dev_set_plan_sms(132);
+    struct { int64_t N, H, V; int lt; } cases[] = {{32768, 896, 151936, 1},  {32768, 1536, 151936, 0},
+                                                 {16384, 2048, 128256, 1}, {65536, 768, 50304, 0},
+                                                 {65536, 1024, 176256, 0}, {16384, 1152, 128256, 1}};
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        flce_config c;
+        flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
+        size_t ws = 0;
+        const flce_status st = flce_workspace_size(&c, (size_t)1 << 30, &ws);
+        flce_plan p;
+        flce_make_plan(&c, ws, 1, 1, 132, &p);
+        test_check(st == FLCE_OK && p.lt_backward == cases[i].lt, "lib: Hopper plan at %lld x %lld x %lld: %s gradients",
+                   (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab,
+                   p.lt_backward ? "cuBLASLt's" : "fused");
+    }
+    // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
+    // and the same chunk from the workspace it sized, at several budgets
+    flce_dev_set_lt_backward(0);
+    const int64_t hs[] = {1536, 896};
+    for (int k = 0; k < 2; k++) {
+        flce_config c;
+        flce_config_init(&c, 32768, hs[k], 151936);
+        int same = 1, waves = 1, shorter = 0;
+        for (size_t mib = 512; mib <= 2048; mib += 128) {
+            size_t ws = 0;
+            if (flce_workspace_size(&c, mib << 20, &ws) != FLCE_OK) { same = 0; continue; }
+            flce_plan p, q;
+            flce_make_plan(&c, mib << 20, 1, 1, 132, &p);
+            flce_make_plan(&c, ws, 1, 1, 132, &q);
+            same = same && ws <= (mib << 20) && p.chunk == q.chunk && p.dh_parts == q.dh_parts &&
+                   flce_chunk_tokens(&c, ws) == p.chunk;
+            if (mib == 1024) {
+                const int64_t tiles = (p.chunk + 127) / 128 * ((hs[k] + 255) / 256) * p.dh_parts;
+                waves = tiles % 132 == 0 || tiles % 132 >= 112;  // whole waves, or nearly
+                // (the largest chunk that fits 1 GiB: 3072 tokens at H = 1536, 3328 at 896)
+                shorter = p.chunk < (hs[k] == 1536 ? 3072 : 3328);
+            }
+        }
+        test_check(same && waves && shorter, "lib: Hopper plans at 32768 x %lld x 151936 (fused gradients): the "
+                   "chunk that fills d_h's waves, the same again from its workspace (512..2048 MiB)", (long long)hs[k]);
+    }
+    flce_dev_set_lt_backward(-1);
+    flce_dev_set_plan_sms(0);
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -1572,6 +1622,7 @@ int main(int argc, char **argv) {
     test_library_host(paths, n_paths);
     test_library_limits();
     test_hopper_plans();
+    test_hopper_plan_choices();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif
