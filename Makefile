@@ -221,8 +221,9 @@ sum_suites = awk '/^[0-9]+ passed, [0-9]+ failed$$/ {p += $$1; f += $$3; n++} \
 CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_hf_tokenizer; $(BUILD)/test_gpt2_cpu test/fixtures; \
               $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
               FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
-              $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py
-N_CPU_SUITES := 11
+              $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py; \
+              python3 test/test_bench_peers.py
+N_CPU_SUITES := 12
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
       $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)

@@ -89,13 +89,18 @@ The peers' wheels (the GPU machine has torch 2.11 and triton 3.6, not these). Th
     nvidia-cutlass-dsl-libs-core==4.8.1 apache-tvm-ffi==0.1.15.post2
   plus nvidia-cutlass-dsl-libs-cu13==4.8.1 (92 MB: QuACK's CuTe-DSL compiler for CUDA 13; the
   cu12 flavour that nvidia-cutlass-dsl names by default is not needed with a CUDA 13 driver),
-  split for the 64 MiB a device call carries (the working tree, ~8.5 MiB, counts too):
+  split for the 64 MiB a device call carries (the working tree, ~14 MiB, and the binaries a
+  call carries count too; a call carries at most 8 paths):
     split -b 50M nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl \
       .whl/parts/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl.part-
+  or, so that the calls carrying the parts can carry binaries too, in three (40, 25 and the last
+  27 MB: `head -c` / `tail -c`), the last in .whl/parts/ beside the 7 wheels so that the folder
+  .whl is one carried path; only the part of the call in .whl/parts/ at each call.
   Not carried: torch-c-dlpack-ext (tvm-ffi uses torch >= 2.10's own DLPack exchange API), verl
   (it imports ray, hydra, transformers, ...: reported "not installed").
-Reassembling across two consecutive device calls (the machine stays warm only ~30 s between
-calls; /tmp and ignored paths there survive only while it does):
+Reassembling across two (or three) consecutive device calls (the machine stays warm only ~30 s
+between calls; /tmp and ignored paths there survive only while it does: a gap, or a refused
+start, loses the parts already there):
   call A  carry [".whl/parts/<...>.whl.part-aa"]
           python3 scripts/bench_peers.py --assemble /tmp/flce_whl && make -j16 lib build/flce_bench
           (--assemble copies the parts it finds in .whl/parts/ to /tmp/flce_whl/; once all are
@@ -936,7 +941,7 @@ def short_kernel(name):
             continue
         out.append(ch)
         i += 1
-    return "".join(out)[:160]
+    return "".join(out).strip()[:160]
 
 
 def kernel_times(torch, fn, h, W, t, top, calls=3):

@@ -6,28 +6,15 @@ installed, the PNG it draws. No GPU. The last line is "N passed, M failed".
 
     python3 test/test_plot_log.py      (from the repository root)
 """
-import importlib.util
 import math
 import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("plot_log", os.path.join(ROOT, "scripts", "plot_log.py"))
-plot_log = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(plot_log)
+from script_check import Checks, load_script
 
-passed = failed = 0
-
-
-def check(ok, msg):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("  ok   " + msg)
-    else:
-        failed += 1
-        print("FAIL   " + msg)
+plot_log = load_script("plot_log")
+check = Checks()
 
 
 def write(path, text):
@@ -104,8 +91,7 @@ def main():
                   "two runs drawn into a PNG (%d bytes)" % os.path.getsize(png))
         else:
             print("  (matplotlib is not installed: the drawing is not checked)")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary()
 
 
 if __name__ == "__main__":
