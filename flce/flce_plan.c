@@ -203,11 +203,16 @@ static size_t flce_append(size_t o, size_t bytes) {
 
 static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && bytes <= budget; }
 
+// The Hopper path's d_h output tiles for a chunk of `rows` tokens.
+static int64_t flce_sm90_dh_tiles(int64_t rows, int64_t H) {
+    return ((rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + FLCE_SM90_BN - 1) / FLCE_SM90_BN);
+}
+
 // K parts of the Hopper path's d_h GEMM for a chunk: the fewest (at most 4) with which its
 // output tiles fill the multiprocessors in nearly whole waves (a chunk of ~3K tokens at
 // H = 1024 has fewer tiles than an H100 or H200 has multiprocessors).
 static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
-    const int64_t tiles = ((chunk + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + FLCE_SM90_BN - 1) / FLCE_SM90_BN);
+    const int64_t tiles = flce_sm90_dh_tiles(chunk, H);
     int best = 1;
     double best_use = 0.0;
     for (int parts = 1; parts <= 4; parts++) {
@@ -229,14 +234,13 @@ chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks
 104 tiles for 132 SMs in every split: a 79% wave), which the cost of a GEMM per logit misses.
 */
 static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
-    const int64_t N = cfg->n_tokens, H = cfg->hidden, C = p->chunk;
-    const int64_t tiles_n = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN;
+    const int64_t N = cfg->n_tokens, C = p->chunk;
     const double wave = 2.0 * FLCE_SM90_BM * FLCE_SM90_BN * ((double)p->vocab_tile / p->dh_parts) / (rate / p->sm90);
     const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
     double t = 0.0;
     for (int k = 0; k < 2; k++) {
         const int64_t rows = k == 0 ? C : last, count = k == 0 ? p->n_chunks - 1 : 1;
-        const int64_t work = (rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM * tiles_n * p->dh_parts;
+        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden) * p->dh_parts;
         t += (double)count * (double)((work + p->sm90 - 1) / p->sm90) * wave;
     }
     return t * (double)p->n_vtiles;

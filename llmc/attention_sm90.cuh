@@ -163,6 +163,19 @@ __device__ __forceinline__ void att90_pv(float (&o)[HS / 2], const uint32_t (&pa
     for (int kk = 0; kk < ATT90_BN / 16; kk++) att90_mma_pv(o, pa + 4 * kk, sm90_desc(v_addr + kk * 2048, lbo, 1024));
 }
 
+// The producer's loads of two row tiles that a stage holds side by side (K and V, Q and dO):
+// rows row.. of batch b, head columns col0.. in HALVES boxes of 64 columns (half bytes apart),
+// the first tile's at d1, the second's at d2, both completing on bar.
+template <int HALVES>
+__device__ __forceinline__ void att90_load_pair(uint8_t *d1, uint8_t *d2, int half, const CUtensorMap *m1,
+                                                const CUtensorMap *m2, int col0, int row, int b, uint64_t *bar) {
+#pragma unroll
+    for (int c = 0; c < HALVES; c++) {
+        sm90_tma_load_3d(d1 + c * half, m1, col0 + c * ATT90_SWZ_COLS, row, b, bar);
+        sm90_tma_load_3d(d2 + c * half, m2, col0 + c * ATT90_SWZ_COLS, row, b, bar);
+    }
+}
+
 __device__ __forceinline__ float att90_exp2(float x) {  // 2^-inf = 0
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -366,13 +379,8 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
                 const int s = it % C::STAGES;
                 sm90_mbar_wait(&kv_empty[s], ((it / C::STAGES) & 1) ^ 1);
                 sm90_mbar_expect_tx(&kv_full[s], 2 * C::KV_BYTES);
-#pragma unroll
-                for (int c = 0; c < C::HALVES; c++) {
-                    sm90_tma_load_3d(sk + s * C::KV_BYTES + c * C::KV_HALF, &map_k, hk * HS + c * ATT90_SWZ_COLS,
-                                     j * ATT90_BN, b, &kv_full[s]);
-                    sm90_tma_load_3d(sv + s * C::KV_BYTES + c * C::KV_HALF, &map_v, hk * HS + c * ATT90_SWZ_COLS,
-                                     j * ATT90_BN, b, &kv_full[s]);
-                }
+                att90_load_pair<C::HALVES>(sk + s * C::KV_BYTES, sv + s * C::KV_BYTES, C::KV_HALF, &map_k, &map_v,
+                                           hk * HS, j * ATT90_BN, b, &kv_full[s]);
             }
         }
         return;
@@ -867,26 +875,16 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
             // K then V, each HALVES boxes of 64 columns (TILE_HALF bytes) one after the other
             uint8_t *sk = skv + kb * 2 * C::TILE_BYTES;
             sm90_mbar_expect_tx(&kv_full[kb], 2 * C::TILE_BYTES);
-#pragma unroll
-            for (int c = 0; c < C::HALVES; c++) {
-                sm90_tma_load_3d(sk + c * C::TILE_HALF, &map_k128, hk * HS + c * ATT90_SWZ_COLS, kt * 128, b,
-                                 &kv_full[kb]);
-                sm90_tma_load_3d(sk + C::TILE_BYTES + c * C::TILE_HALF, &map_v128, hk * HS + c * ATT90_SWZ_COLS,
-                                 kt * 128, b, &kv_full[kb]);
-            }
+            att90_load_pair<C::HALVES>(sk, sk + C::TILE_BYTES, C::TILE_HALF, &map_k128, &map_v128, hk * HS, kt * 128, b,
+                                       &kv_full[kb]);
             for (int h = hk * grp; h < (hk + 1) * grp; h++)  // the group's query heads, in order
                 for (int i = 2 * kt; i < n_q64; i++, it++) {
                     const int s = it % C::STAGES;
                     uint8_t *sq = sst + s * 2 * C::T64_BYTES;
                     sm90_mbar_wait(&st_empty[s], ((it / C::STAGES) & 1) ^ 1);
                     sm90_mbar_expect_tx(&st_full[s], 2 * C::T64_BYTES);
-#pragma unroll
-                    for (int c = 0; c < C::HALVES; c++) {
-                        sm90_tma_load_3d(sq + c * C::T64_HALF, &map_q64, h * HS + c * ATT90_SWZ_COLS, i * 64, b,
-                                         &st_full[s]);
-                        sm90_tma_load_3d(sq + C::T64_BYTES + c * C::T64_HALF, &map_do64, h * HS + c * ATT90_SWZ_COLS,
-                                         i * 64, b, &st_full[s]);
-                    }
+                    att90_load_pair<C::HALVES>(sq, sq + C::T64_BYTES, C::T64_HALF, &map_q64, &map_do64, h * HS, i * 64,
+                                               b, &st_full[s]);
                 }
         }
         return;
@@ -1010,26 +1008,16 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
             // Q then dO, each HALVES boxes of 64 columns (TILE_HALF bytes) one after the other
             uint8_t *sq = sqd + qb * 2 * C::TILE_BYTES;
             sm90_mbar_expect_tx(&q_full[qb], 2 * C::TILE_BYTES);
-#pragma unroll
-            for (int c = 0; c < C::HALVES; c++) {
-                sm90_tma_load_3d(sq + c * C::TILE_HALF, &map_q128, h * HS + c * ATT90_SWZ_COLS, qt * 128, b,
-                                 &q_full[qb]);
-                sm90_tma_load_3d(sq + C::TILE_BYTES + c * C::TILE_HALF, &map_do128, h * HS + c * ATT90_SWZ_COLS,
-                                 qt * 128, b, &q_full[qb]);
-            }
+            att90_load_pair<C::HALVES>(sq, sq + C::TILE_BYTES, C::TILE_HALF, &map_q128, &map_do128, h * HS, qt * 128, b,
+                                       &q_full[qb]);
             const int n = min(2 * qt + 2, n_k64);
             for (int j = 0; j < n; j++, it++) {
                 const int s = it % C::STAGES;
                 uint8_t *sk = sst + s * 2 * C::T64_BYTES;
                 sm90_mbar_wait(&st_empty[s], ((it / C::STAGES) & 1) ^ 1);
                 sm90_mbar_expect_tx(&st_full[s], 2 * C::T64_BYTES);
-#pragma unroll
-                for (int c = 0; c < C::HALVES; c++) {
-                    sm90_tma_load_3d(sk + c * C::T64_HALF, &map_k64, hk * HS + c * ATT90_SWZ_COLS, j * 64, b,
-                                     &st_full[s]);
-                    sm90_tma_load_3d(sk + C::T64_BYTES + c * C::T64_HALF, &map_v64, hk * HS + c * ATT90_SWZ_COLS,
-                                     j * 64, b, &st_full[s]);
-                }
+                att90_load_pair<C::HALVES>(sk, sk + C::T64_BYTES, C::T64_HALF, &map_k64, &map_v64, hk * HS, j * 64, b,
+                                           &st_full[s]);
             }
         }
         return;
