@@ -1265,6 +1265,8 @@ def main(argv=None):
                     help="also list each row's K longest GPU kernels per call (torch.profiler over 3 calls)")
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.kernels < 0:
+        ap.error("--kernels %d: the number of kernels to list must be 0 or more" % args.kernels)
 
     if args.assemble:
         return assemble(args.assemble)

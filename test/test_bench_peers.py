@@ -71,6 +71,13 @@ def main():
         rc = bp.main(["--dry-run", "--shapes", "llama", "--peers", "flce,quack", "--kernels", "4"])
     check(rc == 0 and "OK: bench_peers dry run: 4 shapes, 2 peers" in out.getvalue(),
           "the dry run with --kernels: rc %s" % rc)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            bp.main(["--dry-run", "--kernels", "-1"])
+        check(False, "--kernels -1 refused")
+    except SystemExit as e:
+        check(e.code == 2 and "--kernels -1" in err.getvalue(), "--kernels -1 refused: %s" % err.getvalue().strip()[-70:])
     return check.summary()
 
 
