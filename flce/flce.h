@@ -112,8 +112,8 @@ typedef struct {
     flce_dtype d_bias_dtype;    int accumulate_d_bias;
     int64_t max_chunk_tokens;   // 0 = as large as the workspace allows; else an upper bound
     // 0 = the planner's choice; else at most this many vocabulary columns per tile (>= 64;
-    // < Vp forces the tile schedule, see below; the Hopper path's tiles are multiples of 256
-    // columns, at least 256)
+    // < Vp forces the tile schedule, see below; the Hopper path's tiles are multiples of its
+    // statistics tile, 256 or 192 columns (flce_set_hopper says when), at least one)
     int64_t max_vocab_tile;
     // bf16 inputs only, cuBLASLt path: keep the chunk's logits in bf16, as PyTorch and Liger
     // do (faster: the row pass moves 8 instead of 14 bytes a logit; but the LSE and loss carry
@@ -239,7 +239,9 @@ void flce_set_autotune(flce_context *ctx, int on);
 // exact to the bf16 floor and deterministic. The planner (flce_workspace_size,
 // flce_chunk_tokens, flce_vocab_tile) plans for the path a new context takes on the current
 // device; a call re-plans for its own path within the workspace it is given. On the Hopper path
-// the logits GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above; its
+// the logits GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above, or
+// where cuBLASLt's GEMMs take the gradients (below) and there is no bias, softcap or weighted
+// smoothing, the wide one (128 x 192 tiles a warpgroup, ping-pong); its
 // gradients come from GEMMs that form dlogits from the stored bf16 exponentials as they load
 // them for H < 2048, and from cuBLASLt's GEMMs on dlogits a pass writes over them for
 // H >= 2048 and for H >= 512 whose last 256-column tile is mostly empty (H = 896: faster

@@ -44,7 +44,11 @@ extern "C" {
 // that they agree), for the planner in plain C
 #define FLCE_SM90_BM 128
 #define FLCE_SM90_BN 256
-#define FLCE_SM90_TILE FLCE_SM90_BN  // columns per statistics tile: the logits GEMM's tile
+// columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
+// a warpgroup) where cuBLASLt's GEMMs take the gradients, else 256 (flce_plan.c's
+// flce_sm90_stat_tile)
+#define FLCE_SM90_STAT_WIDE 192
+#define FLCE_SM90_STAT_FULL 256
 
 // ----------------------------------------------------------------------------------------
 // the workspace's records
@@ -97,7 +101,9 @@ typedef struct {
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
     int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
-    int64_t n_stat;      // 256-column statistics tiles over the V real classes
+    int64_t stat_tile;   // columns per statistics tile (FLCE_SM90_STAT_WIDE or _FULL); vocabulary
+                         // tiles are multiples of it
+    int64_t n_stat;      // statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
         off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_stat16, off_rec,
         off_dh_part, off_vp, off_logits, total;
@@ -147,9 +153,10 @@ void flce_dev_set_plan_sms(int sms);
 void flce_dev_set_lt_backward(int mode);
 
 // Per context, for its calls from then on:
-//   The Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 (the default): ping-pong
-//   for H <= 2048. Both run the same arithmetic in the same order: only which warpgroup runs a
-//   tile changes.
+//   The Hopper logits GEMM's schedule on 256-column statistics tiles (a bias, a softcap or
+//   weighted smoothing; the 192-column ones have the wide schedule only): 1 ping-pong, 0
+//   cooperative, -1 (the default): ping-pong for H <= 2048. Both run the same arithmetic in the
+//   same order: only which warpgroup runs a tile changes.
 void flce_dev_set_pingpong(flce_context *ctx, int mode);
 //   0: never the scaled d_W transform; 1 (the default): where it applies (flce_sm90.cu's
 //   flce_sm90_dw_scaled).

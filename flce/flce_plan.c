@@ -270,10 +270,28 @@ static int flce_sm90_lt_backward(const flce_config *cfg) {
     return H >= FLCE_LT_BACKWARD_MIN_H || (H >= 512 && (covered - H) * 10 > H);
 }
 
+/*
+The Hopper path's statistics tile: the logits GEMM's tile width. Its wide schedule (128 x 192
+tiles a warpgroup, ping-pong) took 13% fewer cycles than the 64 x 256 ping-pong one in flce's
+logits GEMM (ncu, 4096 x 176256 x 1024), and a call 1-2% less time where cuBLASLt's GEMMs
+take the gradients (dev/RESULTS.md). Where the fused gradient GEMMs take them, the narrower
+tiles cost them as much as the logits GEMM gained (a third more statistics a row: a shorter
+chunk in the same workspace, a scale looked up every third K step of the d_h GEMM instead of
+every fourth), so those keep 256 columns, and so do the epilogues of a bias, a softcap or
+smoothing with class weights (they need more registers than the wide tile's 192 accumulators
+a thread leave). The fused gradient GEMMs (flce_sm90_dh, _dw, _dw_sc) read 256-column
+statistics only. Known from the config alone, so that every call of a plan (and every rank of
+a vocabulary-parallel group) agrees.
+*/
+static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
+    const int logit = cfg->has_bias || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
+    return logit || !flce_sm90_lt_backward(cfg) ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
+}
+
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
 // (>= Vp: the whole vocabulary, no tiles); returns the total bytes (SIZE_MAX: more than
 // size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
-// multiprocessors (its tiles are multiples of FLCE_SM90_TILE over the V real classes).
+// multiprocessors (its tiles are multiples of the statistics tile over the V real classes).
 static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator, int sms,
                           flce_plan *p) {
     const int64_t V = cfg->vocab, Vp = cfg->vocab_padded;
@@ -302,7 +320,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const size_t H = (size_t)cfg->hidden, C = (size_t)chunk;
     if (p->sm90) {
         p->ldc = flce_round_up(chunk, 64);
-        p->n_stat = (V + FLCE_SM90_TILE - 1) / FLCE_SM90_TILE;
+        p->stat_tile = flce_sm90_stat_tile(cfg);
+        p->n_stat = (V + p->stat_tile - 1) / p->stat_tile;
         p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
     }
     const size_t ldc = (size_t)p->ldc;
@@ -321,7 +340,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
     p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
     // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
-    // the config does not say, and it is 4 bytes a row per 256 columns)
+    // the config does not say, and it is 4 bytes a row per statistics tile)
     p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
     // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row)
     p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 1, ldc, 2) : 0);
@@ -457,7 +476,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     }
     const int64_t N = cfg->n_tokens;
     const int64_t span = sms ? cfg->vocab : cfg->vocab_padded;  // the columns the tiles cover
-    const int64_t unit = sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN;
+    const int64_t unit = sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN;
     int64_t max_chunk = N;
     if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
     const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
@@ -540,7 +559,7 @@ flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, s
     flce_make_plan(cfg, budget, 1, 1, sms, &p);
     if (p.chunk == 0) {
         int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-        *bytes = flce_layout(cfg, 1, sms ? FLCE_SM90_TILE : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
+        *bytes = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;

@@ -1,8 +1,8 @@
 /*
 flce_sm90.cu - the Hopper path: our wgmma/TMA GEMMs (common/gemm_sm90.cuh) with the loss fused
 into them (flce_sm90.cuh), for bf16 inputs on a compute 9.0 GPU in an sm_90a build. Per chunk:
-the logits GEMM writes the row statistics per 256-column tile and E = exp(z - tile max) in
-bf16; the merge kernel turns the statistics into the LSE, the loss and each row's and tile's
+the logits GEMM writes the row statistics per statistics tile (its own tile: 192 columns, or
+256 with a bias, a softcap or weighted smoothing) and E = exp(z - tile max) in bf16; the merge kernel turns the statistics into the LSE, the loss and each row's and tile's
 coefficients; the d_h and d_W GEMMs form dlogits from E as they load it (or, lt_backward, a
 pass writes dlogits over E and the cuBLASLt path's gradient GEMMs take them: flce_lt.cu's
 flce_tile_backward). With vocabulary tiles a first logits GEMM over the whole vocabulary
@@ -68,12 +68,16 @@ static flce_status flce_hopper_logits(flce_call_state<T, TL, Tgt> *s, const flce
     FLCE_PHASE(ctx, s->stream, FLCE_T_LOGITS, {
         FLCE_HOPPER_TRY("logits GEMM", sm90_gemm_check(q, 2));
         const bool logit = a.bias != NULL || a.r.cap > 0.0f || a.r.want_q || a.r.cw != NULL;
-        // ping-pong where the epilogue is long against a tile's products (K = H <= 2048): the
-        // logits kernel alone on an H200 (ncu, same run) took 7-10% fewer cycles at H = 768 and
-        // 1024, though 2-4% less time (the clock falls under the power cap); at H = 4096 it was
-        // no faster (dev/RESULTS.md)
+        // 192-column statistics: the wide schedule (each warpgroup's own 128 x 192 tiles), 13%
+        // fewer cycles than the 64 x 256 ping-pong one (dev/RESULTS.md; flce_sm90_stat_tile).
+        // 256: ping-pong where the epilogue is long against a tile's products (K = H <= 2048):
+        // the logits kernel alone on an H200 (ncu, same run) took 7-10% fewer cycles at H = 768
+        // and 1024, though 2-4% less time (the clock falls under the power cap); at H = 4096 it
+        // was no faster (dev/RESULTS.md)
         const int pingpong = ctx->pingpong >= 0 ? ctx->pingpong : H <= 2048;
-        if (pingpong && logit)
+        if (r->tw == FLCE_SM90_STAT_WIDE)  // (no bias, softcap or weighted smoothing: flce_sm90_stat_tile)
+            FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits_wide<T>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
+        else if (pingpong && logit)
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, true, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
         else if (pingpong)
             FLCE_HOPPER_TRY("logits GEMM", (sm90_gemm_launch<flce_sm90_logits<T, false, true>, __nv_bfloat16, 0, 0>(q, a, s->stream)));
@@ -294,6 +298,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.vrow = (float *)(r.ucode + p->n_stat * p->ldc);
     r.untaken = (int *)(r.vrow + p->ldc);  // (the region holds (4 n_stat + 2) ldc bytes)
     r.ld = p->ldc;
+    r.tw = (int)p->stat_tile;
     r.V = (int)V;
     r.cap = cfg->softcap;
     r.k = s->ra.p.k;

@@ -4,9 +4,12 @@ policies of flce's three products and the small kernels between them.
 
 Per chunk of C tokens and vocabulary range [v0, v0 + W) (the whole vocabulary unless the
 workspace forces tiles):
-  logits GEMM  z = h W^T on 128 x 256 tiles; its epilogue works on the fp32 accumulators:
-               bias and softcap applied, then per row and 256-column tile the max m_t, the
-               sum of exp(z - m_t) and the sum of z (label smoothing) go to the statistics,
+  logits GEMM  z = h W^T on 64 x 256 or 128 x 256 tiles, or on 128 x 192 tiles a warpgroup
+               (the wide schedule: lt_backward without a bias, a softcap or weighted
+               smoothing); its epilogue works on the fp32 accumulators: bias and softcap
+               applied, then per row and statistics tile (the GEMM's tile: 256 or 192
+               columns, flce_plan.c's flce_sm90_stat_tile) the max m_t, the sum of
+               exp(z - m_t) and the sum of z (label smoothing) go to the statistics,
                and e = exp(z - m_t) (in [0, 1]: bf16 keeps it to 2^-9 relative) is stored
                as the chunk's bf16 buffer E. No fp32 logits, no row pass.
   merge        one thread per row: the tiles' statistics give the LSE, the loss (from fp32
@@ -59,9 +62,10 @@ entropy and coefficients from the combined ones, then this rank's tiles' scales 
 #include "flce_kernels.cuh"
 #include "gemm_sm90.cuh"
 
-// the planner's copy of the GEMM's tile (flce_internal.h, plain C)
-static_assert(FLCE_SM90_BM == SM90_BM && FLCE_SM90_BN == SM90_BN && FLCE_SM90_TILE == SM90_BN,
-              "flce_internal.h's FLCE_SM90_BM, FLCE_SM90_BN are gemm_sm90.cuh's tile");
+// the planner's copy of the GEMMs' tiles (flce_internal.h, plain C)
+static_assert(FLCE_SM90_BM == SM90_BM && FLCE_SM90_BN == SM90_BN && FLCE_SM90_STAT_FULL == SM90_BN &&
+                  FLCE_SM90_STAT_WIDE == sm90_wide_base::BN,
+              "flce_internal.h's FLCE_SM90_BM, FLCE_SM90_BN, FLCE_SM90_STAT_* are gemm_sm90.cuh's tiles");
 
 // 1 / x to ~1 ulp in one instruction (the IEEE-rounded reciprocal is a subroutine call, whose
 // calling convention costs the epilogue's registers)
@@ -97,7 +101,8 @@ typedef struct {
     int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
     int rows;             // rows of the chunk
     int V;                // real classes
-    int voff;             // vocabulary column of the E buffer's column 0 (a multiple of 256)
+    int voff;             // vocabulary column of the E buffer's column 0 (a multiple of tw)
+    int tw;               // columns per statistics tile: 192 or 256 (flce_plan.stat_tile)
     float cap;            // softcap, 0 = off
     float k;              // log2(e) / temperature: accumulator -> base-2 logit
     float temp;           // temperature
@@ -121,6 +126,11 @@ __host__ __device__ __forceinline__ int64_t flce_sm90_sc_pos(int64_t row) {
     return (row & ~(int64_t)63) + 16 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);
 }
 
+// The statistics tile of vocabulary column j (>= 0): a division by a constant either way.
+__host__ __device__ __forceinline__ int flce_sm90_stat_of(const flce_sm90_rows &r, int j) {
+    return r.tw == FLCE_SM90_STAT_WIDE ? j / FLCE_SM90_STAT_WIDE : j / FLCE_SM90_STAT_FULL;
+}
+
 // ---------------------------------------------------------------------------------------
 // the logits GEMM: statistics and E from the accumulators
 
@@ -134,146 +144,178 @@ struct flce_sm90_logits_args {
     int want_sum;     // label smoothing: the sum of the logits too
 };
 
-// LOGIT: bias and / or softcap on the accumulators (a kernel of its own: the register budget
-// of the plain one has no room for them). PP: the ping-pong schedule (gemm_sm90.cuh), so that
-// this epilogue (an exponential per element) runs beside the other warpgroup's products.
+// base-2 logit of accumulator x at vocabulary column j (< V) with a bias or a softcap;
+// inv_cap = 1 / softcap. tanh through one exponential and one reciprocal (absolute error ~1e-7,
+// far below the bf16 of E) keeps the 128 of a thread within its registers.
+template <typename T>
+__device__ __forceinline__ float flce_sm90_logit2(const flce_sm90_logits_args<T> &a, float x, int j, float inv_cap) {
+    if (a.bias != NULL) x += to_float(a.bias[j]);
+    if (a.r.cap > 0.0f) {
+        const float e = flce_exp2(fminf(2.0f * FLCE_LOG2E * inv_cap * x, 126.0f));
+        x = a.r.cap * (1.0f - 2.0f * flce_rcp(e + 1.0f));
+    }
+    return x * a.r.k;
+}
+
+// The epilogue's work on a block of 64 tile rows of 8 J columns (a statistics tile: J = 32 on
+// the 256-column tiles, 24 on the wide ones' 192), the thread's accumulators d in
+// sm90_thread's layout: bias and softcap applied (LOGIT), then per row the max, the sums of
+// the statistics and e = 2^(z2 - m) in place of d. n_abs: the vocabulary column of the
+// block's column 0; row0: the chunk row of its row 0. Q: the entropy's sum may be asked for.
+template <typename T, bool LOGIT, bool Q, int J>
+__device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_args<T> &a, float (&d)[4 * J], int n_abs,
+                                                       int row0, const sm90_thread &th) {
+    const int col0 = n_abs + 2 * th.t;  // vocabulary column of d[0]
+    const bool plain = !LOGIT;
+    const bool simple = plain && n_abs + 8 * J <= a.r.V;
+    float m0 = -INFINITY, m1 = -INFINITY;
+    // Plain tiles keep the raw accumulators x and fold log2(e) / T into what follows: the
+    // max of k x is k times the max of x bit for bit (k > 0, rounding is monotonic), and
+    // each exponent's argument k x - m is one FFMA (no multiply pass over the 128).
+    const float k = plain ? a.r.k : 1.0f;
+    if (plain && !simple) {  // the last tile: columns past V drop out
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] : -INFINITY;
+    } else if (!plain) {
+        const float inv_cap = a.r.cap > 0.0f ? flce_rcp(a.r.cap) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = col0 + 8 * j + (e & 1);
+                d[4 * j + e] = col < a.r.V ? flce_sm90_logit2(a, d[4 * j + e], col, inv_cap) : -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        m0 = fmaxf(m0, fmaxf(d[4 * j], d[4 * j + 1]));
+        m1 = fmaxf(m1, fmaxf(d[4 * j + 2], d[4 * j + 3]));
+    }
+    // the row's 8 J columns sit in the 4 threads of a quad
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    m0 *= k;
+    m1 *= k;
+    // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
+    // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
+    // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge)
+    if (a.r.sc) {
+        m0 = ceilf(m0);
+        m1 = ceilf(m1);
+    }
+    float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
+    if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = col0 + 8 * j + e;
+                const float w = col < a.r.V ? a.r.cw[col] : 0.0f;
+                z0 += col < a.r.V ? w * d[4 * j + e] : 0.0f;
+                z1 += col < a.r.V ? w * d[4 * j + 2 + e] : 0.0f;
+            }
+    } else if (a.want_sum) {
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const bool ok = simple || col0 + 8 * j + e < a.r.V;
+                z0 += ok ? d[4 * j + e] : 0.0f;
+                z1 += ok ? d[4 * j + 2 + e] : 0.0f;
+            }
+        z0 *= k;  // plain tiles summed the raw accumulators
+        z1 *= k;
+    }
+    if (Q && a.r.want_q) {
+        // q = sum e (m - z2): a column past V has e = 0 and m - z2 = inf, so 256 instead
+        // (k is 1 where LOGIT transformed d: the argument is then d - m exactly)
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float x0 = fmaf(d[4 * j + e], k, -m0), x1 = fmaf(d[4 * j + 2 + e], k, -m1);
+                d[4 * j + e] = flce_exp2(x0);
+                d[4 * j + 2 + e] = flce_exp2(x1);
+                s0 += d[4 * j + e];
+                s1 += d[4 * j + 2 + e];
+                q0 -= d[4 * j + e] * fmaxf(x0, -256.0f);
+                q1 -= d[4 * j + 2 + e] * fmaxf(x1, -256.0f);
+            }
+    } else {
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
+                d[4 * j + e] = flce_exp2(fmaf(d[4 * j + e], k, -m0));
+                d[4 * j + 2 + e] = flce_exp2(fmaf(d[4 * j + 2 + e], k, -m1));
+                s0 += d[4 * j + e];
+                s1 += d[4 * j + 2 + e];
+            }
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off *= 2) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+        z0 += __shfl_xor_sync(0xffffffffu, z0, off);
+        z1 += __shfl_xor_sync(0xffffffffu, z1, off);
+        if (Q) {
+            q0 += __shfl_xor_sync(0xffffffffu, q0, off);
+            q1 += __shfl_xor_sync(0xffffffffu, q1, off);
+        }
+    }
+    if (a.want_stats && th.t == 0) {
+        const int64_t base = (int64_t)(n_abs / (8 * J)) * a.r.ld;
+        const int r0 = row0 + 16 * th.w + th.g, r1 = r0 + 8;
+        if (r0 < a.r.rows) {
+            a.r.stat_m[base + r0] = m0;
+            a.r.stat_s[base + r0] = s0;
+            a.r.stat_sz[base + r0] = z0;
+            if (Q && a.r.want_q) a.r.stat_q[base + r0] = q0;
+        }
+        if (r1 < a.r.rows) {
+            a.r.stat_m[base + r1] = m1;
+            a.r.stat_s[base + r1] = s1;
+            a.r.stat_sz[base + r1] = z1;
+            if (Q && a.r.want_q) a.r.stat_q[base + r1] = q1;
+        }
+    }
+}
+
+// The 256-column statistics tiles (tw = 256). LOGIT: bias and / or softcap on the
+// accumulators (a kernel of its own: the register budget of the plain one has no room for
+// them), or the entropy's sums. PP: the ping-pong schedule (gemm_sm90.cuh), so that this
+// epilogue (an exponential per element) runs beside the other warpgroup's products.
 template <typename T, bool LOGIT, bool PP = false>
 struct flce_sm90_logits : sm90_policy_base {
     typedef flce_sm90_logits_args<T> Args;
     static constexpr bool PINGPONG = PP;
 
-    // base-2 logit of accumulator x at vocabulary column j (< V) with a bias or a softcap;
-    // inv_cap = 1 / softcap. tanh through one exponential and one reciprocal (absolute error
-    // ~1e-7, far below the bf16 of E) keeps the 128 of a thread within its registers.
-    __device__ static __forceinline__ float logit2(const Args &a, float x, int j, float inv_cap) {
-        if (a.bias != NULL) x += to_float(a.bias[j]);
-        if (a.r.cap > 0.0f) {
-            const float e = flce_exp2(fminf(2.0f * FLCE_LOG2E * inv_cap * x, 126.0f));
-            x = a.r.cap * (1.0f - 2.0f * flce_rcp(e + 1.0f));
-        }
-        return x * a.r.k;
-    }
-
     __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
-        const int col0 = a.r.voff + tile.n0 + 2 * th.t;  // vocabulary column of d[0]
-        const bool plain = !LOGIT;
-        const bool simple = plain && a.r.voff + tile.n0 + SM90_BN <= a.r.V;
-        float m0 = -INFINITY, m1 = -INFINITY;
-        // Plain tiles keep the raw accumulators x and fold log2(e) / T into what follows: the
-        // max of k x is k times the max of x bit for bit (k > 0, rounding is monotonic), and
-        // each exponent's argument k x - m is one FFMA (no multiply pass over the 128).
-        const float k = plain ? a.r.k : 1.0f;
-        if (plain && !simple) {  // the last tile: columns past V drop out
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) d[4 * j + e] = col0 + 8 * j + (e & 1) < a.r.V ? d[4 * j + e] : -INFINITY;
-        } else if (!plain) {
-            const float inv_cap = a.r.cap > 0.0f ? flce_rcp(a.r.cap) : 0.0f;
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = col0 + 8 * j + (e & 1);
-                    d[4 * j + e] = col < a.r.V ? logit2(a, d[4 * j + e], col, inv_cap) : -INFINITY;
-                }
-        }
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            m0 = fmaxf(m0, fmaxf(d[4 * j], d[4 * j + 1]));
-            m1 = fmaxf(m1, fmaxf(d[4 * j + 2], d[4 * j + 3]));
-        }
-        // the row's 256 columns sit in the 4 threads of a quad
-        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-        m0 *= k;
-        m1 *= k;
-        // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
-        // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
-        // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge)
-        if (a.r.sc) {
-            m0 = ceilf(m0);
-            m1 = ceilf(m1);
-        }
-        float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
-        if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int col = col0 + 8 * j + e;
-                    const float w = col < a.r.V ? a.r.cw[col] : 0.0f;
-                    z0 += col < a.r.V ? w * d[4 * j + e] : 0.0f;
-                    z1 += col < a.r.V ? w * d[4 * j + 2 + e] : 0.0f;
-                }
-        } else if (a.want_sum) {
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool ok = simple || col0 + 8 * j + e < a.r.V;
-                    z0 += ok ? d[4 * j + e] : 0.0f;
-                    z1 += ok ? d[4 * j + 2 + e] : 0.0f;
-                }
-            z0 *= k;  // plain tiles summed the raw accumulators
-            z1 *= k;
-        }
-        if (LOGIT && a.r.want_q) {
-            // q = sum e (m - z2): a column past V has e = 0 and m - z2 = inf, so 256 instead
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float x0 = d[4 * j + e] - m0, x1 = d[4 * j + 2 + e] - m1;
-                    d[4 * j + e] = flce_exp2(x0);
-                    d[4 * j + 2 + e] = flce_exp2(x1);
-                    s0 += d[4 * j + e];
-                    s1 += d[4 * j + 2 + e];
-                    q0 -= d[4 * j + e] * fmaxf(x0, -256.0f);
-                    q1 -= d[4 * j + 2 + e] * fmaxf(x1, -256.0f);
-                }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {  // 2^(-inf) = 0: columns past V add nothing, store 0
-                    d[4 * j + e] = flce_exp2(fmaf(d[4 * j + e], k, -m0));
-                    d[4 * j + 2 + e] = flce_exp2(fmaf(d[4 * j + 2 + e], k, -m1));
-                    s0 += d[4 * j + e];
-                    s1 += d[4 * j + 2 + e];
-                }
-        }
-#pragma unroll
-        for (int off = 1; off <= 2; off *= 2) {
-            s0 += __shfl_xor_sync(0xffffffffu, s0, off);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, off);
-            z0 += __shfl_xor_sync(0xffffffffu, z0, off);
-            z1 += __shfl_xor_sync(0xffffffffu, z1, off);
-            if (LOGIT) {
-                q0 += __shfl_xor_sync(0xffffffffu, q0, off);
-                q1 += __shfl_xor_sync(0xffffffffu, q1, off);
-            }
-        }
-        if (a.want_stats && th.t == 0) {
-            const int64_t base = (int64_t)((a.r.voff + tile.n0) / FLCE_SM90_TILE) * a.r.ld;
-            const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g, r1 = r0 + 8;
-            if (r0 < a.r.rows) {
-                a.r.stat_m[base + r0] = m0;
-                a.r.stat_s[base + r0] = s0;
-                a.r.stat_sz[base + r0] = z0;
-                if (LOGIT && a.r.want_q) a.r.stat_q[base + r0] = q0;
-            }
-            if (r1 < a.r.rows) {
-                a.r.stat_m[base + r1] = m1;
-                a.r.stat_s[base + r1] = s1;
-                a.r.stat_sz[base + r1] = z1;
-                if (LOGIT && a.r.want_q) a.r.stat_q[base + r1] = q1;
-            }
-        }
+        flce_sm90_logits_block<T, LOGIT, LOGIT, 32>(a, d, a.r.voff + tile.n0, tile.m0 + 64 * th.wg, th);
         if (a.store_e) sm90_store_tile<__nv_bfloat16, false>(st, th, map_d, d, tile);
+    }
+};
+
+// The 192-column statistics tiles (tw = 192) on the wide schedule: each warpgroup's own
+// 128 x 192 tiles (two blocks of 64 rows, 96 accumulators a thread each), ping-pong; the
+// entropy's sums included (no bias, softcap or weighted smoothing, and the gradients are
+// cuBLASLt's: flce_plan.c). Block 0's E goes out by TMA while block 1 is computed.
+template <typename T>
+struct flce_sm90_logits_wide : sm90_wide_base {
+    typedef flce_sm90_logits_args<T> Args;
+
+    __device__ static void epilogue(const Args &a, float (&d)[2][96], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            flce_sm90_logits_block<T, false, true, 24>(a, d[b], a.r.voff + tile.n0, tile.m0 + 64 * b, th);
+            if (a.store_e) sm90_store_rows<__nv_bfloat16, false>(st, th, map_d, d[b], tile, 64 * b);
+        }
     }
 };
 
@@ -323,7 +365,8 @@ __device__ __forceinline__ float flce_sm90_weight(const flce_sm90_rows &r, int j
 }
 
 // ---------------------------------------------------------------------------------------
-// the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded
+// the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded (the fused
+// gradient GEMMs run on 256-column statistics: flce_plan.c's flce_sm90_stat_tile)
 
 // s as two bf16 (s_hi + s_lo, s to ~2^-16 relative), each in both halves of a bf16 pair, for
 // the plain transform dz = e s - cs done as two bf16x2 FMAs: e s_hi + (e s_lo - cs). The inner
@@ -376,7 +419,7 @@ struct flce_sm90_dh : sm90_policy_base {
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *, const sm90_tile &,
                                   int kb, const sm90_thread &th, uint32_t (&af)[16]) {
         const int j0 = a.r.voff + kb * SM90_BK;  // vocabulary column of the step's first K
-        const int t = j0 / FLCE_SM90_TILE;
+        const int t = j0 / FLCE_SM90_STAT_FULL;
         if (t != ts.t) {
             ts.t = t;
 #pragma unroll
@@ -439,7 +482,9 @@ struct flce_sm90_dh : sm90_policy_base {
 
 // ---------------------------------------------------------------------------------------
 // the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
-// stage brings the 64 rows' scales (for this tile's statistics tile), records and maxima
+// stage brings the 64 rows' scales (for this tile's statistics tile: 256-column statistics, so
+// that a tile's 128 vocabulary rows lie in one; flce_plan.c's flce_sm90_stat_tile), records and
+// maxima
 
 // d_W's A fragment of K step kk, E's stage tile read column-wise (its stored rows are chunk
 // rows, K; its 16-byte chunks 8 vocabulary rows, M): r[2 kh + h] holds vocabulary row
@@ -470,7 +515,7 @@ struct flce_sm90_dw : sm90_policy_base {
 
     __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
         // rows past V (the padding of W) read the last tile's data; their dz is 0 anyway
-        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_TILE;
+        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_STAT_FULL;
         uint8_t *x = (uint8_t *)dst;
         sm90_bulk_load(x, a.r.stat_s + t * a.r.ld + k0, 256, bar);
         sm90_bulk_load(x + 256, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
@@ -576,7 +621,7 @@ struct flce_sm90_dw_sc : sm90_policy_base {
     static constexpr int STAGE_EXTRA = 64;
 
     __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
-        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_TILE;
+        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_STAT_FULL;
         sm90_bulk_load(dst, a.r.ucode + t * a.r.ld + k0, 64, bar);
     }
 
@@ -736,7 +781,7 @@ __global__ void flce_sm90_dbias_kernel(const __nv_bfloat16 *E, int64_t lde, flce
     const int c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
     if (c >= w) return;
     const int j = r.voff + c;
-    const int64_t t = j / FLCE_SM90_TILE;
+    const int64_t t = flce_sm90_stat_of(r, j);  // (j even: j + 1 in the same tile)
     float acc0 = 0.0f, acc1 = 0.0f;
     if (c < w_e) {  // (c + 1 may be past w_e: the buffer's stride is padded, and dz masks j >= V)
         const flce_sm90_xf_call x = flce_sm90_xf_init(r);
@@ -775,7 +820,7 @@ __global__ void __launch_bounds__(256) flce_sm90_dlogits_kernel(__nv_bfloat16 *E
     const flce_sm90_xf_call x = flce_sm90_xf_init(r);
     for (int c = 8 * threadIdx.x; c < w_out; c += 8 * blockDim.x) {
         const int j = r.voff + c;  // 8 columns of one statistics tile (voff and c multiples of 8)
-        const int64_t k = (int64_t)(min(j, r.V - 1) / FLCE_SM90_TILE) * r.ld + i;
+        const int64_t k = (int64_t)flce_sm90_stat_of(r, min(j, r.V - 1)) * r.ld + i;
         const float s = r.stat_s[k];
         const float m2 = XF ? r.stat_m[k] : 0.0f, u = XF ? r.stat_sz[k] : 0.0f;
         uint4 v = *reinterpret_cast<const uint4 *>(row + c);
@@ -823,7 +868,7 @@ __global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, int w, 
         if (y >= r.voff && y < r.voff + w) {
             const int64_t kt = flce_sm90_coef(i, FLCE_COEF_CT);
             const float dz = -r.coef[kt];
-            const int code = r.ucode[(int64_t)(y / FLCE_SM90_TILE) * r.ld + flce_sm90_sc_pos(i)];
+            const int code = r.ucode[(int64_t)(y / FLCE_SM90_STAT_FULL) * r.ld + flce_sm90_sc_pos(i)];
             const float u = ldexpf(1.0f, code - 127);
             const float q = __bfloat162float(__float2bfloat16_rn(dz / (u * v)));
             if (dz == 0.0f) {

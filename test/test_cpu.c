@@ -1549,6 +1549,41 @@ static void test_hopper_plan_choices(void) {
     flce_dev_set_plan_sms(0);
 }
 
+// The Hopper planner's statistics tile (the logits GEMM's tile width): 192 columns where
+// cuBLASLt's GEMMs take the gradients and the epilogue has no bias, softcap or weighted
+// smoothing, else 256 (the fused gradient GEMMs read 256-column statistics only); the counts,
+// and vocabulary tiles in multiples of it (160 MiB).
+static void test_hopper_stat_tiles(void) {
+    flce_dev_set_plan_sms(132);
+    struct { int64_t N, H, V; int bias, cw_smooth; int64_t want; } cases[] = {
+        {32768, 896, 151936, 0, 0, 192},  {16384, 2048, 128256, 0, 0, 192}, {16384, 4096, 151936, 0, 0, 192},
+        {32768, 1536, 151936, 0, 0, 256}, {65536, 768, 50304, 0, 0, 256},   {65536, 1024, 176256, 0, 0, 256},
+        {16384, 2048, 128256, 1, 0, 256}, {16384, 2048, 128256, 0, 1, 256}, {4096, 2048, 193, 0, 0, 192}};
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        flce_config c;
+        flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
+        c.has_bias = cases[i].bias;
+        if (cases[i].cw_smooth) {
+            c.has_class_weights = 1;
+            c.label_smoothing = 0.1f;
+        }
+        int ok = 1;
+        for (int lean = 0; lean < 2; lean++) {
+            flce_plan p;
+            flce_make_plan(&c, lean ? (size_t)160 << 20 : (size_t)1 << 30, 1, 1, 132, &p);
+            ok = ok && p.chunk > 0 && p.stat_tile == cases[i].want &&
+                 p.n_stat == (c.vocab + p.stat_tile - 1) / p.stat_tile &&
+                 (p.n_vtiles == 1 || p.vocab_tile % p.stat_tile == 0);
+            if (p.stat_tile == 192) ok = ok && p.lt_backward;
+        }
+        test_check(ok, "lib: Hopper plan at %lld x %lld x %lld%s: statistics tiles of %lld columns, tiles in multiples",
+                   (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab,
+                   c.has_bias ? " with a bias" : c.has_class_weights ? " with weighted smoothing" : "",
+                   (long long)cases[i].want);
+    }
+    flce_dev_set_plan_sms(0);
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -1623,6 +1658,7 @@ int main(int argc, char **argv) {
     test_library_limits();
     test_hopper_plans();
     test_hopper_plan_choices();
+    test_hopper_stat_tiles();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif
