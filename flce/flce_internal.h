@@ -153,8 +153,8 @@ void flce_dev_set_plan_sms(int sms);
 void flce_dev_set_lt_backward(int mode);
 
 // Per context, for its calls from then on:
-//   The Hopper logits GEMM's schedule on 256-column statistics tiles (a bias, a softcap or
-//   weighted smoothing; the 192-column ones have the wide schedule only): 1 ping-pong, 0
+//   The Hopper logits GEMM's schedule on 256-column statistics tiles (flce_plan.c's
+//   flce_sm90_stat_tile; the 192-column ones have the wide schedule only): 1 ping-pong, 0
 //   cooperative, -1 (the default): ping-pong for H <= 2048. Both run the same arithmetic in the
 //   same order: only which warpgroup runs a tile changes.
 void flce_dev_set_pingpong(flce_context *ctx, int mode);

@@ -1,11 +1,12 @@
 /*
 flce_sm90.cu - the Hopper path: our wgmma/TMA GEMMs (common/gemm_sm90.cuh) with the loss fused
 into them (flce_sm90.cuh), for bf16 inputs on a compute 9.0 GPU in an sm_90a build. Per chunk:
-the logits GEMM writes the row statistics per statistics tile (its own tile: 192 columns, or
-256 with a bias, a softcap or weighted smoothing) and E = exp(z - tile max) in bf16; the merge kernel turns the statistics into the LSE, the loss and each row's and tile's
-coefficients; the d_h and d_W GEMMs form dlogits from E as they load it (or, lt_backward, a
-pass writes dlogits over E and the cuBLASLt path's gradient GEMMs take them: flce_lt.cu's
-flce_tile_backward). With vocabulary tiles a first logits GEMM over the whole vocabulary
+the logits GEMM writes the row statistics per statistics tile (its own tile: 256 columns, or
+192 on the wide schedule where cuBLASLt's GEMMs take the gradients: flce_plan.c's
+flce_sm90_stat_tile) and E = exp(z - tile max) in bf16; the merge kernel turns the statistics
+into the LSE, the loss and each row's and tile's coefficients; the d_h and d_W GEMMs form
+dlogits from E as they load it (or, lt_backward, a pass writes dlogits over E and the cuBLASLt
+path's gradient GEMMs take them: flce_lt.cu's flce_tile_backward). With vocabulary tiles a first logits GEMM over the whole vocabulary
 writes the statistics only and each tile's E is computed again, bitwise the same. The call's
 prepare and finalize steps are flce.cu's.
 */
