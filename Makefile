@@ -137,8 +137,14 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS) $(CJSON_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench \
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench $(BUILD)/libktrace.so \
      $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),$(BUILD)/flce_vp_bench)
+
+# a CUDA program's timeline at its own clocks (CUPTI, loaded with LD_PRELOAD): scripts/ktrace_report.py
+CUDA_ROOT := $(abspath $(dir $(shell command -v $(NVCC)))..)
+$(BUILD)/libktrace.so: dev/ktrace.c | $(BUILD)
+	$(CC) $(CFLAGS) -fPIC -shared -I$(CUDA_ROOT)/include -o $@ $< -L$(CUDA_ROOT)/lib64 -Xlinker -rpath=$(CUDA_ROOT)/lib64 \
+	    -lcupti -lpthread
 
 # vocab-parallel flce on the GPUs of one host (NCCL), against one GPU; built where nccl.h is found
 $(BUILD)/flce_vp_bench: dev/flce_vp_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
@@ -222,10 +228,11 @@ CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_
               $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
               FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
               $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py; \
-              python3 test/test_bench_peers.py
-N_CPU_SUITES := 12
+              python3 test/test_bench_peers.py; python3 test/test_ktrace_report.py $(BUILD)/libktrace.so
+N_CPU_SUITES := 13
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
-      $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip
+      $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip \
+      $(BUILD)/libktrace.so
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 # --- on a GPU machine ----------------------------------------------------------------------

@@ -19,11 +19,14 @@ import sys
 
 # (family, pattern on the kernel's name); the first match wins
 FAMILIES = [
-    ("attention forward", r"att90_fwd_kernel|attn_fwd_kernel"),
-    ("attention backward", r"att90_bwd|attn_bwd"),
+    # ours; llm.q's cuDNN SDPA (Hopper's flash fprop / bprop and their helpers)
+    ("attention forward", r"att90_fwd_kernel|attn_fwd_kernel|sdpa.*fprop|flash_fprop"),
+    ("attention backward", r"att90_bwd|attn_bwd|sdpa.*bprop|flash_bprop|dot_do_o|convert_dq|matmul_dq|fmha_reduce_head"),
     ("flce head (logits, d_h, d_W GEMMs and their kernels)", r"flce|sm90_gemm_kernel<flce"),
+    # llm.q's LM head past its logits GEMMs (those count with the matmuls)
+    ("llm.q's classifier (softmax, loss, dlogits)", r"fused_classifier|reduce_lse_stats|grouped_loss_sum"),
     ("matmul GEMMs (cuBLASLt and ours)", r"nvjet|cutlass|gemm|splitKreduce|xmma"),
-    ("matmul bias gradients", r"matmul_dbias"),
+    ("matmul bias gradients", r"matmul_dbias|matmul_backward_bias"),
     ("RMSNorm forward", r"rmsnorm_forward"),
     ("RMSNorm backward", r"rmsnorm_backward"),
     ("RoPE", r"rope_kernel"),
