@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from profile_step import FAMILIES  # noqa: E402 (the kernel families, one list for both reports)
+from profile_step import FAMILIES, print_kernel_groups  # noqa: E402 (one list of families for both reports)
 
 
 def read(path):
@@ -184,12 +184,9 @@ def main(argv=None):
             for r in body:
                 if r[2] == "K" and re.search(a.detail, family(names[r[6]])):
                     key = (short(names[r[6]]), r[4], r[5])
-                    c, t = groups.get(key, (0, 0))
-                    groups[key] = (c + 1, t + r[1] - r[0])
-        print(f"\nkernels of the families matching {a.detail!r}, a step, in launch order\n")
-        print("| kernel | grid | block | launches | ms | ms each |\n|---|---|---|---|---|---|")
-        for (k, g, b), (c, t) in groups.items():
-            print(f"| {k} | {g} | {b} | {c / n:.0f} | {t / n / 1e6:.3f} | {t / c / 1e6:.4f} |")
+                    c, t = groups.get(key, (0, 0.0))
+                    groups[key] = (c + 1, t + (r[1] - r[0]) / 1e6)
+        print_kernel_groups(groups, f"kernels of the families matching {a.detail!r}, a step, in launch order", n)
 
 
 if __name__ == "__main__":

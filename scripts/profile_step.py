@@ -84,10 +84,16 @@ def main():
     for f, (c, t) in sorted(fam.items(), key=lambda x: -x[1][1]):
         print(f"| {f} | {c} | {t:.2f} | {100 * t / total:.1f}% |")
     if detail is not None:
-        print(f"\nkernels of the families matching {detail!r}, in launch order\n")
-        print("| kernel | grid | block | launches | ms | ms each |\n|---|---|---|---|---|---|")
-        for (n, g, b), (c, t) in groups.items():
-            print(f"| {n} | {g} | {b} | {c} | {t:.3f} | {t / c:.4f} |")
+        print_kernel_groups(groups, f"kernels of the families matching {detail!r}, in launch order")
+
+
+def print_kernel_groups(groups, title, steps=1):
+    """The --detail table: groups {(kernel, grid, block): (launches, ms)} summed over `steps`
+    steps, printed a step (scripts/ktrace_report.py's too)."""
+    print(f"\n{title}\n")
+    print("| kernel | grid | block | launches | ms | ms each |\n|---|---|---|---|---|---|")
+    for (n, g, b), (c, t) in groups.items():
+        print(f"| {n} | {g} | {b} | {c / steps:.0f} | {t / steps:.3f} | {t / c:.4f} |")
 
 
 if __name__ == "__main__":
