@@ -4,6 +4,7 @@ and the time per kernel family, at the clocks the step ran at.
 
     KTRACE_OUT=trace.tsv LD_PRELOAD=build/libktrace.so ./train_gpt -e qwen2.5-0.5b -b 32 -x 12 -v 0 -s 0
     python3 scripts/ktrace_report.py trace.tsv [--skip N] [--step-end REGEX] [--detail REGEX] [--gaps K]
+    python3 scripts/ktrace_report.py ours.tsv llmq.tsv ...     # the families side by side
 
 A step ends with its optimizer's kernels (REGEX, default "adamw": train_gpt's and llm.q's); a
 step runs from the end of the previous step's last optimizer kernel to the end of its own. The
@@ -146,14 +147,38 @@ def idle_stretches(step):
     return sorted(gaps, key=lambda g: -g[0])
 
 
+def compare(paths, skip, step_end):
+    """Several timelines side by side: the median step, the GPU's idle time and each family's
+    ms a step, one column a timeline; families largest first."""
+    cols = []
+    for path in paths:
+        recs = read(path)
+        names = demangler([r[6] for r in recs if r[2] == "K"])
+        steps, _ = analyse(recs, names, skip, step_end)
+        n = len(steps)
+        col = {f: t / n / 1e6 for f, (_, t) in families(steps, names).items()}
+        col["step (median)"] = statistics.median(s[0] for s in steps) / 1e6
+        col["GPU idle (median)"] = col["step (median)"] - statistics.median(s[1] for s in steps) / 1e6
+        cols.append(col)
+    rows = ["step (median)", "GPU idle (median)"]
+    rows += sorted({f for c in cols for f in c} - set(rows), key=lambda f: -max(c.get(f, 0.0) for c in cols))
+    print("| ms a step | " + " | ".join(paths) + " |\n" + "|---" * (len(paths) + 1) + "|")
+    for f in rows:
+        print(f"| {f} | " + " | ".join(f"{c.get(f, 0.0):.2f}" for c in cols) + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("trace")
+    ap.add_argument("trace", nargs="+", help="a timeline; several: their families side by side")
     ap.add_argument("--skip", type=int, default=2)
     ap.add_argument("--step-end", default="adamw")
     ap.add_argument("--detail")
     ap.add_argument("--gaps", type=int, default=5)
     a = ap.parse_args(argv)
+    if len(a.trace) > 1:
+        compare(a.trace, a.skip, a.step_end)
+        return
+    a.trace = a.trace[0]
     recs = read(a.trace)
     names = demangler([r[6] for r in recs if r[2] == "K"])
     steps, n_ends = analyse(recs, names, a.skip, a.step_end)

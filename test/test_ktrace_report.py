@@ -91,6 +91,12 @@ def main():
         check(kr.head_window(lq, {r[6]: r[6] for r in lq}) == range(0, 5),
               "llm.q's head: the logits GEMM, classifier, d_W and d_h GEMMs and the loss sum")
         check(kr.head_window(lq[:3], {r[6]: r[6] for r in lq}) is None, "no head found in a cut timeline")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            kr.main([path, path, "--skip", "1"])
+        rows = out.getvalue().splitlines()
+        check(len(rows) > 4 and rows[2] == "| step (median) | 0.10 | 0.10 |" and "| AdamW | 0.01 | 0.01 |" in rows,
+              "two timelines side by side: %s" % rows[2:4])
         bad = os.path.join(tmp, "bad.tsv")
         with open(bad, "w") as f:
             f.write("K\t1\t2\t7\n")

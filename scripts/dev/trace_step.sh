@@ -4,7 +4,8 @@
 # scripts/ktrace_report.py: the step's GPU busy and idle time, the kernel families, the longest
 # idle stretches. For each of $TRACE_MODELS (default "qwen2.5-0.5b:32:1024", our -e name:B:T):
 # train_gpt -x 12 -bm 1 -r 0 (as scripts/dev/vs_llmq.sh runs it; $TRACE_ARGS added), then llm.q
-# through scripts/bench_llmq.sh where .peers/llmq holds its build. Logs and traces in $OUT.
+# through scripts/bench_llmq.sh where .peers/llmq holds its build; last, every timeline's families
+# side by side. Logs and traces in $OUT.
 #   TRACE_MODELS="qwen2.5-0.5b:32:1024 qwen2.5-1.5b:32:1024" scripts/dev/trace_step.sh
 source "$(dirname "$0")/../gpu_common.sh"
 [ -f build/libktrace.so ] || make build/libktrace.so > /dev/null || exit 1
@@ -32,6 +33,8 @@ trace() {
         grep -E "^SUMMARY" "$OUT/ktrace_${name}_llmq.log"
         python3 scripts/ktrace_report.py "$OUT/ktrace_${name}_llmq.tsv" --gaps 8 || rc=1
     done
+    echo "== side by side"
+    python3 scripts/ktrace_report.py "$OUT"/ktrace_*.tsv || rc=1
     [ $rc -eq 0 ] && echo "OK: traced" || { echo "FAIL: a run or a report"; return 1; }
 }
 step trace trace
