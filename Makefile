@@ -40,6 +40,12 @@ endif
 CJSON_CFLAGS := $(if $(CJSON_DIR),-I$(CJSON_DIR)/usr/include)
 CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(CJSON_DIR)/usr/lib/x86_64-linux-gnu) -lcjson
 
+# CUPTI, for dev/ktrace.c (build/libktrace.so): where the toolkit of $(NVCC) has it
+CUDA_ROOT := $(abspath $(dir $(shell command -v $(NVCC)))..)
+CUPTI_INC := $(patsubst %/cupti.h,%,$(firstword $(wildcard $(CUDA_ROOT)/include/cupti.h $(CUDA_ROOT)/extras/CUPTI/include/cupti.h)))
+CUPTI_LIB := $(patsubst %/libcupti.so,%,$(firstword $(wildcard $(CUDA_ROOT)/lib64/libcupti.so $(CUDA_ROOT)/extras/CUPTI/lib64/libcupti.so)))
+KTRACE := $(if $(and $(CUPTI_INC),$(CUPTI_LIB)),$(BUILD)/libktrace.so)
+
 # common/: the CUDA layer flce/, llmc/ and dev/ share (-Icommon)
 COMMON_HEADERS := common/cuda_check.cuh common/cuda_util.cuh common/gemm_lt.cuh common/gemm_sm90.cuh
 FLCE_HEADERS := flce/flce.h flce/flce_nccl.h flce/flce_internal.h flce/flce_call.cuh flce/flce_kernels.cuh \
@@ -137,14 +143,15 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS) $(CJSON_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench $(BUILD)/libktrace.so \
+dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench $(KTRACE) \
      $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),$(BUILD)/flce_vp_bench)
 
-# a CUDA program's timeline at its own clocks (CUPTI, loaded with LD_PRELOAD): scripts/ktrace_report.py
-CUDA_ROOT := $(abspath $(dir $(shell command -v $(NVCC)))..)
+# a CUDA program's timeline at its own clocks (CUPTI, loaded with LD_PRELOAD): scripts/ktrace_report.py.
+# CUPTI sits beside the toolkit's headers and libraries (CUDA 13) or in extras/CUPTI (11, 12);
+# without it the library is not built and make test skips its checks
 $(BUILD)/libktrace.so: dev/ktrace.c | $(BUILD)
-	$(CC) $(CFLAGS) -fPIC -shared -I$(CUDA_ROOT)/include -o $@ $< -L$(CUDA_ROOT)/lib64 -Xlinker -rpath=$(CUDA_ROOT)/lib64 \
-	    -lcupti -lpthread
+	@[ -n "$(CUPTI_INC)" ] && [ -n "$(CUPTI_LIB)" ] || { echo "no CUPTI (cupti.h, libcupti.so) in $(CUDA_ROOT)"; exit 1; }
+	$(CC) $(CFLAGS) -fPIC -shared -I$(CUPTI_INC) -o $@ $< -L$(CUPTI_LIB) -Xlinker -rpath=$(CUPTI_LIB) -lcupti -lpthread
 
 # vocab-parallel flce on the GPUs of one host (NCCL), against one GPU; built where nccl.h is found
 $(BUILD)/flce_vp_bench: dev/flce_vp_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
@@ -228,11 +235,11 @@ CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_
               $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
               FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
               $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py; \
-              python3 test/test_bench_peers.py; python3 test/test_ktrace_report.py $(BUILD)/libktrace.so
+              python3 test/test_bench_peers.py; python3 test/test_ktrace_report.py $(KTRACE)
 N_CPU_SUITES := 13
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
       $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip \
-      $(BUILD)/libktrace.so
+      $(KTRACE)
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 # --- on a GPU machine ----------------------------------------------------------------------

@@ -58,18 +58,20 @@ static const char *ktrace_copy_kind(uint8_t kind) {
 static void ktrace_write(const CUpti_Activity *rec) {
     FILE *f = ktrace_file;
     if (rec->kind == CUPTI_ACTIVITY_KIND_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
-        // the fields read here sit where every CUpti_ActivityKernel version since 4 has them
-        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+        // CUPTI hands the newest version of each record; the fields read here sit where every
+        // version since CUpti_ActivityKernel4 (Memcpy, Memset: since the first) has them, so the
+        // oldest type reads them with any CUDA toolkit's CUPTI (11, 12, 13)
+        const CUpti_ActivityKernel4 *k = (const CUpti_ActivityKernel4 *)rec;
         fprintf(f, "K\t%llu\t%llu\t%u\t%d,%d,%d\t%d,%d,%d\t%s\n", (unsigned long long)k->start,
                 (unsigned long long)k->end, k->streamId, k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY,
                 k->blockZ, k->name ? k->name : "?");
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
-        const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+        const CUpti_ActivityMemcpy *m = (const CUpti_ActivityMemcpy *)rec;
         fprintf(f, "C\t%llu\t%llu\t%u\t-\t-\tcopy %s %llu B\n", (unsigned long long)m->start,
                 (unsigned long long)m->end, m->streamId, ktrace_copy_kind(m->copyKind),
                 (unsigned long long)m->bytes);
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
-        const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
+        const CUpti_ActivityMemset *m = (const CUpti_ActivityMemset *)rec;
         fprintf(f, "S\t%llu\t%llu\t%u\t-\t-\tmemset %llu B\n", (unsigned long long)m->start,
                 (unsigned long long)m->end, m->streamId, (unsigned long long)m->bytes);
     } else {
