@@ -40,7 +40,7 @@ endif
 CJSON_CFLAGS := $(if $(CJSON_DIR),-I$(CJSON_DIR)/usr/include)
 CJSON_LIBS := $(if $(CJSON_DIR),-L$(CJSON_DIR)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(CJSON_DIR)/usr/lib/x86_64-linux-gnu) -lcjson
 
-# CUPTI, for dev/ktrace.c (build/libktrace.so): where the toolkit of $(NVCC) has it
+# the toolkit of $(NVCC); CUPTI, for dev/ktrace.c (build/libktrace.so), where that toolkit has it
 CUDA_ROOT := $(abspath $(dir $(shell command -v $(NVCC)))..)
 CUPTI_INC := $(patsubst %/cupti.h,%,$(firstword $(wildcard $(CUDA_ROOT)/include/cupti.h $(CUDA_ROOT)/extras/CUPTI/include/cupti.h)))
 CUPTI_LIB := $(patsubst %/libcupti.so,%,$(firstword $(wildcard $(CUDA_ROOT)/lib64/libcupti.so $(CUDA_ROOT)/extras/CUPTI/lib64/libcupti.so)))
@@ -114,7 +114,7 @@ $(BUILD)/flce_ref.o: flce/flce_ref.c flce/flce_ref.h flce/flce.h | $(BUILD)
 # NO_MULTI_GPU=1 builds a single-GPU trainer anyway. build/train_gpt_nompi: the trainer as
 # NO_USE_MPI=1 builds it, beside ./train_gpt (make test-multigpu runs both).
 OPENMPI_DIR ?= /usr/lib/x86_64-linux-gnu/openmpi
-NCCL_H := $(firstword $(wildcard /usr/include/nccl.h /usr/local/include/nccl.h $(dir $(shell which $(NVCC)))../include/nccl.h))
+NCCL_H := $(firstword $(wildcard /usr/include/nccl.h /usr/local/include/nccl.h $(CUDA_ROOT)/include/nccl.h))
 ifeq ($(NO_MULTI_GPU),)
 ifneq ($(NCCL_H),)
 TRAIN_NCCL := -DMULTI_GPU -lnccl

@@ -147,6 +147,11 @@ def idle_stretches(step):
     return sorted(gaps, key=lambda g: -g[0])
 
 
+def medians(steps):
+    """The median step's length and the median busy time, in ms."""
+    return statistics.median(s[0] for s in steps) / 1e6, statistics.median(s[1] for s in steps) / 1e6
+
+
 def compare(paths, skip, step_end):
     """Several timelines side by side: the median step, the GPU's idle time and each family's
     ms a step, one column a timeline; families largest first."""
@@ -157,8 +162,8 @@ def compare(paths, skip, step_end):
         steps, _ = analyse(recs, names, skip, step_end)
         n = len(steps)
         col = {f: t / n / 1e6 for f, (_, t) in families(steps, names).items()}
-        col["step (median)"] = statistics.median(s[0] for s in steps) / 1e6
-        col["GPU idle (median)"] = col["step (median)"] - statistics.median(s[1] for s in steps) / 1e6
+        wall, busy = medians(steps)
+        col["step (median)"], col["GPU idle (median)"] = wall, wall - busy
         cols.append(col)
     rows = ["step (median)", "GPU idle (median)"]
     rows += sorted({f for c in cols for f in c} - set(rows), key=lambda f: -max(c.get(f, 0.0) for c in cols))
@@ -184,8 +189,7 @@ def main(argv=None):
     steps, n_ends = analyse(recs, names, a.skip, a.step_end)
     walls = [s[0] for s in steps]
     med = sorted(range(len(steps)), key=lambda i: walls[i])[len(steps) // 2]
-    wall = statistics.median(walls) / 1e6
-    busy = statistics.median(s[1] for s in steps) / 1e6
+    wall, busy = medians(steps)
     n_k = statistics.median(sum(r[2] == "K" for r in s[2]) for s in steps)
     print(f"{a.trace}: steps {a.skip + 2}..{n_ends} of {n_ends} ({len(steps)}), medians: step {wall:.2f} ms, "
           f"GPU busy {busy:.2f} ms ({100 * busy / wall:.1f}%), idle {wall - busy:.2f} ms, {n_k:.0f} kernels a step\n")

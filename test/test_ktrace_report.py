@@ -121,6 +121,11 @@ def main():
         check(r.returncode == 0 and r.stdout == "loaded\n" and "ktrace" not in r.stderr,
               "libktrace.so without KTRACE_OUT does nothing (rc %d, %r)" % (r.returncode, r.stderr[:80]))
         with tempfile.TemporaryDirectory(prefix="test_ktrace_") as tmp:
+            bad_out = os.path.join(tmp, "no_such_dir", "t.tsv")
+            r = subprocess.run(["sh", "-c", "echo loaded"], env=dict(env, KTRACE_OUT=bad_out), capture_output=True,
+                               text=True)
+            check(r.returncode == 1 and r.stdout == "" and "cannot open KTRACE_OUT=" + bad_out in r.stderr,
+                  "an unwritable KTRACE_OUT: exit 1 before the program runs, naming the path (%r)" % r.stderr[:90])
             out = os.path.join(tmp, "t.tsv")
             env.update(KTRACE_OUT=out, KTRACE_EXE="train_gpt")
             r = subprocess.run(["sh", "-c", "echo loaded"], env=env, capture_output=True, text=True)
