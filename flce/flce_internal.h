@@ -151,6 +151,10 @@ void flce_dev_set_plan_sms(int sms);
 //   The Hopper path's gradients: 1 from dlogits written over E, by cuBLASLt's GEMMs; 0 from the
 //   fused GEMMs; -1 (the default): 1 for H >= 2048 (flce_plan.c's flce_sm90_lt_backward).
 void flce_dev_set_lt_backward(int mode);
+//   The Hopper path's statistics tile for the plans made from then on (process-wide): 1 the
+//   192-column tiles of the wide logits schedule wherever its epilogue serves (no bias, softcap
+//   or weighted smoothing), 0 256 columns, -1 (the default): flce_plan.c's rule.
+void flce_dev_set_wide_stats(int mode);
 
 // Per context, for its calls from then on:
 //   The Hopper logits GEMM's schedule on 256-column statistics tiles (flce_plan.c's
@@ -158,8 +162,8 @@ void flce_dev_set_lt_backward(int mode);
 //   cooperative, -1 (the default): ping-pong for H <= 2048. Both run the same arithmetic in the
 //   same order: only which warpgroup runs a tile changes.
 void flce_dev_set_pingpong(flce_context *ctx, int mode);
-//   0: never the scaled d_W transform; 1 (the default): where it applies (flce_sm90.cu's
-//   flce_sm90_dw_scaled).
+//   0: never the scaled gradient transforms; 1 (the default): where they apply (flce_sm90.cu's
+//   flce_sm90_scaled).
 void flce_dev_set_dw_scaled(flce_context *ctx, int on);
 //   1: every phase of every call timed with events (the host waits for each phase, so calls
 //   lose their asynchrony), and flce_destroy prints the means per call over the calls that did

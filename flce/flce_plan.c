@@ -274,18 +274,22 @@ static int flce_sm90_lt_backward(const flce_config *cfg) {
 The Hopper path's statistics tile: the logits GEMM's tile width. Its wide schedule (128 x 192
 tiles a warpgroup, ping-pong) took 13% fewer cycles than the 64 x 256 ping-pong one in flce's
 logits GEMM (ncu, 4096 x 176256 x 1024), and a call 1-2% less time where cuBLASLt's GEMMs
-take the gradients (dev/RESULTS.md). Where the fused gradient GEMMs take them, the narrower
-tiles cost them as much as the logits GEMM gained (a third more statistics a row: a shorter
-chunk in the same workspace, a scale looked up every third K step of the d_h GEMM instead of
-every fourth), so those keep 256 columns, and so do the epilogues of a bias, a softcap or
-smoothing with class weights (they need more registers than the wide tile's 192 accumulators
-a thread leave). The fused gradient GEMMs (flce_sm90_dh, _dw, _dw_sc) read 256-column
-statistics only. Known from the config alone, so that every call of a plan (and every rank of
-a vocabulary-parallel group) agrees.
+take the gradients (dev/RESULTS.md). Where the fused gradient GEMMs take them, the d_h GEMM
+after the wide logits GEMM took 7-8% longer, on the same chunk and with the same K loop, which
+ate the logits GEMM's gain (calls within 1.2% either way, dev/RESULTS.md): those keep 256
+columns, and so do the epilogues of a bias, a softcap or smoothing with class weights (they
+need more registers than the wide tile's 192 accumulators a thread leave). The fused gradient
+GEMMs read either width (flce_dev_set_wide_stats for dev/ comparisons). Known from the config
+alone, so that every call of a plan (and every rank of a vocabulary-parallel group) agrees.
 */
+static int g_wide_stats = -1;  // flce_dev_set_wide_stats: -1 the rule above, else 0 or 1
+
+void flce_dev_set_wide_stats(int mode) { g_wide_stats = mode == 0 || mode == 1 ? mode : -1; }
+
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
     const int logit = cfg->has_bias || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
-    return logit || !flce_sm90_lt_backward(cfg) ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
+    const int wide = g_wide_stats >= 0 ? g_wide_stats : flce_sm90_lt_backward(cfg);
+    return logit || !wide ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
 }
 
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns
@@ -342,8 +346,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
     // the config does not say, and it is 4 bytes a row per statistics tile)
     p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
-    // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row)
-    p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 1, ldc, 2) : 0);
+    // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row; or the
+    // scaled gradients' exponents per tile and two row factors)
+    p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 5, ldc, 2) : 0);
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
     p->off_dh_part = o;       o = flce_append(o, p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
     p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer

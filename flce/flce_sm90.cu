@@ -23,18 +23,20 @@ prepare and finalize steps are flce.cu's.
     } while (0)
 
 /*
-The fused d_W GEMM's two transforms: the plain one forms dz = s e - cs - [j == y] ct in
-registers from per-row coefficients that every K step reads from shared memory (26 loads a
-step and thread); the scaled one (flce_sm90_dw_sc) multiplies e by an exact power of two from
-one 16-byte load a stage, its B operand carries each row's factor (flce_sm90_xs_kernel) and the
-target's term sits in E. Our GEMMs are bound by shared-memory bandwidth (dev/RESULTS.md: ncu's
-wavefronts), to which the plain transform's loads add ~20%. The scaled one applies without a
-softcap, an entropy gradient or label smoothing (their terms are not a row factor) and where d_W
-is fp32 (the rare target term left out of E is added after the GEMM, in fp32).
-flce_dev_set_dw_scaled(ctx, 0) turns it off, for dev/ comparisons.
+The fused gradient GEMMs' two transforms: the plain one forms dz = s e - cs - [j == y] ct in
+registers from per-row coefficients (d_W's: read from shared memory every K step, 26 loads a
+step and thread; d_h's: from global memory as its K loop enters a statistics tile); the scaled
+one (flce_sm90_dh_sc, flce_sm90_dw_sc) multiplies e by an exact power of two that each stage
+brings, the row's factor applied by d_h's epilogue and carried by d_W's B operand
+(flce_sm90_xs_kernel), the target's term in E (flce_sm90_target_kernel). Our GEMMs are bound by
+shared-memory bandwidth (dev/RESULTS.md: ncu's wavefronts), to which the plain d_W transform's
+loads add ~20%. The scaled one applies without a softcap, an entropy gradient or label
+smoothing (their terms are not a row factor) and where d_W is fp32 (the rare target term left
+out of E is added after each GEMM, in fp32). flce_dev_set_dw_scaled(ctx, 0) turns it off, for
+dev/ comparisons.
 */
-static int flce_sm90_dw_scaled(const flce_context *ctx, const flce_config *cfg, const flce_plan *p,
-                               const flce_tensors *t, int xf) {
+static int flce_sm90_scaled(const flce_context *ctx, const flce_config *cfg, const flce_plan *p,
+                            const flce_tensors *t, int xf) {
     if (!ctx->dw_scaled) return 0;
     const int bf16_out = !p->dw_accumulator && cfg->d_weight_dtype == FLCE_BF16;
     // (the target's term sums a column's rows in shared memory: H up to 51,200)
@@ -157,6 +159,15 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     const int last = v0 + w == V;
     // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
     const int64_t rows_w = last ? Vp - v0 : w;
+    // d_b first: the scaled gradients' target kernel moves the targets' terms into E
+    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    if (r->sc) {
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            flce_sm90_target_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, s->stream>>>(
+                *r, (int)w, (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl);
+            FLCE_HOPPER_TRY("target kernel", cudaGetLastError());
+        });
+    }
     if (t->d_hidden != NULL) {
         // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order
         float *part = (float *)(s->ws + p->off_dh_part);
@@ -174,9 +185,16 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
-            FLCE_HOPPER_TRY("d_hidden GEMM", r->xf
-                                                  ? (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream))
-                                                  : (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
+            if (r->sc) {
+                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh_sc, float, 0, 1>(q, a, s->stream)));
+                flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
+                                                                                                (int)w, part);
+                FLCE_HOPPER_TRY("d_hidden target kernel", cudaGetLastError());
+            } else if (r->xf) {
+                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream)));
+            } else {
+                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
+            }
             if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
                 float *dh32 = (float *)(s->ws + p->off_dh32);
                 flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
@@ -193,8 +211,6 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             }
         });
     }
-    // (d_b before the d_W GEMM: the scaled d_W moves the targets' terms into E for it)
-    if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
     if (t->d_weight != NULL) {
         // d_W[tile] (rows_w x H) (+)= dlogits^T (rows_w x rows) @ h_chunk (rows x H), fp32; a
         // bf16 d_W without an accumulator (one chunk of all the tokens, nothing to add to) is
@@ -217,8 +233,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
             cudaError_t err;
             if (r->sc) {
-                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(
-                    h_chunk, *r, (int)H, (int)w, (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl, xs);
+                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
                 err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
                           : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
@@ -294,10 +309,11 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
     r.ncs = r.stat_lo + p->n_stat * p->ldc;
     r.coef = (float *)(s->ws + p->off_rec);
-    // the scaled d_W's exponents and row factors, where the plain transform's bf16 copies go
+    // the scaled gradients' exponents and row factors, where the plain transform's bf16 copies go
     r.ucode = (uint8_t *)r.stat_hi;
     r.vrow = (float *)(r.ucode + p->n_stat * p->ldc);
-    r.untaken = (int *)(r.vrow + p->ldc);  // (the region holds (4 n_stat + 2) ldc bytes)
+    r.vw = r.vrow + p->ldc;
+    r.untaken = (int *)(r.vw + p->ldc);  // (the region holds (4 n_stat + 10) ldc bytes)
     r.ld = p->ldc;
     r.tw = (int)p->stat_tile;
     r.V = (int)V;
@@ -309,7 +325,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.want_q = s->ra.p.want_entropy;
     // the general transform: a softcap, an entropy gradient, weighted smoothing
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
-    r.sc = flce_sm90_dw_scaled(s->ctx, cfg, p, s->t, r.xf);
+    r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;

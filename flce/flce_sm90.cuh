@@ -5,27 +5,28 @@ policies of flce's three products and the small kernels between them.
 Per chunk of C tokens and vocabulary range [v0, v0 + W) (the whole vocabulary unless the
 workspace forces tiles):
   logits GEMM  z = h W^T on 64 x 256 or 128 x 256 tiles, or on 128 x 192 tiles a warpgroup
-               (the wide schedule: lt_backward without a bias, a softcap or weighted
-               smoothing); its epilogue works on the fp32 accumulators: bias and softcap
-               applied, then per row and statistics tile (the GEMM's tile: 256 or 192
-               columns, flce_plan.c's flce_sm90_stat_tile) the max m_t, the sum of
-               exp(z - m_t) and the sum of z (label smoothing) go to the statistics,
-               and e = exp(z - m_t) (in [0, 1]: bf16 keeps it to 2^-9 relative) is stored
-               as the chunk's bf16 buffer E. No fp32 logits, no row pass.
-  merge        one thread per row: the tiles' statistics give the LSE, the loss (from fp32
-               accumulators, exact) and the row's coefficients (grad scale, mean divisor,
-               upstream gradient, z-loss, smoothing), and each tile's scale
-               s_t = g (1 + 2 zl lse) exp(m_t - lse), over its sum of exp.
+               (the wide schedule: where cuBLASLt's GEMMs take the gradients, without a
+               bias, a softcap or weighted smoothing); its epilogue works on the fp32
+               accumulators: bias and softcap applied, then per row and statistics tile (the
+               GEMM's tile: 256 or 192 columns, flce_plan.c's flce_sm90_stat_tile) the max
+               m_t, the sum of exp(z - m_t) and the sum of z (label smoothing) go to the
+               statistics, and e = exp(z - m_t) (in [0, 1]: bf16 keeps it to 2^-9 relative)
+               is stored as the chunk's bf16 buffer E. No fp32 logits, no row pass.
+  merge        32 rows a block, their tiles spread over its warps: the tiles' statistics give
+               the LSE, the loss (from fp32 accumulators, exact) and the row's coefficients
+               (grad scale, mean divisor, upstream gradient, z-loss, smoothing), and each
+               tile's scale s_t = g (1 + 2 zl lse) exp(m_t - lse), over its sum of exp.
   d_h GEMM     d_h = dlogits W with dlogits formed from E in registers as the A operand is
                loaded: dz = s_t e - g eps / V - [j == y] g (1 - eps), times 1 - tanh^2 under
                a softcap, 0 past V. Split over K (the vocabulary) into a few parts when the
                chunk has too few output tiles to fill the GPU; the parts are summed in order.
+               The scaled d_h (sc, below): A = u_t e, the row's v in the epilogue.
   d_W GEMM     d_W (+)= dlogits^T h with the same transform of E read column-wise (ldmatrix
                .trans); fp32 d_W accumulates with TMA reduce-adds, one per element per chunk.
-               The scaled d_W (sc; flce_sm90.cu's flce_sm90_dw_scaled says when): E holds e
+               The scaled d_W (sc; flce_sm90.cu's flce_sm90_scaled says when): E holds e
                against each tile's max rounded up to an integer, so that s_t = 2^(m_t - m_r) v
                with an exact power of two per row and tile; the transform is one bf16x2 multiply
-               a pair, B is v h (per row) and the target's term is in E (flce_sm90_dw_sc).
+               a pair, B is v' h (per row) and the target's term is in E (flce_sm90_dw_sc).
   d_b          a column-sum kernel over E with the same transform.
   (lt_backward, the planner's choice for H >= 2048 (flce_plan.c): instead of the two fused
   gradient GEMMs, a pass writes dz over E (flce_sm90_dlogits_kernel) and cuBLASLt's GEMMs take
@@ -90,12 +91,14 @@ typedef struct {
     // column's term), y[64] (int bits: the target column, -1 for none), ct[64] = g (1 - eps)
     // (the target's term); see flce_sm90_coef
     float *coef;
-    // the scaled d_W (flce_sm90_dw_sc, when sc): per row and statistics tile the byte
-    // 127 + m_t - m_r (m_t, m_r = max over t: integers, so its power of two is exact; 0 where
-    // 127 below), in each 64-row block in the order its stage reads (flce_sm90_sc_pos); per row
-    // v = coef_p 2^(m_r - lse2), which the GEMM's B operand carries (flce_sm90_xs_kernel)
+    // the scaled gradients (flce_sm90_dh_sc, flce_sm90_dw_sc, when sc): per row and statistics
+    // tile the byte 127 + m_t - m_r (m_t, m_r = max over t: integers, so its power of two is
+    // exact; 0 where 127 below), in each 64-row block in the order d_W's stage reads
+    // (flce_sm90_sc_pos); per row v = coef_p 2^(m_r - lse2), which d_h's epilogue applies
     uint8_t *ucode;
     float *vrow;
+    float *vw;            // (ld): v' per row, d_W's row factor with the target's term in E
+                          // (flce_sm90_target_kernel)
     int *untaken;         // set where a target's term stays for flce_sm90_dw_target_kernel
     int sc;
     int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
@@ -303,8 +306,8 @@ struct flce_sm90_logits : sm90_policy_base {
 
 // The 192-column statistics tiles (tw = 192) on the wide schedule: each warpgroup's own
 // 128 x 192 tiles (two blocks of 64 rows, 96 accumulators a thread each), ping-pong; the
-// entropy's sums included (no bias, softcap or weighted smoothing, and the gradients are
-// cuBLASLt's: flce_plan.c). Block 0's E goes out by TMA while block 1 is computed.
+// entropy's sums included (no bias, softcap or weighted smoothing: flce_plan.c). Block 0's E
+// goes out by TMA while block 1 is computed.
 template <typename T>
 struct flce_sm90_logits_wide : sm90_wide_base {
     typedef flce_sm90_logits_args<T> Args;
@@ -365,8 +368,8 @@ __device__ __forceinline__ float flce_sm90_weight(const flce_sm90_rows &r, int j
 }
 
 // ---------------------------------------------------------------------------------------
-// the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded (the fused
-// gradient GEMMs run on 256-column statistics: flce_plan.c's flce_sm90_stat_tile)
+// the d_h GEMM: A = dlogits (rows of the chunk x vocabulary), from E as it is loaded (a K step's
+// 64 columns lie in one statistics tile of either width)
 
 // s as two bf16 (s_hi + s_lo, s to ~2^-16 relative), each in both halves of a bf16 pair, for
 // the plain transform dz = e s - cs done as two bf16x2 FMAs: e s_hi + (e s_lo - cs). The inner
@@ -419,7 +422,7 @@ struct flce_sm90_dh : sm90_policy_base {
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *, const sm90_tile &,
                                   int kb, const sm90_thread &th, uint32_t (&af)[16]) {
         const int j0 = a.r.voff + kb * SM90_BK;  // vocabulary column of the step's first K
-        const int t = j0 / FLCE_SM90_STAT_FULL;
+        const int t = flce_sm90_stat_of(a.r, j0);
         if (t != ts.t) {
             ts.t = t;
 #pragma unroll
@@ -480,11 +483,84 @@ struct flce_sm90_dh : sm90_policy_base {
     }
 };
 
+// The scaled d_h (sc, as the scaled d_W below): dz = u_t e v per row, u_t = 2^(m_t - m_r) per
+// row and statistics tile (exact in bf16), v per row. The GEMM takes A = u_t e (one bf16x2
+// multiply a pair, exact) and applies each row's v to the accumulators in the epilogue; the
+// target's term is in E by then (flce_sm90_target_kernel; where it could not be,
+// flce_sm90_dh_target_kernel adds it to the partial). Each stage brings the exponents of its
+// 128 rows for its statistics tile (128 bytes), where the plain transform reads every row's
+// scale from global memory as its K loop enters a tile and forms dz with two bf16x2 FMAs a
+// pair and a vote for the target.
+struct flce_sm90_dh_sc : sm90_policy_base {
+    typedef flce_sm90_grad_args Args;
+    struct TileState {
+        uint32_t u2[2];  // the thread's two rows' u_t as bf16 pairs
+        int t;           // that statistics tile
+    };
+    static constexpr bool A_REGS = true;
+    static constexpr int STAGE_EXTRA = 128;
+
+    // the exponents of the tile's two blocks of 64 rows (flce_sm90_sc_pos's order); a second
+    // block past the statistics' rows (ld) is read from the last block instead: its rows are
+    // past the chunk and their products are clipped
+    __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
+        const int64_t t = flce_sm90_stat_of(a.r, a.r.voff + k0);
+        const uint8_t *u = a.r.ucode + t * a.r.ld;
+        sm90_bulk_load(dst, u + tile.m0, 64, bar);
+        sm90_bulk_load((uint8_t *)dst + 64, u + min((int64_t)tile.m0 + 64, a.r.ld - 64), 64, bar);
+    }
+
+    __device__ static void tile_begin(const Args &, TileState &ts, const sm90_tile &, const sm90_thread &) {
+        ts.u2[0] = ts.u2[1] = 0u;
+        ts.t = -1;
+    }
+
+    __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
+                                  int kb, const sm90_thread &th, uint32_t (&af)[16]) {
+        const int t = flce_sm90_stat_of(a.r, a.r.voff + kb * SM90_BK);
+        if (t != ts.t) {  // (the same in the whole warpgroup)
+            ts.t = t;
+            const int lr = 64 * th.wg + 16 * th.w + th.g;  // the thread's first row in the tile
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t n = sm90_lds_u8(sm90_smem(sx) + (uint32_t)flce_sm90_sc_pos(lr + 8 * h));
+                ts.u2[h] = (n << 7) | (n << 23);  // 2^(n - 127) in both halves' exponents
+            }
+        }
+        // behind a branch (always taken): see flce_sm90_dw_sc
+        if (!a.r.sc) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) af[i] = 0u;
+            return;
+        }
+        const int lane = th.lt % 32, mi = lane / 8;
+        const int arow = 64 * th.wg + 16 * th.w + (lane % 8) + 8 * (mi & 1);
+        const uint32_t base = sm90_smem(sa);
+#pragma unroll
+        for (int kk = 0; kk < SM90_BK / 16; kk++) {
+            uint32_t r[4];
+            sm90_ldmatrix_x4(r, base + sm90_swz(arow, 2 * kk + (mi >> 1)));
+            // r[q]: row q & 1 (+ 8), columns 16 kk + 8 (q >> 1) + 2 t + {0, 1}
+#pragma unroll
+            for (int q = 0; q < 4; q++) af[4 * kk + q] = sm90_mul_bf16x2(r[q], ts.u2[q & 1]);
+        }
+    }
+
+    // the fp32 partial of this K part, each row times its v
+    __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
+        const float v0 = r0 < a.r.rows ? a.r.vrow[r0] : 0.0f, v1 = r0 + 8 < a.r.rows ? a.r.vrow[r0 + 8] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] *= (i & 2) ? v1 : v0;
+        sm90_store_tile<float, false>(st, th, map_d, d, tile);
+    }
+};
+
 // ---------------------------------------------------------------------------------------
 // the d_W GEMM: A = dlogits^T (vocabulary x rows of the chunk), from E read column-wise; each
-// stage brings the 64 rows' scales (for this tile's statistics tile: 256-column statistics, so
-// that a tile's 128 vocabulary rows lie in one; flce_plan.c's flce_sm90_stat_tile), records and
-// maxima
+// stage brings the 64 rows' scales for each warpgroup's statistics tile (a warpgroup's 64
+// vocabulary rows lie in one of either width), records and maxima
 
 // d_W's A fragment of K step kk, E's stage tile read column-wise (its stored rows are chunk
 // rows, K; its 16-byte chunks 8 vocabulary rows, M): r[2 kh + h] holds vocabulary row
@@ -494,9 +570,19 @@ __device__ __forceinline__ void flce_sm90_dw_frag(uint32_t (&r)[4], uint32_t bas
     sm90_ldmatrix_x4_trans(r, base + sm90_swz(16 * kk + 8 * (mi >> 1) + (lane % 8), 2 * th.w + (mi & 1)));
 }
 
-// scale, cs, y, ct of 64 rows (fp32), then for the general transform m2 and u (fp32), else for
-// the plain one the scale's bf16 hi and lo and -cs (bf16)
-#define FLCE_SM90_DW_EXTRA(XF) ((XF) ? 6 * 64 * 4 : 4 * 64 * 4 + 3 * 64 * 2)
+// A d_W stage's per-row data of its 64 chunk rows: cs, y, ct (fp32) and -cs (bf16), then for
+// each warpgroup's statistics tile (its 64 vocabulary rows lie in one; the tile's 128 may span
+// two 192-column ones) the scale (fp32) and for the general transform m2 and u (fp32), else the
+// scale's bf16 hi and lo
+#define FLCE_SM90_DW_ROWS (3 * 64 * 4 + 64 * 2)
+#define FLCE_SM90_DW_TILE(XF) ((XF) ? 3 * 64 * 4 : 64 * 4 + 2 * 64 * 2)
+#define FLCE_SM90_DW_EXTRA(XF) (FLCE_SM90_DW_ROWS + 2 * FLCE_SM90_DW_TILE(XF))
+
+// The statistics tile of the vocabulary rows of warpgroup wg of the d_W tile at m0 (rows past V,
+// the padding of W, take the last tile's: their dz is 0 anyway)
+__device__ __forceinline__ int64_t flce_sm90_dw_stat(const flce_sm90_rows &r, int m0, int wg) {
+    return flce_sm90_stat_of(r, min(r.voff + m0 + 64 * wg, r.V - 1));
+}
 
 // OutT: fp32 (added over chunks with ADD), or bf16 for a d_W that one GEMM writes whole (one
 // chunk, nothing to add to)
@@ -514,18 +600,20 @@ struct flce_sm90_dw : sm90_policy_base {
     static constexpr int EPI_BUFFERS = 1;
 
     __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
-        // rows past V (the padding of W) read the last tile's data; their dz is 0 anyway
-        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_STAT_FULL;
         uint8_t *x = (uint8_t *)dst;
-        sm90_bulk_load(x, a.r.stat_s + t * a.r.ld + k0, 256, bar);
-        sm90_bulk_load(x + 256, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
-        if (XF) {
-            sm90_bulk_load(x + 1024, a.r.stat_m + t * a.r.ld + k0, 256, bar);
-            sm90_bulk_load(x + 1280, a.r.stat_sz + t * a.r.ld + k0, 256, bar);
-        } else {
-            sm90_bulk_load(x + 1024, a.r.stat_hi + t * a.r.ld + k0, 128, bar);
-            sm90_bulk_load(x + 1152, a.r.stat_lo + t * a.r.ld + k0, 128, bar);
-            sm90_bulk_load(x + 1280, a.r.ncs + k0, 128, bar);
+        sm90_bulk_load(x, a.r.coef + flce_sm90_coef(k0, 0), 768, bar);
+        sm90_bulk_load(x + 768, a.r.ncs + k0, 128, bar);
+        for (int wg = 0; wg < 2; wg++) {
+            const int64_t o = flce_sm90_dw_stat(a.r, tile.m0, wg) * a.r.ld + k0;
+            uint8_t *y = x + FLCE_SM90_DW_ROWS + wg * FLCE_SM90_DW_TILE(XF);
+            sm90_bulk_load(y, a.r.stat_s + o, 256, bar);
+            if (XF) {
+                sm90_bulk_load(y + 256, a.r.stat_m + o, 256, bar);
+                sm90_bulk_load(y + 512, a.r.stat_sz + o, 256, bar);
+            } else {
+                sm90_bulk_load(y + 256, a.r.stat_hi + o, 128, bar);
+                sm90_bulk_load(y + 384, a.r.stat_lo + o, 128, bar);
+            }
         }
     }
 
@@ -538,11 +626,12 @@ struct flce_sm90_dw : sm90_policy_base {
 
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
                                   int, const sm90_thread &th, uint32_t (&af)[16]) {
-        // the stage's per-row arrays (stage_extra), read by shared address (sm90_lds_*): scale,
-        // cs, target, ct, and with XF the tile max and entropy scale, else the bf16 scale hi and
-        // lo and -cs, 64 chunk rows each
-        const uint32_t xs = sm90_smem(sx), sc = xs, cs = xs + 256, ys = xs + 512, ct = xs + 768, mx = xs + 1024,
-                       us = xs + 1280, shi = xs + 1024, slo = xs + 1152, ncs = xs + 1280;
+        // the stage's per-row arrays (stage_extra), read by shared address (sm90_lds_*): cs,
+        // target, ct, -cs, and of this warpgroup's statistics tile the scale and with XF the tile
+        // max and entropy scale, else the bf16 scale hi and lo, 64 chunk rows each
+        const uint32_t xs = sm90_smem(sx), cs = xs, ys = xs + 256, ct = xs + 512, ncs = xs + 768,
+                       sc = xs + FLCE_SM90_DW_ROWS + th.wg * FLCE_SM90_DW_TILE(XF), mx = sc + 256, us = sc + 512,
+                       shi = sc + 256, slo = sc + 384;
         const int lane = th.lt % 32;
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the common case, decided for the warp: none of the 64 rows' targets among its 16
@@ -609,7 +698,7 @@ struct flce_sm90_dw : sm90_policy_base {
 // The scaled d_W (sc: no softcap, entropy gradient or smoothing): dz = s_t e - [j == y] ct with
 // s_t = u_t v, u_t = 2^(m_t - m_r) per row and statistics tile (exact in bf16), v per row. The
 // GEMM takes A = u_t e (one bf16x2 multiply a pair, exact) and B = v' h, and the target's term
-// is in E by then (flce_sm90_xs_kernel; in the rare case it cannot be, it is added to d_W's
+// is in E by then (flce_sm90_target_kernel; in the rare case it cannot be, it is added to d_W's
 // target row after the GEMM, flce_sm90_dw_target_kernel). Its stage brings the 64 bytes of
 // u_t's exponents where the plain transform brings 1,408 bytes of coefficients read with 26
 // shared loads a step: the d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md),
@@ -618,11 +707,13 @@ template <bool ADD>
 struct flce_sm90_dw_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     static constexpr bool A_REGS = true;
-    static constexpr int STAGE_EXTRA = 64;
+    static constexpr int STAGE_EXTRA = 128;
 
+    // each warpgroup's exponents (its statistics tile: flce_sm90_dw_stat)
     __device__ static void stage_extra(const Args &a, void *dst, uint64_t *bar, const sm90_tile &tile, int k0) {
-        const int64_t t = min(a.r.voff + tile.m0, a.r.V - 1) / FLCE_SM90_STAT_FULL;
-        sm90_bulk_load(dst, a.r.ucode + t * a.r.ld + k0, 64, bar);
+        for (int wg = 0; wg < 2; wg++)
+            sm90_bulk_load((uint8_t *)dst + 64 * wg, a.r.ucode + flce_sm90_dw_stat(a.r, tile.m0, wg) * a.r.ld + k0, 64,
+                           bar);
     }
 
     __device__ static void load_a(const Args &a, TileState &, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
@@ -636,7 +727,7 @@ struct flce_sm90_dw_sc : sm90_policy_base {
         }
         const uint32_t base = sm90_smem(sa) + th.wg * 8192;  // this warpgroup's 64 vocabulary rows
         // the exponents of chunk rows 8 j + 2 t + {0, 1}: bytes 2 j, 2 j + 1 (flce_sm90_sc_pos)
-        const uint4 c = sm90_lds_u4(sm90_smem(sx) + 16 * th.t);
+        const uint4 c = sm90_lds_u4(sm90_smem(sx) + 64 * th.wg + 16 * th.t);
         const uint32_t cw[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
         for (int kk = 0; kk < SM90_BK / 16; kk++) {
@@ -666,12 +757,14 @@ struct flce_sm90_dw_sc : sm90_policy_base {
 // [0, n_tiles); each tile's sum of exp becomes its scale. A block holds 32 rows (its lanes)
 // and spreads the tiles over its FLCE_MERGE_WARPS warps, so that a row's thousand tiles are
 // read by many loads in flight (they are 8 KiB a row at V = 176K); the warps' partials merge
-// in a fixed order. Padding rows (rows .. ld) get zeros, so that the d_W stages that read them
-// add nothing.
+// in a fixed order. A chunk of ~3,000 rows makes fewer blocks than the GPU has SMs, and each
+// warp's loop waits on its loads once a tile: 32 warps a block (each ~20 of 689 tiles at V =
+// 176K) rather than 8. Padding rows (rows .. ld) get zeros, so that the d_W stages that read
+// them add nothing.
 // vocab_parallel runs it twice around the exchange (flce_kernels.cuh, flce_vp_*): vp_mode
 // FLCE_VP_LOCAL merges the tiles into the exchange buffer vp and stops; FLCE_VP_GLOBAL takes
 // the rows' statistics from it, combined over the ranks, and goes on as the plain merge.
-#define FLCE_MERGE_WARPS 8
+#define FLCE_MERGE_WARPS 32
 enum { FLCE_VP_NONE = 0, FLCE_VP_LOCAL = 1, FLCE_VP_GLOBAL = 2 };
 
 template <typename T, typename Tgt>
@@ -837,10 +930,10 @@ __global__ void __launch_bounds__(256) flce_sm90_dlogits_kernel(__nv_bfloat16 *E
     }
 }
 
-// The scaled d_W: the target's e set to 0 in E (where the tile in the buffer, columns [voff,
-// voff + w), holds it), one thread a row: the target's term carries its whole dz from the exact
-// target logit (the merge), which the d_h GEMM and d_b add as they form dz_y, rounded once, and
-// flce_sm90_xs_kernel moves into E for the d_W GEMM (or flce_sm90_dw_target_kernel adds).
+// The scaled gradients: the target's e set to 0 in E (where the tile in the buffer, columns
+// [voff, voff + w), holds it), one thread a row: the target's term carries its whole dz from
+// the exact target logit (the merge), which d_b adds as it forms dz_y and
+// flce_sm90_target_kernel then moves into E for the gradient GEMMs (or the target kernels add).
 __global__ void flce_sm90_zero_target_kernel(__nv_bfloat16 *E, int64_t lde, flce_sm90_rows r, int w) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) *r.untaken = 0;
@@ -849,42 +942,45 @@ __global__ void flce_sm90_zero_target_kernel(__nv_bfloat16 *E, int64_t lde, flce
     if (y >= r.voff && y < r.voff + w) E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(0.0f);
 }
 
-// The scaled d_W's B operand xs = bf16(v' h) for row i of the chunk (a block a row), and its
-// target's term moved into E: where the tile holds the row's target y, e_y becomes
-// Q = bf16(dz_y / (u_y v)) and v' = dz_y / (u_y Q), so that the GEMM forms u_y Q v' h = dz_y h
-// with one rounding (xs's), as the plain transform's bf16 dz_y did; the row's other terms see
-// v' / v = q / Q, within 2^-9 of 1. The term is then 0. Where Q is not a normal bf16 (the
-// target's tile ~88 nats below the row's max, or a NaN) e_y stays 0, v' = v, and
-// flce_sm90_dw_target_kernel adds the term after the GEMM. Runs after the d_h GEMM and d_b,
-// which took the term as it was (flce_sm90_zero_target_kernel).
-template <typename T>
-__global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, int w, __nv_bfloat16 *E, int64_t lde,
-                                    __nv_bfloat16 *xs) {
-    __shared__ float v_row;
-    const int i = blockIdx.x;
-    if (threadIdx.x == 0) {
-        float v = r.vrow[i];
-        const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
-        if (y >= r.voff && y < r.voff + w) {
-            const int64_t kt = flce_sm90_coef(i, FLCE_COEF_CT);
-            const float dz = -r.coef[kt];
-            const int code = r.ucode[(int64_t)(y / FLCE_SM90_STAT_FULL) * r.ld + flce_sm90_sc_pos(i)];
-            const float u = ldexpf(1.0f, code - 127);
-            const float q = __bfloat162float(__float2bfloat16_rn(dz / (u * v)));
-            if (dz == 0.0f) {
-                r.coef[kt] = 0.0f;
-            } else if (code > 0 && fabsf(q) >= 0x1p-126f && fabsf(q) < 0x1p126f) {
-                v = dz / (u * q);
-                E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(q);
-                r.coef[kt] = 0.0f;
-            } else {
-                *r.untaken = 1;
-            }
+// The scaled gradients' target terms moved into E, one thread a row: where the tile (columns
+// [voff, voff + w) in the buffer) holds row i's target y, e_y becomes Q = bf16(dz_y / (u_y v)),
+// so that the d_h GEMM forms u_y Q v = dz_y to one rounding (Q's), as the plain transform's bf16
+// dz_y did, and d_W's row factor becomes v' = dz_y / (u_y Q) (vw), with which d_W's GEMM forms
+// u_y Q v' = dz_y exactly and the row's other terms see v' / v = q / Q, within 2^-9 of 1. The
+// term is then 0. Where Q is not a normal bf16 (the target's tile ~88 nats below the row's max,
+// or a NaN) e_y stays 0 (flce_sm90_zero_target_kernel), v' = v, and the term is added after
+// each GEMM (flce_sm90_dh_target_kernel, flce_sm90_dw_target_kernel). Runs after d_b, which
+// takes the term as the merge left it.
+__global__ void flce_sm90_target_kernel(flce_sm90_rows r, int w, __nv_bfloat16 *E, int64_t lde) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= r.rows) return;
+    float v = r.vrow[i];
+    const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+    if (y >= r.voff && y < r.voff + w) {
+        const int64_t kt = flce_sm90_coef(i, FLCE_COEF_CT);
+        const float dz = -r.coef[kt];
+        const int code = r.ucode[(int64_t)flce_sm90_stat_of(r, y) * r.ld + flce_sm90_sc_pos(i)];
+        const float u = ldexpf(1.0f, code - 127);
+        const float q = __bfloat162float(__float2bfloat16_rn(dz / (u * v)));
+        if (dz == 0.0f) {
+            r.coef[kt] = 0.0f;
+        } else if (code > 0 && fabsf(q) >= 0x1p-126f && fabsf(q) < 0x1p126f) {
+            v = dz / (u * q);
+            E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(q);
+            r.coef[kt] = 0.0f;
+        } else {
+            *r.untaken = 1;
         }
-        v_row = v;
     }
-    __syncthreads();
-    const float v = v_row;
+    r.vw[i] = v;
+}
+
+// The scaled d_W's B operand xs = bf16(v' h) for row i of the chunk (a block a row), v' from
+// flce_sm90_target_kernel.
+template <typename T>
+__global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, __nv_bfloat16 *xs) {
+    const int i = blockIdx.x;
+    const float v = r.vw[i];
     const T *x = h + (int64_t)i * H;
     __nv_bfloat16 *o = xs + (int64_t)i * H;
     for (int c = 8 * threadIdx.x; c < H; c += 8 * blockDim.x) {
@@ -893,6 +989,23 @@ __global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, int w, 
         for (int e = 0; e < 4; e++) p[e] = sm90_pack_bf16(v * to_float(x[c + 2 * e]), v * to_float(x[c + 2 * e + 1]));
         *reinterpret_cast<uint4 *>(o + c) = make_uint4(p[0], p[1], p[2], p[3]);
     }
+}
+
+// The scaled d_h's target terms where flce_sm90_target_kernel could not move them into E (rare:
+// the term is then still non-zero): the first K part's partial of row i gains dz_y W[y_i] for
+// the chunk's rows whose target is in the tile's columns [voff, voff + w), a warp a row (each
+// row's own, in place: deterministic). w_tile: W's rows of the tile.
+template <typename T>
+__global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, int H, int w, float *part) {
+    if (*r.untaken == 0) return;  // (the common case: every term went into E)
+    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (i >= r.rows) return;
+    const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+    const float ct = r.coef[flce_sm90_coef(i, FLCE_COEF_CT)];
+    if (y < r.voff || y >= r.voff + w || ct == 0.0f) return;
+    const T *x = w_tile + (int64_t)(y - r.voff) * H;
+    float *d = part + (int64_t)i * H;
+    for (int c = lane; c < H; c += 32) d[c] -= ct * to_float(x[c]);
 }
 
 // The scaled d_W's target term where flce_sm90_xs_kernel could not move it into E (rare: the
