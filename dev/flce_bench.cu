@@ -34,11 +34,12 @@ targets (ignore_index -100):
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
-             [--budget MiB]
+             [--wide-stats 0|1] [--budget MiB]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
-(both); "llama" is not in the default run, which it would make about twice as long.
+(both); "llama" is not in the default run, which it would make about twice as long. -v flce
+runs every flce row, -v flce1 the default one ("flce") alone.
 
 The flce rows under the library's own choices by default; the -- options set its switches for
 an A/B (flce.h's flce_set_autotune, flce_internal.h's dev switches): cuBLASLt's heuristic pick
@@ -97,9 +98,9 @@ static flce_context *g_flce = NULL;
 
 // the library's switches for the flce rows (-- options): -1 leaves the library's choice
 typedef struct {
-    int autotune, timing, pingpong, lt_backward, dw_scaled;
+    int autotune, timing, pingpong, lt_backward, dw_scaled, wide_stats;
 } FlceSwitches;
-static FlceSwitches g_switches = {-1, -1, -1, -1, -1};
+static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1};
 static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
 
 // ----------------------------------------------------------------------------------------
@@ -673,7 +674,7 @@ static const Version g_versions[] = {
     {"liger", 2, liger_setup, liger_run},
     {"verl split-N", 3, verl_setup, verl_run},
     {"fuse_MN", 4, fuse_mn_setup, fuse_mn_run},
-    {"flce", 5, flce_setup_1g, flce_run},
+    {"flce", 6, flce_setup_1g, flce_run},  // (group 6: -v flce1 selects it alone)
     {"flce lean", 5, flce_setup_lean, flce_run},
     {"flce cuBLASLt", 5, flce_setup_lt, flce_run},
     {"flce cuBLASLt bf16 logits", 5, flce_setup_lt_bf16_logits, flce_run},
@@ -703,7 +704,9 @@ static void usage(const char *prog) {
             "  --pingpong 0|1     the Hopper logits GEMM: 0 cooperative, 1 ping-pong (default: by H)\n"
             "  --lt-backward 0|1  the Hopper path's gradients: 1 cuBLASLt's GEMMs on dlogits, 0 the\n"
             "                     fused GEMMs (default: by H)\n"
-            "  --dw-scaled 0|1    0: the Hopper d_W GEMM without the scaled transform\n"
+            "  --dw-scaled 0|1    0: the Hopper gradient GEMMs without the scaled transform\n"
+            "  --wide-stats 0|1   the Hopper path's statistics: 1 the wide logits GEMM's 192 columns\n"
+            "                     where its epilogue serves, 0 256 columns (default: by H)\n"
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",
             prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES);
 }
@@ -748,7 +751,8 @@ static int parse_switch(int argc, char **argv, int *i) {
                  {"timing", offsetof(FlceSwitches, timing)},
                  {"pingpong", offsetof(FlceSwitches, pingpong)},
                  {"lt-backward", offsetof(FlceSwitches, lt_backward)},
-                 {"dw-scaled", offsetof(FlceSwitches, dw_scaled)}};
+                 {"dw-scaled", offsetof(FlceSwitches, dw_scaled)},
+                 {"wide-stats", offsetof(FlceSwitches, wide_stats)}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -769,7 +773,8 @@ static unsigned parse_versions(const char *s) {
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *tok = strtok(buf, ","); tok != NULL; tok = strtok(NULL, ",")) {
-        if (strcmp(tok, "all") == 0) { mask |= 0x1f; continue; }
+        if (strcmp(tok, "all") == 0) { mask |= 0x3f; continue; }
+        if (strcmp(tok, "flce1") == 0) { mask |= 0x20; continue; }  // the default flce row alone
         int g = 0;
         if (tok[0] >= '1' && tok[0] <= '5' && tok[1] == '\0') g = tok[0] - '0';
         for (int k = 0; k < 5; k++)
@@ -780,6 +785,7 @@ static unsigned parse_versions(const char *s) {
             exit(EXIT_FAILURE);
         }
         mask |= 1u << (g - 1);
+        if (g == 5) mask |= 0x20;  // every flce row
     }
     return mask;
 }
@@ -789,7 +795,7 @@ int main(int argc, char **argv) {
     memset(&a, 0, sizeof(a));
     a.versions = g_versions;
     a.n_versions = N_VERSIONS;
-    a.mask = 0x1f;
+    a.mask = 0x3f;
     snprintf(a.shapes, sizeof(a.shapes), "%s", DEFAULT_SHAPES);
     a.repeats = 7;
     a.warmups = 2;
@@ -835,6 +841,7 @@ int main(int argc, char **argv) {
 
     cudaStream_t s = bench_init();
     if (g_switches.lt_backward >= 0) flce_dev_set_lt_backward(g_switches.lt_backward);  // (process-wide)
+    if (g_switches.wide_stats >= 0) flce_dev_set_wide_stats(g_switches.wide_stats);
     flce_new_context();
     const int rc = check ? run_check(&a, s) : run_bench(&a, s);
     flce_destroy(g_flce);
