@@ -62,6 +62,43 @@ flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float 
     return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
 }
 
+// out = x * g (g = *scale, or 1 without one), rounded once to TO: 8 elements a thread with
+// 16-byte accesses where both pointers are 16-byte aligned, the rest one by one
+template <typename TO>
+__global__ void flce_cast_scaled_kernel(const float *x, TO *out, int64_t n, const float *scale) {
+    const float g = scale != NULL ? *scale : 1.0f;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t nvec = ((uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0) ? n / 8 : 0;
+    for (int64_t i = first; i < nvec; i += stride) {
+        const float4 a = reinterpret_cast<const float4 *>(x)[2 * i], b = reinterpret_cast<const float4 *>(x)[2 * i + 1];
+        const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        alignas(16) TO o[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[k] = (TO)(f[k] * g);
+#pragma unroll
+        for (int k = 0; k < (int)sizeof(o) / 16; k++)
+            reinterpret_cast<uint4 *>(out + 8 * i)[k] = reinterpret_cast<const uint4 *>(o)[k];
+    }
+    for (int64_t i = nvec * 8 + first; i < n; i += stride) out[i] = (TO)(x[i] * g);
+}
+
+flce_status flce_cast_scaled_device(const float *x, void *out, flce_dtype out_dtype, int64_t n, const float *scale,
+                                    void *cuda_stream) {
+    if (n < 0) return FLCE_ERR_INVALID_SIZE;
+    if (!flce_is_dtype(out_dtype)) return FLCE_ERR_INVALID_VALUE;
+    if (n == 0) return FLCE_OK;
+    if (x == NULL || out == NULL) return FLCE_ERR_NULL_POINTER;
+    cudaStream_t stream = (cudaStream_t)cuda_stream;
+    const int64_t blocks = (n / 8 + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > 2048 ? 2048 : blocks);
+    if (out_dtype == FLCE_BF16)
+        flce_cast_scaled_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(x, (__nv_bfloat16 *)out, n, scale);
+    else
+        flce_cast_scaled_kernel<float><<<grid, 256, 0, stream>>>(x, (float *)out, n, scale);
+    return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
+}
+
 // ----------------------------------------------------------------------------------------
 // context
 

@@ -290,6 +290,15 @@ const char *flce_status_string(flce_status status);
 // NULL (unless n = 0), n >= 0, dtype.
 flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float *scale, void *cuda_stream);
 
+// (since 2.3) out[i] = x[i] * *scale for i < n on the stream: x fp32, out of out_dtype
+// (FLCE_BF16 or FLCE_FP32), each product rounded once; scale a device pointer, or NULL for 1.
+// For a binding that hands out a d_weight accumulated in fp32 (several chunks) in the inputs'
+// dtype with its upstream gradient: one pass of 6 bytes an element in bf16, 16-byte loads and
+// stores. x and out must not overlap. Checked: x and out not NULL (unless n = 0), n >= 0,
+// out_dtype.
+flce_status flce_cast_scaled_device(const float *x, void *out, flce_dtype out_dtype, int64_t n, const float *scale,
+                                    void *cuda_stream);
+
 /*
 ABI check, for bindings that load the library at run time (flce/python, through ctypes) and
 mirror the structs and enums above by hand: they compare the library's flce_version() and
@@ -303,10 +312,10 @@ History: 1.0; 1.1 the temperature, class weights, entropy and log-probability (f
 to flce_config and flce_tensors); 2.0 vocabulary parallelism (flce_config's fields appended
 after 1.1's, FLCE_ERR_COMM, flce_comm, flce_set_comm), with every option of 1.1; 2.1
 flce_scale_device; 2.2 flce_set_hopper_default (in place of the environment variables the
-library read before: it reads none).
+library read before: it reads none); 2.3 flce_cast_scaled_device.
 */
 #define FLCE_VERSION_MAJOR 2
-#define FLCE_VERSION_MINOR 2
+#define FLCE_VERSION_MINOR 3
 #define FLCE_VERSION (FLCE_VERSION_MAJOR * 1000 + FLCE_VERSION_MINOR)
 
 int flce_version(void);             // FLCE_VERSION of the library's build

@@ -1338,6 +1338,64 @@ static void test_scale_device(void) {
     free(hbo);
 }
 
+// flce_cast_scaled_device: fp32 in, bf16 or fp32 out, times a device scalar (or none), rounded
+// once; aligned and misaligned pointers (the 16-byte path and the one-by-one one), an odd n
+static void test_cast_scaled_device(void) {
+    const int64_t n = 1037;
+    const float scales[3] = {1.0f, 0.5f, -3.0f};
+    uint64_t rng = 777;
+    float *hx = (float *)malloc((n + 1) * sizeof(float)), *hy = (float *)malloc((n + 1) * sizeof(float));
+    uint16_t *hbo = (uint16_t *)malloc((n + 1) * 2);
+    fill_uniform(hx, (size_t)(n + 1), 2.0f, &rng);
+    float *dx = NULL, *dg = NULL;
+    void *dout = NULL;
+    cudaCheck(cudaMalloc(&dx, (n + 1) * sizeof(float)));
+    cudaCheck(cudaMalloc(&dout, (n + 1) * sizeof(float)));
+    cudaCheck(cudaMalloc(&dg, sizeof(float)));
+    cudaCheck(cudaMemcpy(dx, hx, (n + 1) * sizeof(float), cudaMemcpyHostToDevice));
+    for (int si = 0; si < 4; si++) {
+        const float g = si < 3 ? scales[si] : 1.0f;  // si = 3: no scale (NULL)
+        cudaCheck(cudaMemcpy(dg, &g, sizeof(float), cudaMemcpyHostToDevice));
+        for (int bf = 0; bf < 2; bf++)
+            for (int off = 0; off < 2; off++) {
+                const size_t es = bf ? 2 : 4;
+                cudaCheck(cudaMemset(dout, 0, (n + 1) * sizeof(float)));
+                const flce_status st = flce_cast_scaled_device(dx + off, (char *)dout + off * es, bf ? FLCE_BF16 : FLCE_FP32,
+                                                               n, si < 3 ? dg : NULL, g_stream);
+                cudaCheck(cudaStreamSynchronize(g_stream));
+                int bad = 0;
+                if (bf) {
+                    cudaCheck(cudaMemcpy(hbo, dout, (n + 1) * 2, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < n + 1; i++) {
+                        const int in = i >= off && i < off + n;
+                        bad += hbo[i] != (in ? f32_to_bf16_bits(hx[i] * g) : 0);
+                    }
+                } else {
+                    cudaCheck(cudaMemcpy(hy, dout, (n + 1) * 4, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < n + 1; i++) {
+                        const int in = i >= off && i < off + n;
+                        const float want = in ? hx[i] * g : 0.0f;
+                        bad += memcmp(&hy[i], &want, 4) != 0;
+                    }
+                }
+                test_check(st == FLCE_OK && bad == 0, "flce_cast_scaled_device to %s, scale %s, %s pointers, n %lld: %d elements differ",
+                           bf ? "bf16" : "fp32", si < 3 ? (si == 0 ? "1" : si == 1 ? "0.5" : "-3") : "none",
+                           off ? "misaligned" : "aligned", (long long)n, bad);
+            }
+    }
+    test_check(flce_cast_scaled_device(dx, dout, FLCE_BF16, -1, dg, g_stream) == FLCE_ERR_INVALID_SIZE &&
+                   flce_cast_scaled_device(NULL, dout, FLCE_BF16, 4, dg, g_stream) == FLCE_ERR_NULL_POINTER &&
+                   flce_cast_scaled_device(dx, NULL, FLCE_BF16, 4, dg, g_stream) == FLCE_ERR_NULL_POINTER &&
+                   flce_cast_scaled_device(dx, dout, (flce_dtype)7, 4, dg, g_stream) == FLCE_ERR_INVALID_VALUE,
+               "flce_cast_scaled_device refuses n < 0, a NULL x or out and an unknown dtype");
+    cudaCheck(cudaFree(dx));
+    cudaCheck(cudaFree(dout));
+    cudaCheck(cudaFree(dg));
+    free(hx);
+    free(hy);
+    free(hbo);
+}
+
 int main(int argc, char **argv) {
     const char *dir = "test/fixtures";
     int lt_arg = -1;  // -lt 0|1: the Hopper path's gradients that way only
@@ -1396,6 +1454,7 @@ int main(int argc, char **argv) {
         flce_destroy(g_ctx);
     }
     test_scale_device();
+    test_cast_scaled_device();
     cudaCheck(cudaStreamDestroy(g_stream));
     return test_summary();
 }

@@ -21,9 +21,10 @@ import threading
 # --- flce.h's ABI: keep in step with the header (the CPU test compares every offset) ---------
 
 VERSION_MAJOR = 2   # FLCE_VERSION_MAJOR this binding mirrors
-VERSION_MINOR = 1   # FLCE_VERSION_MINOR it needs at least (2.0: the options of 1.1, temperature,
+VERSION_MINOR = 3   # FLCE_VERSION_MINOR it needs at least (2.0: the options of 1.1, temperature,
                     # class weights, entropy and log-probabilities, and vocab parallelism's fields;
-                    # 2.1: flce_scale_device, which the backward uses)
+                    # 2.1: flce_scale_device and 2.3: flce_cast_scaled_device, which the backward
+                    # uses)
 
 
 class Status(enum.IntEnum):
@@ -142,6 +143,7 @@ _SIGNATURES = {
     "flce_last_error": (ctypes.c_char_p, [_P]),
     "flce_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "flce_scale_device": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int64, _P, _P]),
+    "flce_cast_scaled_device": (ctypes.c_int, [_P, _P, ctypes.c_int, ctypes.c_int64, _P, _P]),
 }
 
 

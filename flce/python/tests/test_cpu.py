@@ -69,9 +69,9 @@ def test_library_loads():
 def test_version_and_sizes():
     lib = flce.load_library()
     major, minor = flce.version()
-    check((_lib.VERSION_MAJOR, _lib.VERSION_MINOR) == (2, 1) and major == 2 and minor >= 1,
-          "the binding mirrors ABI 2.1 (1.1's options, vocab parallelism, flce_scale_device) and the library is 2.x, x >= 1: %d.%d"
-          % (major, minor))
+    check((_lib.VERSION_MAJOR, _lib.VERSION_MINOR) == (2, 3) and major == 2 and minor >= 3,
+          "the binding mirrors ABI 2.3 (1.1's options, vocab parallelism, flce_scale_device, flce_cast_scaled_device) "
+          "and the library is 2.x, x >= 3: %d.%d" % (major, minor))
     check((major, minor >= _lib.VERSION_MINOR) == (_lib.VERSION_MAJOR, True),
           "library ABI %d.%d, binding mirrors %d.%d" % (major, minor, _lib.VERSION_MAJOR, _lib.VERSION_MINOR))
     with open(HEADER) as f:
@@ -387,6 +387,18 @@ def test_scale_device_checks():
     for what, args, want in cases:
         got = lib.flce_scale_device(*args)
         check(got == want, "flce_scale_device, %s: %s (want %s)" % (what, Status(got).name, want.name))
+
+
+def test_cast_scaled_device_checks():
+    # flce_cast_scaled_device's argument checks come before any GPU work (n = 0 launches nothing)
+    lib = flce.load_library()
+    cases = [("n -1", (None, None, int(Dtype.BF16), -1, None, None), Status.ERR_INVALID_SIZE),
+             ("dtype 2", (None, None, 2, 4, None, None), Status.ERR_INVALID_VALUE),
+             ("x and out NULL with n 4", (None, None, int(Dtype.BF16), 4, None, None), Status.ERR_NULL_POINTER),
+             ("n 0", (None, None, int(Dtype.FP32), 0, None, None), Status.OK)]
+    for what, args, want in cases:
+        got = lib.flce_cast_scaled_device(*args)
+        check(got == want, "flce_cast_scaled_device, %s: %s (want %s)" % (what, Status(got).name, want.name))
 
 
 def test_d_weight_plan():

@@ -182,14 +182,19 @@ def test_shapes_3d_and_grad_output_scale(path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_many_chunks_small_budget(path, dtype):
     """A workspace budget that holds a fraction of the tokens: several chunks (or vocabulary
-    tiles), the same results."""
+    tiles), the same results; with an upstream gradient too (bf16: the fp32 d_W and d_b scaled
+    and cast by flce_cast_scaled_device)."""
     h, W, y, b = make(2048, 256, 32000, dtype, seed=4, bias=True)
+    go = torch.tensor(-0.75, device=DEV)
     old = flce.set_workspace_budget(40 << 20)
     try:
         got = run_flce(h, W, y, b, label_smoothing=0.1)
+        got_go = run_flce(h, W, y, b, grad_output=go, label_smoothing=0.1)
     finally:
         flce.set_workspace_budget(old)
     compare(got, reference(h, W, y, b, label_smoothing=0.1), dtype, "small budget %s" % dtype)
+    compare(got_go, reference(h, W, y, b, label_smoothing=0.1, grad_output=go), dtype,
+            "small budget %s, grad_output -0.75" % dtype)
 
 
 def test_partial_requires_grad_and_no_grad(path):
