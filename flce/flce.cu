@@ -26,24 +26,23 @@ static const char *flce_phase_names[FLCE_T_COUNT] = {"prepare", "logits GEMM", "
 
 const char *flce_last_error(const flce_context *ctx) { return ctx != NULL ? ctx->message : ""; }
 
-// x *= *scale unless *scale is 1: 16-byte vectors where x is aligned, then the tail. Every
+// x *= *scale unless *scale is 1: 16-byte vectors where x is aligned (vec), then the tail. Every
 // block reads the scale and leaves at once when there is nothing to do.
 template <typename T>
-__global__ void flce_scale_device_kernel(T *x, int64_t n, const float *scale) {
+__global__ void flce_scale_device_kernel(T *x, int64_t n, const float *scale, int vec) {
     const float g = *scale;
     if (g == 1.0f) return;
-    constexpr int VEC = 16 / (int)sizeof(T);
+    constexpr int VEC = Packed128<T>::size;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t nvec = ((uintptr_t)x % 16 == 0) ? n / VEC : 0;
+    const int64_t nvec = vec ? n / VEC : 0;
     for (int64_t i = first; i < nvec; i += stride) {
-        uint4 v = reinterpret_cast<uint4 *>(x)[i];
-        T *e = reinterpret_cast<T *>(&v);
+        Packed128<T> v = load128(x + VEC * i);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) e[k] = (T)((float)e[k] * g);
-        reinterpret_cast<uint4 *>(x)[i] = v;
+        for (int k = 0; k < VEC; k++) v[k] = from_float<T>(to_float(v[k]) * g);
+        store128(x + VEC * i, v);
     }
-    for (int64_t i = nvec * VEC + first; i < n; i += stride) x[i] = (T)((float)x[i] * g);
+    for (int64_t i = nvec * VEC + first; i < n; i += stride) x[i] = from_float<T>(to_float(x[i]) * g);
 }
 
 flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float *scale, void *cuda_stream) {
@@ -56,31 +55,30 @@ flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float 
     const int64_t blocks = (n / vec + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > 2048 ? 2048 : blocks);
     if (dtype == FLCE_BF16)
-        flce_scale_device_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>((__nv_bfloat16 *)x, n, scale);
+        flce_scale_device_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>((__nv_bfloat16 *)x, n, scale, aligned16(x));
     else
-        flce_scale_device_kernel<float><<<grid, 256, 0, stream>>>((float *)x, n, scale);
+        flce_scale_device_kernel<float><<<grid, 256, 0, stream>>>((float *)x, n, scale, aligned16(x));
     return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
 }
 
 // out = x * g (g = *scale, or 1 without one), rounded once to TO: 8 elements a thread with
-// 16-byte accesses where both pointers are 16-byte aligned, the rest one by one
+// 16-byte accesses where both pointers are 16-byte aligned (vec), the rest one by one
 template <typename TO>
-__global__ void flce_cast_scaled_kernel(const float *x, TO *out, int64_t n, const float *scale) {
+__global__ void flce_cast_scaled_kernel(const float *x, TO *out, int64_t n, const float *scale, int vec) {
     const float g = scale != NULL ? *scale : 1.0f;
+    constexpr int OV = Packed128<TO>::size;  // outputs a 16-byte store: 8 bf16 or 4 fp32
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t nvec = ((uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0) ? n / 8 : 0;
+    const int64_t nvec = vec ? n / 8 : 0;
     for (int64_t i = first; i < nvec; i += stride) {
-        const float4 a = reinterpret_cast<const float4 *>(x)[2 * i], b = reinterpret_cast<const float4 *>(x)[2 * i + 1];
-        const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        alignas(16) TO o[8];
+        const Packed128<float> a = load128(x + 8 * i), b = load128(x + 8 * i + 4);
+        Packed128<TO> o[8 / OV];
 #pragma unroll
-        for (int k = 0; k < 8; k++) o[k] = (TO)(f[k] * g);
+        for (int k = 0; k < 8; k++) o[k / OV][k % OV] = from_float<TO>((k < 4 ? a[k] : b[k - 4]) * g);
 #pragma unroll
-        for (int k = 0; k < (int)sizeof(o) / 16; k++)
-            reinterpret_cast<uint4 *>(out + 8 * i)[k] = reinterpret_cast<const uint4 *>(o)[k];
+        for (int j = 0; j < 8 / OV; j++) store128(out + 8 * i + OV * j, o[j]);
     }
-    for (int64_t i = nvec * 8 + first; i < n; i += stride) out[i] = (TO)(x[i] * g);
+    for (int64_t i = nvec * 8 + first; i < n; i += stride) out[i] = from_float<TO>(x[i] * g);
 }
 
 flce_status flce_cast_scaled_device(const float *x, void *out, flce_dtype out_dtype, int64_t n, const float *scale,
@@ -92,10 +90,11 @@ flce_status flce_cast_scaled_device(const float *x, void *out, flce_dtype out_dt
     cudaStream_t stream = (cudaStream_t)cuda_stream;
     const int64_t blocks = (n / 8 + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > 2048 ? 2048 : blocks);
+    const int vec = aligned16(x) && aligned16(out);
     if (out_dtype == FLCE_BF16)
-        flce_cast_scaled_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(x, (__nv_bfloat16 *)out, n, scale);
+        flce_cast_scaled_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(x, (__nv_bfloat16 *)out, n, scale, vec);
     else
-        flce_cast_scaled_kernel<float><<<grid, 256, 0, stream>>>(x, (float *)out, n, scale);
+        flce_cast_scaled_kernel<float><<<grid, 256, 0, stream>>>(x, (float *)out, n, scale, vec);
     return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
 }
 
