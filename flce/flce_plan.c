@@ -273,14 +273,13 @@ static int flce_sm90_lt_backward(const flce_config *cfg) {
 /*
 The Hopper path's statistics tile: the logits GEMM's tile width. Its wide schedule (128 x 192
 tiles a warpgroup, ping-pong) took 13% fewer cycles than the 64 x 256 ping-pong one in flce's
-logits GEMM (ncu, 4096 x 176256 x 1024), and a call 1-2% less time where cuBLASLt's GEMMs
-take the gradients (dev/RESULTS.md). Where the fused gradient GEMMs take them, the d_h GEMM
-after the wide logits GEMM took 7-8% longer, on the same chunk and with the same K loop, which
-ate the logits GEMM's gain (calls within 1.2% either way, dev/RESULTS.md): those keep 256
-columns, and so do the epilogues of a bias, a softcap or smoothing with class weights (they
-need more registers than the wide tile's 192 accumulators a thread leave). The fused gradient
-GEMMs read either width (flce_dev_set_wide_stats for dev/ comparisons). Known from the config
-alone, so that every call of a plan (and every rank of a vocabulary-parallel group) agrees.
+logits GEMM (ncu, 4096 x 176256 x 1024), and a call 0.5-2.7% less time on either gradient route
+(dev/RESULTS.md: the fused d_h GEMM finds a K step's statistics tile by a compare, not a
+division by 192). The epilogues of a bias, a softcap or smoothing with class weights keep 256
+columns (they need more registers than the wide tile's 192 accumulators a thread leave). The
+fused gradient GEMMs read either width (flce_dev_set_wide_stats for dev/ comparisons). Known
+from the config alone, so that every call of a plan (and every rank of a vocabulary-parallel
+group) agrees.
 */
 static int g_wide_stats = -1;  // flce_dev_set_wide_stats: -1 the rule above, else 0 or 1
 
@@ -288,8 +287,7 @@ void flce_dev_set_wide_stats(int mode) { g_wide_stats = mode == 0 || mode == 1 ?
 
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
     const int logit = cfg->has_bias || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
-    const int wide = g_wide_stats >= 0 ? g_wide_stats : flce_sm90_lt_backward(cfg);
-    return logit || !wide ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
+    return logit || g_wide_stats == 0 ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
 }
 
 // Lays out the workspace for chunks of `chunk` tokens and vocabulary tiles of `vtile` columns

@@ -134,6 +134,17 @@ __host__ __device__ __forceinline__ int flce_sm90_stat_of(const flce_sm90_rows &
     return r.tw == FLCE_SM90_STAT_WIDE ? j / FLCE_SM90_STAT_WIDE : j / FLCE_SM90_STAT_FULL;
 }
 
+// The statistics tile of K step kb (64 columns from the chunk's column voff) and, in kb_next,
+// the first K step past it. The d_h GEMMs' K loops call it only when they reach kb_next, so a
+// K step costs one compare: the tile's index (a division by 192 at the wide width) computed
+// every step stalled the consumers' issue before their wgmmas and cost the wide width's d_h
+// GEMM 6% (dev/RESULTS.md).
+__device__ __forceinline__ int flce_sm90_next_tile(const flce_sm90_rows &r, int kb, int &kb_next) {
+    const int t = flce_sm90_stat_of(r, r.voff + kb * SM90_BK);
+    kb_next = ((t + 1) * r.tw - r.voff) / SM90_BK;  // (voff and tw multiples of 64)
+    return t;
+}
+
 // ---------------------------------------------------------------------------------------
 // the logits GEMM: statistics and E from the accumulators
 
@@ -397,7 +408,7 @@ struct flce_sm90_dh : sm90_policy_base {
         // the plain case's dz = s e - cs on bf16 pairs: s as hi + lo (bf16 each, s to ~2^-16),
         // -cs, each in both halves (flce_sm90_split)
         uint32_t s_hi[2], s_lo[2], ncs[2];
-        int t;                     // that tile
+        int kb_next;               // the first K step past that tile (flce_sm90_next_tile)
     };
     static constexpr bool A_REGS = true;
 
@@ -416,15 +427,14 @@ struct flce_sm90_dh : sm90_policy_base {
             ts.ncs[h] = sm90_pack_bf16(-ts.cs[h], -ts.cs[h]);
             ts.s_hi[h] = ts.s_lo[h] = 0u;
         }
-        ts.t = -1;
+        ts.kb_next = -1;
     }
 
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *, const sm90_tile &,
                                   int kb, const sm90_thread &th, uint32_t (&af)[16]) {
         const int j0 = a.r.voff + kb * SM90_BK;  // vocabulary column of the step's first K
-        const int t = flce_sm90_stat_of(a.r, j0);
-        if (t != ts.t) {
-            ts.t = t;
+        if (kb >= ts.kb_next) {  // a new statistics tile (the same in the whole warpgroup)
+            const int t = flce_sm90_next_tile(a.r, kb, ts.kb_next);
 #pragma unroll
             for (int h = 0; h < 2; h++)
                 if (ts.row[h] < a.r.rows) {
@@ -495,7 +505,7 @@ struct flce_sm90_dh_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
         uint32_t u2[2];  // the thread's two rows' u_t as bf16 pairs
-        int t;           // that statistics tile
+        int kb_next;     // the first K step past that statistics tile (flce_sm90_next_tile)
     };
     static constexpr bool A_REGS = true;
     static constexpr int STAGE_EXTRA = 128;
@@ -512,14 +522,13 @@ struct flce_sm90_dh_sc : sm90_policy_base {
 
     __device__ static void tile_begin(const Args &, TileState &ts, const sm90_tile &, const sm90_thread &) {
         ts.u2[0] = ts.u2[1] = 0u;
-        ts.t = -1;
+        ts.kb_next = -1;
     }
 
     __device__ static void load_a(const Args &a, TileState &ts, const uint8_t *sa, const uint8_t *sx, const sm90_tile &,
                                   int kb, const sm90_thread &th, uint32_t (&af)[16]) {
-        const int t = flce_sm90_stat_of(a.r, a.r.voff + kb * SM90_BK);
-        if (t != ts.t) {  // (the same in the whole warpgroup)
-            ts.t = t;
+        if (kb >= ts.kb_next) {  // a new statistics tile (the same in the whole warpgroup)
+            flce_sm90_next_tile(a.r, kb, ts.kb_next);
             const int lr = 64 * th.wg + 16 * th.w + th.g;  // the thread's first row in the tile
 #pragma unroll
             for (int h = 0; h < 2; h++) {

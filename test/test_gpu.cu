@@ -21,9 +21,10 @@ test_gpu.cu - the GPU test suite of flce (make test-gpu; needs a CUDA GPU).
      (skipped with a note on one GPU); with the options of flce 1.1 too (each rank its classes'
      weights).
 All of it runs once per GEMM path this build and GPU have: flce's own Hopper GEMMs with the loss
-fused (sm_90a builds on a 9.0 GPU; bf16 inputs) with the gradients from its fused GEMMs and then
-from cuBLASLt's on dlogits written over E (flce_dev_set_lt_backward), then cuBLASLt's path;
-every compare() line names its path.
+fused (sm_90a builds on a 9.0 GPU; bf16 inputs) with the gradients from its fused GEMMs, then
+from cuBLASLt's on dlogits written over E (flce_dev_set_lt_backward), then from the fused GEMMs
+on 256-column statistics tiles (flce_dev_set_wide_stats 0), then cuBLASLt's path; every
+compare() line names its path.
     test_gpu [fixture_dir] [-lt 0|1]    -lt: the Hopper path once, its gradients that way only
 Tolerances (compare() says why): fp32 rel L2 <= 2e-5; bf16 inputs with fp32 logits: d_h / d_W
 rel L2 <= 3e-3 (5e-3 on the random problems), loss abs <= 1e-4; bf16 logits: 1e-2 and 2e-3.
@@ -77,6 +78,7 @@ static flce_context *g_ctx;
 static cudaStream_t g_stream;
 static int g_hopper;  // this pass's GEMM path: flce's Hopper GEMMs (1) or cuBLASLt (0)
 static int g_lt_backward = -1;  // the Hopper pass's gradients (flce_dev_set_lt_backward): 1 by cuBLASLt
+static int g_wide_stats = -1;   // its statistics tile (flce_dev_set_wide_stats): 0 256 columns always
 
 // A context on this pass's path.
 static flce_status new_context(flce_context **ctx) {
@@ -297,7 +299,11 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     const size_t N = (size_t)c->n_tokens, H = (size_t)c->hidden, Vp = (size_t)c->vocab_padded;
     char tagged[600];  // the path in every line: fp32 inputs always take cuBLASLt's
     snprintf(tagged, sizeof(tagged), "[%s] %s",
-             g_hopper && c->dtype == FLCE_BF16 ? (g_lt_backward == 1 ? "hopper-lt" : "hopper") : "cublaslt", label);
+             g_hopper && c->dtype == FLCE_BF16 ? (g_lt_backward == 1 ? "hopper-lt"
+                                                   : g_wide_stats == 0 ? "hopper-256"
+                                                                       : "hopper")
+                                               : "cublaslt",
+             label);
     label = tagged;
     // fp32: far under 1e-3. bf16 inputs with fp32 logits (the default): the library's bounds,
     // 3e-3 on gradients and 1e-4 on the loss. bf16 logits: the bf16 floor that PyTorch and
@@ -1424,16 +1430,25 @@ int main(int argc, char **argv) {
     // cuBLASLt's GEMMs (flce_dev_set_lt_backward 0, then 1, unless -lt says which: then once),
     // and cuBLASLt's path (the only one on other GPUs and for fp32 inputs)
     const int hopper = flce_hopper_default();
-    static const struct { int hopper, lt; const char *name; } passes[3] = {
-        {1, 0, "hopper (fused gradient GEMMs)"}, {1, 1, "hopper (gradients by cuBLASLt)"}, {0, -1, "cublaslt"}};
+    // (the planner's statistics tile is 192 columns wherever the epilogue allows: the third
+    // pass runs the fused gradient GEMMs on the 256-column statistics that a bias, a softcap or
+    // weighted smoothing take, with none of them)
+    static const struct { int hopper, lt, wide; const char *name; } passes[4] = {
+        {1, 0, -1, "hopper (fused gradient GEMMs)"},
+        {1, 1, -1, "hopper (gradients by cuBLASLt)"},
+        {1, 0, 0, "hopper (fused gradient GEMMs, 256-column statistics)"},
+        {0, -1, -1, "cublaslt"}};
     printf("GEMM paths: %s\n", !hopper ? "cublaslt (no sm_90a build or not a 9.0 GPU)"
                                : lt_arg >= 0 ? "hopper (-lt as given), then cublaslt"
-                                             : "hopper with fused gradients, hopper with cuBLASLt's, cublaslt");
-    for (int k = hopper ? 0 : 2; k < 3; k++) {
-        if (lt_arg >= 0 && k == 1) continue;
+                                             : "hopper with fused gradients, hopper with cuBLASLt's, hopper with "
+                                               "fused gradients on 256-column statistics, cublaslt");
+    for (int k = hopper ? 0 : 3; k < 4; k++) {
+        if (lt_arg >= 0 && (k == 1 || k == 2)) continue;
         if (passes[k].hopper) {
             g_lt_backward = lt_arg >= 0 ? lt_arg : passes[k].lt;
             flce_dev_set_lt_backward(g_lt_backward);
+            g_wide_stats = passes[k].wide;
+            flce_dev_set_wide_stats(g_wide_stats);
         }
         g_hopper = passes[k].hopper;
         printf("== %s path ==\n", lt_arg >= 0 && k == 0 ? "hopper" : passes[k].name);
