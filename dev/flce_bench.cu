@@ -706,7 +706,7 @@ static void usage(const char *prog) {
             "                     fused GEMMs (default: by H)\n"
             "  --dw-scaled 0|1    0: the Hopper gradient GEMMs without the scaled transform\n"
             "  --wide-stats 0|1   the Hopper path's statistics: 1 the wide logits GEMM's 192 columns\n"
-            "                     where its epilogue serves, 0 256 columns (default: by H)\n"
+            "                     where its epilogue serves (the default), 0 256 columns\n"
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",
             prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES);
 }

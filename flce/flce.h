@@ -239,9 +239,9 @@ void flce_set_autotune(flce_context *ctx, int on);
 // exact to the bf16 floor and deterministic. The planner (flce_workspace_size,
 // flce_chunk_tokens, flce_vocab_tile) plans for the path a new context takes on the current
 // device; a call re-plans for its own path within the workspace it is given. On the Hopper path
-// the logits GEMM takes the ping-pong schedule for H <= 2048 and the cooperative one above, or
-// where cuBLASLt's GEMMs take the gradients (below) and there is no bias, softcap or weighted
-// smoothing, the wide one (128 x 192 tiles a warpgroup, ping-pong); its
+// the logits GEMM takes the wide schedule (128 x 192 tiles a warpgroup, ping-pong) where there
+// is no bias, softcap or weighted smoothing, else the ping-pong one for H <= 2048 and the
+// cooperative one above; its
 // gradients come from GEMMs that form dlogits from the stored bf16 exponentials as they load
 // them for H < 2048, and from cuBLASLt's GEMMs on dlogits a pass writes over them for
 // H >= 2048 and for H >= 512 whose last 256-column tile is mostly empty (H = 896: faster

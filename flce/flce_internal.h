@@ -45,7 +45,7 @@ extern "C" {
 #define FLCE_SM90_BM 128
 #define FLCE_SM90_BN 256
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
-// a warpgroup) where cuBLASLt's GEMMs take the gradients, else 256 (flce_plan.c's
+// a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)
 #define FLCE_SM90_STAT_WIDE 192
 #define FLCE_SM90_STAT_FULL 256
@@ -153,7 +153,7 @@ void flce_dev_set_plan_sms(int sms);
 void flce_dev_set_lt_backward(int mode);
 //   The Hopper path's statistics tile for the plans made from then on (process-wide): 1 the
 //   192-column tiles of the wide logits schedule wherever its epilogue serves (no bias, softcap
-//   or weighted smoothing), 0 256 columns, -1 (the default): flce_plan.c's rule.
+//   or weighted smoothing), 0 256 columns, -1 (the default): flce_plan.c's rule (that of 1).
 void flce_dev_set_wide_stats(int mode);
 
 // Per context, for its calls from then on:

@@ -1,8 +1,8 @@
 /*
 flce_sm90.cu - the Hopper path: our wgmma/TMA GEMMs (common/gemm_sm90.cuh) with the loss fused
 into them (flce_sm90.cuh), for bf16 inputs on a compute 9.0 GPU in an sm_90a build. Per chunk:
-the logits GEMM writes the row statistics per statistics tile (its own tile: 256 columns, or
-192 on the wide schedule where cuBLASLt's GEMMs take the gradients: flce_plan.c's
+the logits GEMM writes the row statistics per statistics tile (its own tile: 192 columns on the
+wide schedule where there is no bias, softcap or weighted smoothing, else 256: flce_plan.c's
 flce_sm90_stat_tile) and E = exp(z - tile max) in bf16; the merge kernel turns the statistics
 into the LSE, the loss and each row's and tile's coefficients; the d_h and d_W GEMMs form
 dlogits from E as they load it (or, lt_backward, a pass writes dlogits over E and the cuBLASLt

@@ -5,13 +5,13 @@ policies of flce's three products and the small kernels between them.
 Per chunk of C tokens and vocabulary range [v0, v0 + W) (the whole vocabulary unless the
 workspace forces tiles):
   logits GEMM  z = h W^T on 64 x 256 or 128 x 256 tiles, or on 128 x 192 tiles a warpgroup
-               (the wide schedule: where cuBLASLt's GEMMs take the gradients, without a
-               bias, a softcap or weighted smoothing); its epilogue works on the fp32
-               accumulators: bias and softcap applied, then per row and statistics tile (the
-               GEMM's tile: 256 or 192 columns, flce_plan.c's flce_sm90_stat_tile) the max
-               m_t, the sum of exp(z - m_t) and the sum of z (label smoothing) go to the
-               statistics, and e = exp(z - m_t) (in [0, 1]: bf16 keeps it to 2^-9 relative)
-               is stored as the chunk's bf16 buffer E. No fp32 logits, no row pass.
+               (the wide schedule: without a bias, a softcap or weighted smoothing); its
+               epilogue works on the fp32 accumulators: bias and softcap applied, then per
+               row and statistics tile (the GEMM's tile: 256 or 192 columns, flce_plan.c's
+               flce_sm90_stat_tile) the max m_t, the sum of exp(z - m_t) and the sum of z
+               (label smoothing) go to the statistics, and e = exp(z - m_t) (in [0, 1]: bf16
+               keeps it to 2^-9 relative) is stored as the chunk's bf16 buffer E. No fp32
+               logits, no row pass.
   merge        32 rows a block, their tiles spread over its warps: the tiles' statistics give
                the LSE, the loss (from fp32 accumulators, exact) and the row's coefficients
                (grad scale, mean divisor, upstream gradient, z-loss, smoothing), and each

@@ -600,8 +600,8 @@ static void test_random_shapes(void) {
         {64, 64, 120001, 120064, 1},  // a wide row: 480 KB of fp32 logits, many tiles
         {384, 128, 8191, 8192, 2},    // confident: p_y ~ 1 (the target's dz a small difference)
         {256, 128, 8191, 8192, 3},    // extreme logits: targets' tiles far below the row's max
-        // the Hopper path's 192-column statistics tiles (its pass with cuBLASLt's gradients) at
-        // their edges: V below one tile, one column into the second, a last tile of one column
+        // the Hopper path's 192-column statistics tiles at their edges: V below one tile, one
+        // column into the second, a last tile of one column
         {300, 128, 191, 192, 0},
         {300, 128, 193, 256, 0},
         {500, 64, 5761, 5824, 2},
