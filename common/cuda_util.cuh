@@ -1,7 +1,7 @@
 /*
 cuda_util.cuh - the device basics that flce/, llmc/ and dev/ share: float <-> bf16 element
-access, the 16-byte vector Packed128 with its loads and stores, the 16-byte alignment test
-that guards them, and a fixed-order block sum in double.
+access, the 16-byte vector Packed128 with its loads and stores (and 8 fp32 as two of them), the
+16-byte alignment test that guards them, and a fixed-order block sum in double.
 
 Nothing here reports or exits on an error, so that the library (flce/) can use all of it; the
 programs' exiting checks are in cuda_check.cuh.
@@ -51,6 +51,26 @@ __device__ __forceinline__ Packed128<T> load128cs(const T *p) {
 template <typename T>
 __device__ __forceinline__ void store128(T *p, const Packed128<T> &x) {
     *reinterpret_cast<int4 *>(p) = x.raw;
+}
+
+// 8 consecutive fp32 in registers, loaded or stored as two 16-byte accesses (aligned16 p)
+__device__ __forceinline__ void load8(float (&x)[8], const float *p) {
+    const Packed128<float> a = load128(p), b = load128(p + 4);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        x[j] = a[j];
+        x[4 + j] = b[j];
+    }
+}
+__device__ __forceinline__ void store8(float *p, const float (&x)[8]) {
+    Packed128<float> a, b;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        a[j] = x[j];
+        b[j] = x[4 + j];
+    }
+    store128(p, a);
+    store128(p + 4, b);
 }
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

@@ -236,31 +236,20 @@ typedef struct {
 } AdamWTable;
 
 // ADAMW_MULTI_ITEMS consecutive elements in registers as fp32, loaded or stored with 16-byte
-// accesses: 8 fp32 are two, 8 bf16 one (a bf16 widens exactly; a stored bf16 is given as bits)
-static __device__ __forceinline__ void adamw_load8(float (&x)[8], const float *p) {
-    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w; x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
-}
+// accesses (Packed128): 8 fp32 are two, 8 bf16 one (a bf16 widens exactly; a stored bf16 is
+// given as bits)
+static __device__ __forceinline__ void adamw_load8(float (&x)[8], const float *p) { load8(x, p); }
 static __device__ __forceinline__ void adamw_load8(float (&x)[8], const floatX *p) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    const Packed128<floatX> a = load128(p);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        x[2 * j] = __uint_as_float(w[j] << 16);
-        x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-    }
+    for (int j = 0; j < 8; j++) x[j] = to_float(a[j]);
 }
-static __device__ __forceinline__ void adamw_store8(float *p, const float (&x)[8]) {
-    reinterpret_cast<float4 *>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
-    reinterpret_cast<float4 *>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
-}
+static __device__ __forceinline__ void adamw_store8(float *p, const float (&x)[8]) { store8(p, x); }
 static __device__ __forceinline__ void adamw_store8_bits(floatX *p, const uint16_t (&b)[8]) {
-    uint4 u;
-    u.x = b[0] | (uint32_t)b[1] << 16;
-    u.y = b[2] | (uint32_t)b[3] << 16;
-    u.z = b[4] | (uint32_t)b[5] << 16;
-    u.w = b[6] | (uint32_t)b[7] << 16;
-    *reinterpret_cast<uint4 *>(p) = u;
+    Packed128<floatX> a;
+#pragma unroll
+    for (int j = 0; j < 8; j++) a[j] = __ushort_as_bfloat16(b[j]);
+    store128(p, a);
 }
 // the new moments of 8 consecutive elements, the first of index i within its tensor, as
 // adamw_moments_store stores them one by one

@@ -207,15 +207,12 @@ static inline void encoder_buckets_free(EncoderBuckets *eb) {
 // --- backward -------------------------------------------------------------------------------
 
 // row[0..8) += acc[0..8), fp32, as two 16-byte accesses (row is 32-byte aligned: C % 8 == 0)
-static __device__ __forceinline__ void encoder_add8(float *row, const float acc[8]) {
-    Packed128<float> lo = load128(row), hi = load128(row + 4);
+static __device__ __forceinline__ void encoder_add8(float *row, const float (&acc)[8]) {
+    float x[8];
+    load8(x, row);
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        lo[k] += acc[k];
-        hi[k] += acc[4 + k];
-    }
-    store128(row, lo);
-    store128(row + 4, hi);
+    for (int k = 0; k < 8; k++) x[k] += acc[k];
+    store8(row, x);
 }
 
 // One thread per (segment, 8 channels): sums dout over the segment's positions in ascending
@@ -258,15 +255,7 @@ static __global__ void encoder_backward_segments_kernel(float *dwte, float *part
     if (slot < 0) {
         encoder_add8(dwte + (size_t)seg_token[seg] * C + c, acc);
     } else {
-        float *dst = partial + (size_t)slot * C + c;
-        Packed128<float> lo, hi;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            lo[k] = acc[k];
-            hi[k] = acc[4 + k];
-        }
-        store128(dst, lo);
-        store128(dst + 4, hi);
+        store8(partial + (size_t)slot * C + c, acc);
     }
 }
 

@@ -1289,6 +1289,17 @@ static void test_vocab_parallel(void) {
 #endif
 }
 
+// How many of the count elements (es bytes each) of the device array d differ bitwise from the
+// host array want.
+static int count_differing(const void *d, const void *want, int64_t count, size_t es) {
+    unsigned char *h = (unsigned char *)malloc((size_t)count * es);
+    cudaCheck(cudaMemcpy(h, d, (size_t)count * es, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t i = 0; i < count; i++) bad += memcmp(h + i * es, (const unsigned char *)want + i * es, es) != 0;
+    free(h);
+    return bad;
+}
+
 // flce_scale_device: x *= *scale bitwise as the host computes it (the product in fp32, rounded
 // once to bf16), nothing written when the scale is 1, an odd length from an aligned and from a
 // misaligned pointer (the vector loop and the scalar tail)
@@ -1296,8 +1307,8 @@ static void test_scale_device(void) {
     const int64_t n = 1037;
     const float scales[3] = {1.0f, 0.5f, -3.0f};
     uint64_t rng = 12345;
-    float *hx = (float *)malloc((n + 1) * sizeof(float)), *hy = (float *)malloc((n + 1) * sizeof(float));
-    uint16_t *hb = (uint16_t *)malloc((n + 1) * 2), *hbo = (uint16_t *)malloc((n + 1) * 2);
+    float *hx = (float *)malloc((n + 1) * sizeof(float)), *want = (float *)malloc((n + 1) * sizeof(float));
+    uint16_t *hb = (uint16_t *)malloc((n + 1) * 2), *wantb = (uint16_t *)want;
     fill_uniform(hx, (size_t)(n + 1), 2.0f, &rng);
     for (int64_t i = 0; i < n + 1; i++) hb[i] = f32_to_bf16_bits(hx[i]);
     float *dx = NULL, *dg = NULL;
@@ -1312,22 +1323,12 @@ static void test_scale_device(void) {
                 cudaCheck(cudaMemcpy(dx, bf ? (const void *)hb : (const void *)hx, (n + 1) * es, cudaMemcpyHostToDevice));
                 flce_status st = flce_scale_device((char *)dx + off * es, bf ? FLCE_BF16 : FLCE_FP32, n, dg, g_stream);
                 cudaCheck(cudaStreamSynchronize(g_stream));
-                int bad = 0;
-                if (bf) {
-                    cudaCheck(cudaMemcpy(hbo, dx, (n + 1) * 2, cudaMemcpyDeviceToHost));
-                    for (int64_t i = 0; i < n + 1; i++) {
-                        const int in = i >= off && i < off + n;
-                        const uint16_t want = in ? f32_to_bf16_bits(bf16_bits_to_f32(hb[i]) * g) : hb[i];
-                        bad += hbo[i] != want;
-                    }
-                } else {
-                    cudaCheck(cudaMemcpy(hy, dx, (n + 1) * 4, cudaMemcpyDeviceToHost));
-                    for (int64_t i = 0; i < n + 1; i++) {
-                        const int in = i >= off && i < off + n;
-                        const float want = in ? hx[i] * g : hx[i];
-                        bad += memcmp(&hy[i], &want, 4) != 0;
-                    }
+                for (int64_t i = 0; i < n + 1; i++) {  // x * g inside [off, off + n), x outside
+                    const int in = i >= off && i < off + n;
+                    if (bf) wantb[i] = in ? f32_to_bf16_bits(bf16_bits_to_f32(hb[i]) * g) : hb[i];
+                    else want[i] = in ? hx[i] * g : hx[i];
                 }
+                const int bad = count_differing(dx, want, n + 1, es);
                 test_check(st == FLCE_OK && bad == 0, "flce_scale_device %s, scale %g, %s pointer, n %lld: %d elements differ",
                            bf ? "bf16" : "fp32", g, off ? "misaligned" : "aligned", (long long)n, bad);
             }
@@ -1339,9 +1340,8 @@ static void test_scale_device(void) {
     cudaCheck(cudaFree(dx));
     cudaCheck(cudaFree(dg));
     free(hx);
-    free(hy);
+    free(want);
     free(hb);
-    free(hbo);
 }
 
 // flce_cast_scaled_device: fp32 in, bf16 or fp32 out, times a device scalar (or none), rounded
@@ -1350,8 +1350,8 @@ static void test_cast_scaled_device(void) {
     const int64_t n = 1037;
     const float scales[3] = {1.0f, 0.5f, -3.0f};
     uint64_t rng = 777;
-    float *hx = (float *)malloc((n + 1) * sizeof(float)), *hy = (float *)malloc((n + 1) * sizeof(float));
-    uint16_t *hbo = (uint16_t *)malloc((n + 1) * 2);
+    float *hx = (float *)malloc((n + 1) * sizeof(float)), *want = (float *)malloc((n + 1) * sizeof(float));
+    uint16_t *wantb = (uint16_t *)want;
     fill_uniform(hx, (size_t)(n + 1), 2.0f, &rng);
     float *dx = NULL, *dg = NULL;
     void *dout = NULL;
@@ -1369,21 +1369,12 @@ static void test_cast_scaled_device(void) {
                 const flce_status st = flce_cast_scaled_device(dx + off, (char *)dout + off * es, bf ? FLCE_BF16 : FLCE_FP32,
                                                                n, si < 3 ? dg : NULL, g_stream);
                 cudaCheck(cudaStreamSynchronize(g_stream));
-                int bad = 0;
-                if (bf) {
-                    cudaCheck(cudaMemcpy(hbo, dout, (n + 1) * 2, cudaMemcpyDeviceToHost));
-                    for (int64_t i = 0; i < n + 1; i++) {
-                        const int in = i >= off && i < off + n;
-                        bad += hbo[i] != (in ? f32_to_bf16_bits(hx[i] * g) : 0);
-                    }
-                } else {
-                    cudaCheck(cudaMemcpy(hy, dout, (n + 1) * 4, cudaMemcpyDeviceToHost));
-                    for (int64_t i = 0; i < n + 1; i++) {
-                        const int in = i >= off && i < off + n;
-                        const float want = in ? hx[i] * g : 0.0f;
-                        bad += memcmp(&hy[i], &want, 4) != 0;
-                    }
+                for (int64_t i = 0; i < n + 1; i++) {  // x * g inside [off, off + n), 0 outside
+                    const int in = i >= off && i < off + n;
+                    if (bf) wantb[i] = in ? f32_to_bf16_bits(hx[i] * g) : 0;
+                    else want[i] = in ? hx[i] * g : 0.0f;
                 }
+                const int bad = count_differing(dout, want, n + 1, es);
                 test_check(st == FLCE_OK && bad == 0, "flce_cast_scaled_device to %s, scale %s, %s pointers, n %lld: %d elements differ",
                            bf ? "bf16" : "fp32", si < 3 ? (si == 0 ? "1" : si == 1 ? "0.5" : "-3") : "none",
                            off ? "misaligned" : "aligned", (long long)n, bad);
@@ -1398,8 +1389,7 @@ static void test_cast_scaled_device(void) {
     cudaCheck(cudaFree(dout));
     cudaCheck(cudaFree(dg));
     free(hx);
-    free(hy);
-    free(hbo);
+    free(want);
 }
 
 int main(int argc, char **argv) {
