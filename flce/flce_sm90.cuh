@@ -137,7 +137,7 @@ __host__ __device__ __forceinline__ int flce_sm90_stat_of(const flce_sm90_rows &
 // The statistics tile of K step kb (64 columns from the chunk's column voff) and, in kb_next,
 // the first K step past it. The d_h GEMMs' K loops call it only when they reach kb_next, so a
 // K step costs one compare: the tile's index (a division by 192 at the wide width) computed
-// every step stalled the consumers' issue before their wgmmas and cost the wide width's d_h
+// every step stalled the consumers before their wgmmas and cost the wide width's d_h
 // GEMM 6% (dev/RESULTS.md).
 __device__ __forceinline__ int flce_sm90_next_tile(const flce_sm90_rows &r, int kb, int &kb_next) {
     const int t = flce_sm90_stat_of(r, r.voff + kb * SM90_BK);
