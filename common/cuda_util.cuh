@@ -1,7 +1,7 @@
 /*
 cuda_util.cuh - the device basics that flce/, llmc/ and dev/ share: float <-> bf16 element
-access, the 16-byte vector Packed128 with its loads and stores (and 8 fp32 as two of them), the
-16-byte alignment test that guards them, and a fixed-order block sum in double.
+access, the 16-byte vector Packed128 with its loads and stores (and 8 elements as fp32 through
+them), the 16-byte alignment test that guards them, and a fixed-order block sum in double.
 
 Nothing here reports or exits on an error, so that the library (flce/) can use all of it; the
 programs' exiting checks are in cuda_check.cuh.
@@ -53,7 +53,8 @@ __device__ __forceinline__ void store128(T *p, const Packed128<T> &x) {
     *reinterpret_cast<int4 *>(p) = x.raw;
 }
 
-// 8 consecutive fp32 in registers, loaded or stored as two 16-byte accesses (aligned16 p)
+// 8 consecutive elements in registers as fp32, loaded or stored with 16-byte accesses (aligned16
+// p): 8 fp32 are two, 8 bf16 one (a bf16 widens exactly)
 __device__ __forceinline__ void load8(float (&x)[8], const float *p) {
     const Packed128<float> a = load128(p), b = load128(p + 4);
 #pragma unroll
@@ -61,6 +62,11 @@ __device__ __forceinline__ void load8(float (&x)[8], const float *p) {
         x[j] = a[j];
         x[4 + j] = b[j];
     }
+}
+__device__ __forceinline__ void load8(float (&x)[8], const __nv_bfloat16 *p) {
+    const Packed128<__nv_bfloat16> a = load128(p);
+#pragma unroll
+    for (int j = 0; j < 8; j++) x[j] = to_float(a[j]);
 }
 __device__ __forceinline__ void store8(float *p, const float (&x)[8]) {
     Packed128<float> a, b;

@@ -54,10 +54,11 @@ flce_status flce_scale_device(void *x, flce_dtype dtype, int64_t n, const float 
     const int64_t vec = dtype == FLCE_BF16 ? 8 : 4;
     const int64_t blocks = (n / vec + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 1 ? 1 : blocks > 2048 ? 2048 : blocks);
+    const int aligned = aligned16(x);
     if (dtype == FLCE_BF16)
-        flce_scale_device_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>((__nv_bfloat16 *)x, n, scale, aligned16(x));
+        flce_scale_device_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>((__nv_bfloat16 *)x, n, scale, aligned);
     else
-        flce_scale_device_kernel<float><<<grid, 256, 0, stream>>>((float *)x, n, scale, aligned16(x));
+        flce_scale_device_kernel<float><<<grid, 256, 0, stream>>>((float *)x, n, scale, aligned);
     return cudaGetLastError() == cudaSuccess ? FLCE_OK : FLCE_ERR_CUDA;
 }
 

@@ -235,16 +235,8 @@ typedef struct {
     AdamWTensor t[ADAMW_MAX_TENSORS];
 } AdamWTable;
 
-// ADAMW_MULTI_ITEMS consecutive elements in registers as fp32, loaded or stored with 16-byte
-// accesses (Packed128): 8 fp32 are two, 8 bf16 one (a bf16 widens exactly; a stored bf16 is
-// given as bits)
-static __device__ __forceinline__ void adamw_load8(float (&x)[8], const float *p) { load8(x, p); }
-static __device__ __forceinline__ void adamw_load8(float (&x)[8], const floatX *p) {
-    const Packed128<floatX> a = load128(p);
-#pragma unroll
-    for (int j = 0; j < 8; j++) x[j] = to_float(a[j]);
-}
-static __device__ __forceinline__ void adamw_store8(float *p, const float (&x)[8]) { store8(p, x); }
+// ADAMW_MULTI_ITEMS consecutive elements move with 16-byte accesses (cuda_util.cuh's load8 and
+// store8 as fp32; a stored bf16 is given as bits)
 static __device__ __forceinline__ void adamw_store8_bits(floatX *p, const uint16_t (&b)[8]) {
     Packed128<floatX> a;
 #pragma unroll
@@ -255,8 +247,8 @@ static __device__ __forceinline__ void adamw_store8_bits(floatX *p, const uint16
 // adamw_moments_store stores them one by one
 static __device__ __forceinline__ void adamw_moments_store8(float *m, float *v, const float (&mi)[8],
                                                             const float (&vi)[8], unsigned int, size_t) {
-    adamw_store8(m, mi);
-    adamw_store8(v, vi);
+    store8(m, mi);
+    store8(v, vi);
 }
 static __device__ __forceinline__ void adamw_moments_store8(floatX *m, floatX *v, const float (&mi)[8],
                                                             const float (&vi)[8], unsigned int seed, size_t i) {
@@ -302,11 +294,11 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
     float g[ADAMW_MULTI_ITEMS], mi[ADAMW_MULTI_ITEMS], vi[ADAMW_MULTI_ITEMS], p[ADAMW_MULTI_ITEMS];
     if (base + ADAMW_MULTI_BLOCK * ADAMW_MULTI_ITEMS <= n && (misaligned & 15) == 0) {
         const size_t e = base + (size_t)threadIdx.x * ADAMW_MULTI_ITEMS;  // the thread's first element
-        adamw_load8(g, grads + o + e);
-        adamw_load8(mi, m + so + e);
-        adamw_load8(vi, v + so + e);
-        if (master != NULL) adamw_load8(p, master + so + e);
-        else adamw_load8(p, params + o + e);
+        load8(g, grads + o + e);
+        load8(mi, m + so + e);
+        load8(vi, v + so + e);
+        if (master != NULL) load8(p, master + so + e);
+        else load8(p, params + o + e);
         float pn[ADAMW_MULTI_ITEMS];
         uint16_t pb[ADAMW_MULTI_ITEMS];
 #pragma unroll
@@ -315,7 +307,7 @@ static __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK)
             pb[j] = __bfloat16_as_ushort(adamw_param(pn[j], master != NULL, seed, i0 + e + j));
         }
         adamw_moments_store8(m + so + e, v + so + e, mi, vi, seed, i0 + e);
-        if (master != NULL) adamw_store8(master + so + e, pn);
+        if (master != NULL) store8(master + so + e, pn);
         adamw_store8_bits(params + o + e, pb);
         return;
     }
