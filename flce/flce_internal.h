@@ -106,7 +106,7 @@ typedef struct {
     int64_t n_stat;      // statistics tiles over the V real classes
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
         off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_stat16, off_rec,
-        off_dh_part, off_vp, off_logits, total;
+        off_dh_part, off_stat_q, off_vp, off_logits, total;
 } flce_plan;
 
 // The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the

@@ -341,14 +341,23 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (vocab_parallel's cuBLASLt chunks run the tile schedule's row passes over one tile)
     p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
     p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
-    // (the fourth array, the entropy's q, is planned whether or not a call asks for the entropy:
-    // the config does not say, and it is 4 bytes a row per statistics tile)
-    p->off_stat = o;          o = flce_append(o, flce_bytes(4 * (size_t)p->n_stat, ldc, 4));
+    // (three arrays: the tiles' max, sum and sum of z; the fourth, the entropy's q, below)
+    p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
     // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row; or the
     // scaled gradients' exponents per tile and two row factors)
     p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 5, ldc, 2) : 0);
     p->off_rec = o;           o = flce_append(o, flce_bytes(3 * ldc, 4, 1));
-    p->off_dh_part = o;       o = flce_append(o, p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0);
+    // The entropy's q per row and statistics tile (planned whether or not a call asks for the
+    // entropy: the config does not say) is written by the logits GEMM and last read by the
+    // merge, before the chunk's d_h parts and the scaled d_W's operand use this region (one
+    // stream orders them): on the fused route they share it, which at 65536 x 1024 x 176256 in
+    // 1 GiB is the 10 MB between chunks of 2688 and 2816 tokens.
+    {
+        const size_t parts = p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0;
+        const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
+        p->off_dh_part = o;
+        p->off_stat_q = o;    o = flce_append(o, parts > q ? parts : q);
+    }
     p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));
     p->total = o;

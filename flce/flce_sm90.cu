@@ -304,7 +304,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.stat_m = (float *)(s->ws + p->off_stat);
     r.stat_s = r.stat_m + p->n_stat * p->ldc;
     r.stat_sz = r.stat_s + p->n_stat * p->ldc;
-    r.stat_q = r.stat_sz + p->n_stat * p->ldc;
+    r.stat_q = (float *)(s->ws + p->off_stat_q);  // (shares the d_h parts' region: flce_layout)
     r.stat_hi = (__nv_bfloat16 *)(s->ws + p->off_stat16);
     r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
     r.ncs = r.stat_lo + p->n_stat * p->ldc;

@@ -5,6 +5,8 @@ one process on one GPU, on the same inputs.
 
 Peers (each in its own try/except; a missing or failing one is a row with its error):
   flce                  flce.linear_cross_entropy (flce/python, ctypes over build/libflce.so)
+  flce-mem              the same under flce.set_workspace_budget(--flce-mem MiB, default 1536):
+                        flce given about the memory QuACK takes at the large shapes
   torch-naive           F.cross_entropy((h @ W.T).float(), t): the (N, V) logits in bf16 and fp32
   torch-compile-chunked token chunks of --chunk (4096): a torch.compile'd step per chunk (logits
                         GEMM -> loss sum and bf16 dlogits, fused by inductor), d_h = dlogits @ W
@@ -162,6 +164,8 @@ SPLIT_WHEELS = {
 # key, label, distributions whose versions are reported, top-level module, what it calls
 PEERS = [
     ("flce", "flce (binding)", [], "flce", "flce.linear_cross_entropy(h, W, t)"),
+    ("flce-mem", "flce (binding, --flce-mem MiB)", [], "flce",
+     "flce.linear_cross_entropy(h, W, t) under flce.set_workspace_budget(--flce-mem MiB)"),
     ("torch-naive", "torch naive", ["torch"], "torch", "F.cross_entropy((h @ W.T).float(), t)"),
     ("torch-compile-chunked", "torch.compile chunked", ["torch"], "torch",
      "torch.compile'd step per chunk of --chunk tokens (loss, dlogits), grads in the forward"),
@@ -989,6 +993,23 @@ def make_peer(key, torch, F, args, h, W, t):
         return (lambda h, W, t: flce.linear_cross_entropy(h, W, t, ignore_index=IGNORE_INDEX)), \
             "flce %s, %s path" % (flce.__version__, "Hopper GEMMs" if flce.hopper_default() else "cuBLASLt")
 
+    if key == "flce-mem":
+        # the workspace is sized and the gradients made in the forward call: the budget is set
+        # around it alone, so the "flce" row keeps the default
+        try:
+            import flce
+            flce.load_library()
+        except Exception as e:  # noqa: BLE001
+            return None, "not available: " + error_text(e)
+
+        def with_budget(h, W, t):
+            old = flce.set_workspace_budget(args.flce_mem << 20)
+            try:
+                return flce.linear_cross_entropy(h, W, t, ignore_index=IGNORE_INDEX)
+            finally:
+                flce.set_workspace_budget(old)
+        return with_budget, "workspace budget %d MiB (the default 1024): more memory, fewer chunks" % args.flce_mem
+
     if key == "torch-naive":
         return (lambda h, W, t: F.cross_entropy((h @ W.t()).float(), t, ignore_index=IGNORE_INDEX)), \
             "logits bf16 (N, V), then fp32"
@@ -1261,6 +1282,8 @@ def main(argv=None):
     ap.add_argument("--max-reps", type=int, default=20)
     ap.add_argument("--chunk", type=int, default=4096, help="torch.compile chunked: tokens per chunk")
     ap.add_argument("--quack-chunk", type=int, default=4096, help="QuACK's chunk_size")
+    ap.add_argument("--flce-mem", type=int, default=1536, metavar="MiB",
+                    help="the flce-mem row's workspace budget (default 1536: about QuACK's memory)")
     ap.add_argument("--kernels", type=int, default=0, metavar="K",
                     help="also list each row's K longest GPU kernels per call (torch.profiler over 3 calls)")
     ap.add_argument("--device", type=int, default=0)

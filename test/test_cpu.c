@@ -1546,6 +1546,20 @@ static void test_hopper_plan_choices(void) {
                    "chunk that fills d_h's waves, the same again from its workspace (512..2048 MiB)", (long long)hs[k]);
     }
     flce_dev_set_lt_backward(-1);
+    // on the fused route the entropy's sums share the d_h parts' region: 65536 x 1024 x 176256
+    // in 1 GiB takes chunks of 2816 tokens (22 x 4 d_h tiles in 3 K parts, two whole waves),
+    // where a region of their own left room for 2688
+    {
+        flce_config c;
+        flce_config_init(&c, 65536, 1024, 176256);
+        flce_plan p;
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, &p);
+        const size_t q = (size_t)p.n_stat * (size_t)p.ldc * 4, parts = (size_t)p.dh_parts * p.chunk * 1024 * 4;
+        test_check(!p.lt_backward && p.chunk == 2816 && p.off_stat_q == p.off_dh_part &&
+                       p.off_vp - p.off_dh_part >= (q > parts ? q : parts),
+                   "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): chunks of %lld, the entropy's sums in the "
+                   "d_h parts' region", (long long)p.chunk);
+    }
     flce_dev_set_plan_sms(0);
 }
 
