@@ -984,28 +984,24 @@ def kernel_times(torch, fn, h, W, t, top, calls=3):
 # the peers: (callable(h, W, t) -> scalar loss, note) or (None, why missing)
 
 def make_peer(key, torch, F, args, h, W, t):
-    if key == "flce":
+    if key in ("flce", "flce-mem"):
         try:
             import flce
             flce.load_library()
         except Exception as e:  # noqa: BLE001
             return None, "not available: " + error_text(e)
-        return (lambda h, W, t: flce.linear_cross_entropy(h, W, t, ignore_index=IGNORE_INDEX)), \
-            "flce %s, %s path" % (flce.__version__, "Hopper GEMMs" if flce.hopper_default() else "cuBLASLt")
 
-    if key == "flce-mem":
+        def call(h, W, t):
+            return flce.linear_cross_entropy(h, W, t, ignore_index=IGNORE_INDEX)
+        if key == "flce":
+            return call, "flce %s, %s path" % (flce.__version__, "Hopper GEMMs" if flce.hopper_default() else "cuBLASLt")
+
         # the workspace is sized and the gradients made in the forward call: the budget is set
         # around it alone, so the "flce" row keeps the default
-        try:
-            import flce
-            flce.load_library()
-        except Exception as e:  # noqa: BLE001
-            return None, "not available: " + error_text(e)
-
         def with_budget(h, W, t):
             old = flce.set_workspace_budget(args.flce_mem << 20)
             try:
-                return flce.linear_cross_entropy(h, W, t, ignore_index=IGNORE_INDEX)
+                return call(h, W, t)
             finally:
                 flce.set_workspace_budget(old)
         return with_budget, "workspace budget %d MiB (the default 1024): more memory, fewer chunks" % args.flce_mem
