@@ -247,6 +247,18 @@ static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, doub
 }
 
 /*
+The modelled time (seconds) of one launch of a Hopper GEMM with M x N outputs in tiles of bm x bn
+and K deep, in whole waves over the multiprocessors. The tile schedule launches its GEMMs per
+vocabulary tile, a few waves each: at 65536 x 1024 x 176256 in 160 MiB, tiles of 8832 columns
+make 276 d_W tiles (2.09 waves, the third a tenth full) where 8448 make 264 (2 waves), and the
+call runs 4% faster on the narrower tile (dev/RESULTS.md).
+*/
+static double flce_sm90_waves_time(int64_t M, int64_t N, int64_t K, int64_t bm, int64_t bn, int sms, double rate) {
+    const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), waves = (tiles + sms - 1) / sms;
+    return (double)waves * 2.0 * (double)bm * (double)bn * (double)K / (rate / sms);
+}
+
+/*
 The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
 load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
 and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs ran
@@ -441,9 +453,27 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
         // chunk wasting part of the 128-row tiles; per logit only E (written once, read by the
         // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile
         const double V = (double)cfg->vocab, rate = 7.0e14;
-        double t = gemms * 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
+        const double gemm = 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
+        double t = gemms * gemm;
         if (backward && !p->lt_backward)  // the fused d_h GEMM in its waves of tiles
-            t += flce_sm90_dh_time(cfg, p, rate) - 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
+            t += flce_sm90_dh_time(cfg, p, rate) - gemm;
+        if (tiled) {
+            // the tile schedule's GEMMs of a chunk and tile, a few waves each: the logits GEMM
+            // (twice), and the fused d_W GEMM (cuBLASLt's tiles are its own)
+            const int64_t C = p->chunk, last = cfg->n_tokens - (p->n_chunks - 1) * C;
+            const int64_t lastv = cfg->vocab - (p->n_vtiles - 1) * p->vocab_tile;
+            double waves = 0.0;
+            for (int k = 0; k < 4; k++) {
+                const int64_t rows = k & 1 ? last : C, cols = k & 2 ? lastv : p->vocab_tile;
+                const double count = (double)(k & 1 ? 1 : p->n_chunks - 1) * (double)(k & 2 ? 1 : p->n_vtiles - 1);
+                double one = (backward ? 2.0 : 1.0) *
+                             flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile, p->sm90, rate);
+                if (backward && !p->lt_backward)
+                    one += flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, FLCE_SM90_BN, p->sm90, rate);
+                waves += count * one;
+            }
+            t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;
+        }
         double bytes = backward ? N * V * 6.0 : 0.0;
         if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
@@ -537,11 +567,21 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
         const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms) : 0;
-        if (cb > 0) {
-            flce_layout(cfg, cb, vb, dw_acc, sms, &cand);
+        // On the Hopper path also a few narrower tiles, which may fill the GEMMs' waves better;
+        // the workspace stays the widest tile's, so that a plan made again from that size (a
+        // call's) chooses the same tile.
+        const int64_t widest = cb > 0 ? (span + vb - 1) / vb : 0;
+        size_t widest_total = 0;
+        for (int64_t n = widest; cb > 0 && n <= widest + (sms ? 8 : 0); n++) {
+            const int64_t vt = n == widest ? vb : flce_round_up((span + n - 1) / n, unit);
+            if (n > widest && (vt >= vb || (span + vt - 1) / vt != n)) continue;
+            flce_layout(cfg, cb, vt, dw_acc, sms, &cand);
+            if (n == widest) widest_total = cand.total;
+            if (!flce_fits(cand.total, budget)) continue;
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
             if (p->chunk == 0 || cost < best_cost) {
                 *p = cand;
+                if (p->total < widest_total) p->total = widest_total;
                 best_cost = cost;
             }
         }

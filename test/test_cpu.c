@@ -1560,6 +1560,24 @@ static void test_hopper_plan_choices(void) {
                    "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): chunks of %lld, the entropy's sums in the "
                    "d_h parts' region", (long long)p.chunk);
     }
+    // the tile schedule (160 MiB) takes vocabulary tiles whose GEMMs fill their waves: at
+    // 65536 x 1024 x 176256 the widest tile that fits (8832 columns: 69 x 4 d_W tiles, 2.09 waves
+    // of 132) gives way to one of 8448 (66 x 4, two whole waves)
+    {
+        flce_config c;
+        flce_config_init(&c, 65536, 1024, 176256);
+        flce_plan p;
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, &p);
+        const int64_t dw_tiles = (p.vocab_tile + 127) / 128 * 4, waves = (dw_tiles + 131) / 132;
+        flce_plan q;  // the same plan again from its workspace
+        flce_make_plan(&c, p.total, 1, 1, 132, &q);
+        test_check(p.n_vtiles > 1 && p.chunk >= 2048 && p.vocab_tile % p.stat_tile == 0 && p.total <= (size_t)160 << 20 &&
+                       (double)dw_tiles / (double)(waves * 132) >= 0.95 && q.chunk == p.chunk &&
+                       q.vocab_tile == p.vocab_tile && q.total == p.total,
+                   "lib: Hopper plan at 65536 x 1024 x 176256 (160 MiB): chunks of %lld, vocabulary tiles of %lld "
+                   "(%lld d_W tiles, %lld waves)", (long long)p.chunk, (long long)p.vocab_tile, (long long)dw_tiles,
+                   (long long)waves);
+    }
     flce_dev_set_plan_sms(0);
 }
 
