@@ -169,8 +169,10 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         });
     }
     if (t->d_hidden != NULL) {
-        // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order
-        float *part = (float *)(s->ws + p->off_dh_part);
+        // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order;
+        // in one part over vocabulary tiles, the GEMM adds to the fp32 accumulator itself (each
+        // element once a launch, the launches in order: deterministic) with no partial to sum
+        float *part = (float *)(s->ws + p->off_dh_part), *dh32 = (float *)(s->ws + p->off_dh32);
         sm90_problem q = {};
         q.a = E;
         q.b = {w_tile, w, H, H};
@@ -181,24 +183,35 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         a.r = *r;
         void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
         const int parts = sm90_make_shape(q).splits;
+        const int direct = p->dh_accumulator && parts == 1, add = direct && v0 > 0;
+        if (direct) q.d.ptr = dh32;
+        float *out = direct ? dh32 : part;  // where the GEMM's product lands
         const int64_t n = rows * H;
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
+            cudaError_t err;
             if (r->sc) {
-                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh_sc, float, 0, 1>(q, a, s->stream)));
+                err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true>, float, 0, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dh_sc<false>, float, 0, 1>(q, a, s->stream);
+                FLCE_HOPPER_TRY("d_hidden GEMM", err);
                 flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
-                                                                                                (int)w, part);
+                                                                                                (int)w, out);
                 FLCE_HOPPER_TRY("d_hidden target kernel", cudaGetLastError());
             } else if (r->xf) {
-                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream)));
+                err = add ? sm90_gemm_launch<flce_sm90_dh<true, true>, float, 0, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream);
+                FLCE_HOPPER_TRY("d_hidden GEMM", err);
             } else {
-                FLCE_HOPPER_TRY("d_hidden GEMM", (sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream)));
+                err = add ? sm90_gemm_launch<flce_sm90_dh<false, true>, float, 0, 1>(q, a, s->stream)
+                          : sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream);
+                FLCE_HOPPER_TRY("d_hidden GEMM", err);
             }
             if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
-                float *dh32 = (float *)(s->ws + p->off_dh32);
-                flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
-                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+                if (!direct) {
+                    flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
+                    FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
+                }
                 if (last) FLCE_TRY(flce_finish_dh(s, dh, dh32, rows));
             } else if (cfg->d_hidden_dtype == FLCE_FP32) {
                 flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(

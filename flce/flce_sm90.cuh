@@ -397,7 +397,8 @@ struct flce_sm90_grad_args {
     flce_sm90_rows r;
 };
 
-template <bool XF>
+// ADD: the product is added to D (a d_h summed over vocabulary tiles in one K part), else stored
+template <bool XF, bool ADD = false>
 struct flce_sm90_dh : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
@@ -489,7 +490,7 @@ struct flce_sm90_dh : sm90_policy_base {
     // the fp32 partial of this K part
     __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
-        sm90_store_tile<float, false>(st, th, map_d, d, tile);
+        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
     }
 };
 
@@ -500,7 +501,8 @@ struct flce_sm90_dh : sm90_policy_base {
 // flce_sm90_dh_target_kernel adds it to the partial). Each stage brings the exponents of its
 // 128 rows for its statistics tile (128 bytes), where the plain transform reads every row's
 // scale from global memory as its K loop enters a tile and forms dz with two bf16x2 FMAs a
-// pair and a vote for the target.
+// pair and a vote for the target. ADD as flce_sm90_dh's.
+template <bool ADD = false>
 struct flce_sm90_dh_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
     struct TileState {
@@ -562,7 +564,7 @@ struct flce_sm90_dh_sc : sm90_policy_base {
         const float v0 = r0 < a.r.rows ? a.r.vrow[r0] : 0.0f, v1 = r0 + 8 < a.r.rows ? a.r.vrow[r0 + 8] : 0.0f;
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] *= (i & 2) ? v1 : v0;
-        sm90_store_tile<float, false>(st, th, map_d, d, tile);
+        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
     }
 };
 
