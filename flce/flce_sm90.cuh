@@ -487,7 +487,7 @@ struct flce_sm90_dh : sm90_policy_base {
         }
     }
 
-    // the fp32 partial of this K part
+    // the fp32 partial of this K part (ADD: the tile's product added to the accumulator)
     __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
@@ -498,7 +498,7 @@ struct flce_sm90_dh : sm90_policy_base {
 // row and statistics tile (exact in bf16), v per row. The GEMM takes A = u_t e (one bf16x2
 // multiply a pair, exact) and applies each row's v to the accumulators in the epilogue; the
 // target's term is in E by then (flce_sm90_target_kernel; where it could not be,
-// flce_sm90_dh_target_kernel adds it to the partial). Each stage brings the exponents of its
+// flce_sm90_dh_target_kernel adds it to the GEMM's output). Each stage brings the exponents of its
 // 128 rows for its statistics tile (128 bytes), where the plain transform reads every row's
 // scale from global memory as its K loop enters a tile and forms dz with two bf16x2 FMAs a
 // pair and a vote for the target. ADD as flce_sm90_dh's.
@@ -557,7 +557,7 @@ struct flce_sm90_dh_sc : sm90_policy_base {
         }
     }
 
-    // the fp32 partial of this K part, each row times its v
+    // the fp32 partial of this K part (or, ADD, added to the accumulator), each row times its v
     __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
@@ -1003,9 +1003,10 @@ __global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, __nv_bf
 }
 
 // The scaled d_h's target terms where flce_sm90_target_kernel could not move them into E (rare:
-// the term is then still non-zero): the first K part's partial of row i gains dz_y W[y_i] for
-// the chunk's rows whose target is in the tile's columns [voff, voff + w), a warp a row (each
-// row's own, in place: deterministic). w_tile: W's rows of the tile.
+// the term is then still non-zero): the first K part's partial (or the d_h accumulator the GEMM
+// added to) of row i gains dz_y W[y_i] for the chunk's rows whose target is in the tile's columns
+// [voff, voff + w), a warp a row (each row's own, in place: deterministic). w_tile: W's rows of
+// the tile.
 template <typename T>
 __global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, int H, int w, float *part) {
     if (*r.untaken == 0) return;  // (the common case: every term went into E)
