@@ -24,9 +24,10 @@ holding the (N, V) logits. Two schedules, chosen from the caller's workspace by 
   chunks  tokens in chunks, the whole vocabulary per chunk: 3 GEMMs (logits, d_h, d_W); the
           default whenever a chunk of useful size fits (a 1 GiB workspace at V = 176K)
   tiles   chunks x vocabulary tiles: the logits of a tile are computed twice, once for the
-          row statistics and once for the gradients (4 GEMMs), but d_W is re-read once per
-          chunk of thousands of tokens rather than of a few hundred: the fast way under a
-          small workspace (~160 MiB) at large vocabularies.
+          row statistics and once for the gradients (4 GEMMs; on the Hopper path the first
+          tile's once), but d_W is re-read once per chunk of thousands of tokens rather
+          than of a few hundred: the fast way under a small workspace (~160 MiB) at large
+          vocabularies.
 Rows V..Vp-1 of W are padding: never a target, excluded from the softmax, and their gradient
 is zero.
 

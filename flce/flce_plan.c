@@ -436,11 +436,15 @@ static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t 
 /*
 The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
 whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
-once for the row statistics and once more for the gradients). The terms are what the H200
-measurements in dev/RESULTS.md show (the constants are fitted to them): GEMM time, longer when
-the chunk or tile is short (a k or n of 128 halves the rate); the bytes the row passes and the
-logits GEMMs move per logit; the fp32 d_W read and written again by every chunk after the
-first; the fp32 d_h of a chunk read and written by every tile; and a fixed cost per launch.
+once for the row statistics and once more for the gradients, on the Hopper path but for the
+first tile, whose E the statistics pass writes). The terms are what the H200 measurements in
+dev/RESULTS.md show (the constants are fitted to them): GEMM time, longer when the chunk or
+tile is short (a k or n of 128 halves the rate); the bytes the row passes and the logits GEMMs
+move per logit; the fp32 d_W read and written again by every chunk after the first (with the
+Hopper path's cuBLASLt gradients only what their d_W GEMM's products do not cover: counted in
+full, they sent 16384 x 4096 x 151936 in 300 MiB to tiles that ran 5% slower than chunks of
+768 tokens); the fp32 d_h of a chunk read and written by every tile; and a fixed cost per
+launch.
 Only the comparison of two schedules matters, not the absolute value.
 */
 static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
@@ -472,10 +476,21 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
                     one += flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, FLCE_SM90_BN, p->sm90, rate);
                 waves += count * one;
             }
+            if (backward)  // the first tile's E comes with the statistics: one logits GEMM less a chunk
+                for (int k = 0; k < 2; k++)
+                    waves -= (double)(k ? 1 : p->n_chunks - 1) *
+                             flce_sm90_waves_time(k ? last : C, p->vocab_tile, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
+                                                  p->sm90, rate);
             t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;
         }
         double bytes = backward ? N * V * 6.0 : 0.0;
-        if (backward && needs_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+        if (backward && needs_dw && !p->lt_backward) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+        if (backward && needs_dw && p->lt_backward) {
+            // cuBLASLt's d_W GEMM adds a chunk's product to d_W behind its products (beta = 1):
+            // only what its product's time does not cover shows (a chunk under ~800 tokens)
+            const double over = Vp * H * 8.0 / bandwidth - 2.0 * (double)p->chunk * V * H / rate;
+            if (over > 0.0) t += ((double)p->n_chunks - 0.5) * over;
+        }
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
         if (backward && p->lt_backward) bytes += N * V * 4.0;  // dlogits written over E
         t += bytes / bandwidth;

@@ -6,9 +6,10 @@ wide schedule where there is no bias, softcap or weighted smoothing, else 256: f
 flce_sm90_stat_tile) and E = exp(z - tile max) in bf16; the merge kernel turns the statistics
 into the LSE, the loss and each row's and tile's coefficients; the d_h and d_W GEMMs form
 dlogits from E as they load it (or, lt_backward, a pass writes dlogits over E and the cuBLASLt
-path's gradient GEMMs take them: flce_lt.cu's flce_tile_backward). With vocabulary tiles a first logits GEMM over the whole vocabulary
-writes the statistics only and each tile's E is computed again, bitwise the same. The call's
-prepare and finalize steps are flce.cu's.
+path's gradient GEMMs take them: flce_lt.cu's flce_tile_backward). With vocabulary tiles a
+first logits GEMM over the whole vocabulary writes the statistics and the first tile's E, and
+each further tile's E is computed again, bitwise the same. The call's prepare and finalize
+steps are flce.cu's.
 */
 #include "flce_call.cuh"
 #include "flce_sm90.cuh"
@@ -305,8 +306,10 @@ static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const
 }
 
 // Per chunk: the logits GEMM (statistics and E), the merge, the gradient GEMMs. With
-// vocabulary tiles, a first logits GEMM over the whole vocabulary writes the statistics only,
-// then each tile's E is computed again (bitwise the same accumulators) for its gradients.
+// vocabulary tiles, a first logits GEMM over the whole vocabulary writes the statistics (and
+// the first tile's E, which holds each statistics tile's own scale, not the row's LSE, and so
+// serves that tile's gradients after the merge as it is), then each further tile's E is
+// computed again (bitwise the same accumulators) for its gradients.
 template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flce_call_state<T, TL, Tgt> *s) {
     const flce_config *cfg = s->cfg;
     const flce_plan *p = s->p;
@@ -344,14 +347,21 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
         s->ra.row0 = c0;
         if (tiled) {
             r.voff = 0;
-            FLCE_TRY(flce_hopper_logits(s, &r, c0, V, 0, 1));
+            if (s->backward) {  // (a tiled plan has V > tile)
+                FLCE_TRY(flce_hopper_logits(s, &r, c0, tile, 1, 1));
+                r.voff = (int)tile;
+                FLCE_TRY(flce_hopper_logits(s, &r, c0, V - tile, 0, 1));
+                r.voff = 0;
+            } else {
+                FLCE_TRY(flce_hopper_logits(s, &r, c0, V, 0, 1));
+            }
             FLCE_TRY(flce_hopper_merge(s, &r, c0));
             if (!s->backward) continue;
         }
         for (int64_t v0 = 0; v0 < V; v0 += tile) {
             const int64_t w = V - v0 < tile ? V - v0 : tile;
             r.voff = (int)v0;
-            FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
+            if (!tiled || v0 > 0) FLCE_TRY(flce_hopper_logits(s, &r, c0, w, s->backward, !tiled));
             if (!tiled) FLCE_TRY(flce_hopper_merge(s, &r, c0));
             if (r.sc && s->backward) {  // the targets' e out of E (flce_sm90_zero_target_kernel)
                 flce_context *ctx = s->ctx;
