@@ -463,24 +463,23 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
             t += flce_sm90_dh_time(cfg, p, rate) - gemm;
         if (tiled) {
             // the tile schedule's GEMMs of a chunk and tile, a few waves each: the logits GEMM
-            // (twice), and the fused d_W GEMM (cuBLASLt's tiles are its own)
+            // (once for the statistics and, backward, once more but for the first tile, whose E
+            // comes with the statistics), and the fused d_W GEMM (cuBLASLt's tiles are its own)
             const int64_t C = p->chunk, last = cfg->n_tokens - (p->n_chunks - 1) * C;
             const int64_t lastv = cfg->vocab - (p->n_vtiles - 1) * p->vocab_tile;
             double waves = 0.0;
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 4; k++) {  // (full or last chunk) x (full or last tile)
                 const int64_t rows = k & 1 ? last : C, cols = k & 2 ? lastv : p->vocab_tile;
-                const double count = (double)(k & 1 ? 1 : p->n_chunks - 1) * (double)(k & 2 ? 1 : p->n_vtiles - 1);
-                double one = (backward ? 2.0 : 1.0) *
-                             flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile, p->sm90, rate);
+                const double chunks = (double)(k & 1 ? 1 : p->n_chunks - 1);
+                const double tiles = (double)(k & 2 ? 1 : p->n_vtiles - 1);
+                const double logits = backward ? 2.0 * tiles - (k & 2 ? 0.0 : 1.0) : tiles;
+                double one = logits * flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
+                                                           p->sm90, rate);
                 if (backward && !p->lt_backward)
-                    one += flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, FLCE_SM90_BN, p->sm90, rate);
-                waves += count * one;
+                    one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, FLCE_SM90_BN, p->sm90,
+                                                        rate);
+                waves += chunks * one;
             }
-            if (backward)  // the first tile's E comes with the statistics: one logits GEMM less a chunk
-                for (int k = 0; k < 2; k++)
-                    waves -= (double)(k ? 1 : p->n_chunks - 1) *
-                             flce_sm90_waves_time(k ? last : C, p->vocab_tile, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
-                                                  p->sm90, rate);
             t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;
         }
         double bytes = backward ? N * V * 6.0 : 0.0;
