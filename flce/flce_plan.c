@@ -483,12 +483,13 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
             t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;
         }
         double bytes = backward ? N * V * 6.0 : 0.0;
-        if (backward && needs_dw && !p->lt_backward) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
-        if (backward && needs_dw && p->lt_backward) {
-            // cuBLASLt's d_W GEMM adds a chunk's product to d_W behind its products (beta = 1):
-            // only what its product's time does not cover shows (a chunk under ~800 tokens)
+        if (backward && needs_dw) {
+            // the fp32 d_W read and written again by each chunk; cuBLASLt's d_W GEMM does that
+            // behind its products (beta = 1): only what its product's time does not cover shows
+            // (a chunk under ~800 tokens)
             const double over = Vp * H * 8.0 / bandwidth - 2.0 * (double)p->chunk * V * H / rate;
-            if (over > 0.0) t += ((double)p->n_chunks - 0.5) * over;
+            if (!p->lt_backward) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+            else if (over > 0.0) t += ((double)p->n_chunks - 0.5) * over;
         }
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
         if (backward && p->lt_backward) bytes += N * V * 4.0;  // dlogits written over E
