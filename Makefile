@@ -175,7 +175,7 @@ $(BUILD)/attention_bench: dev/attention_bench.cu dev/common.cuh flce/flce.h test
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/attention_bench.cu $(NVCC_LIBS)
 
 # --- tests ------------------------------------------------------------------------------
-$(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h | $(BUILD)
+$(BUILD)/test_cpu.o: test/test_cpu.c $(TEST_HEADERS) flce/flce.h flce/flce_internal.h | $(BUILD)
 	$(CC) $(CFLAGS) -pthread -DFLCE_HAVE_LIB -c $< -o $@
 
 # (the vocabulary-parallel checks run their ranks as threads: test/vp_comm.h)
