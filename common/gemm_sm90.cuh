@@ -46,6 +46,12 @@ that the kernel calls at fixed points (see sm90_plain below):
     weight (a 3-D map the caller makes, sm90_gemm_run), the tile advancing by TILE_N = BN / 2
     columns: llmc/matmul_sm90.cuh's SwiGLU forward gets a channel's gate and up columns into
     the same thread's accumulators that way.
+  - CLUSTER_M = 2: CTAs in clusters of two on adjacent row tiles of one column (cooperative
+    tiles, an MN-major B): each CTA's producer loads half of a stage's B box and multicasts
+    it into both CTAs, and each consumer warpgroup frees a stage in both, so that B crosses
+    from L2 once for the pair (flce's d_W, whose B, v' h, every row tile of the vocabulary
+    reads again). The remote release is the arrive's default (CTA-scope) one: at cluster
+    scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md).
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
@@ -170,6 +176,38 @@ __device__ __forceinline__ void sm90_tma_load_3d(void *dst, const CUtensorMap *m
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
         "[%5];" ::"r"(sm90_smem(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(sm90_smem(bar))
         : "memory");
+}
+
+// A 2-D box into the same shared-memory offset of every CTA of the cluster in cta_mask, each
+// completing on its own barrier at bar's offset.
+__device__ __forceinline__ void sm90_tma_load_mc(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar,
+                                                 uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+        "[%1, {%2, %3}], [%4], %5;" ::"r"(sm90_smem(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(sm90_smem(bar)),
+        "h"(cta_mask)
+        : "memory");
+}
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t sm90_cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// An arrival on the barrier at bar's offset in CTA `cta` of the cluster (release: this thread's
+// reads of the stage it frees come first).
+__device__ __forceinline__ void sm90_mbar_arrive_remote(uint64_t *bar, uint32_t cta) {
+    asm volatile(
+        "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; "
+        "mbarrier.arrive.shared::cluster.b64 _, [ra]; }" ::"r"(sm90_smem(bar)), "r"(cta)
+        : "memory");
+}
+
+// Every non-exited thread of the cluster, whole warps.
+__device__ __forceinline__ void sm90_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // a plain copy of `bytes` (a multiple of 16, both addresses 16-byte aligned), completing on bar
@@ -563,6 +601,9 @@ struct sm90_policy_base {
     // up projections); rows past the map's second dimension are zeros, not the other half's.
     static constexpr int TILE_N = 0;
     static constexpr bool B_HALVES = false;
+    // 2: CTAs in clusters of two on adjacent row tiles of one column (cooperative, (K, N) B):
+    // each loads half of a stage's B box and multicasts it into both, and frees a stage in both
+    static constexpr int CLUSTER_M = 1;
     template <class Args>
     __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
     template <class Args, class TS>
@@ -742,13 +783,17 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     // could wait on a stage two phases ahead of where its barrier is, which a parity wait
     // cannot tell from the phase before (and the turns keep the products one tile at a time).
     uint64_t *turn_bar = empty + STAGES;
+    constexpr bool MC = P::CLUSTER_M == 2;
+    static_assert(!MC || (TRANS_B && !P::PINGPONG && P::WG_M == 64 && !P::B_HALVES && P::BN == 256),
+                  "clusters: cooperative tiles on a (K, N) B");
+    const uint32_t rank = MC ? sm90_cluster_rank() : 0u;
     const int wg = threadIdx.x / 128;
     const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             sm90_mbar_init(&full[s], 1);      // the producer's expect_tx
-            sm90_mbar_init(&empty[s], P::PINGPONG ? 1 : 2);  // one per warpgroup that reads it
+            sm90_mbar_init(&empty[s], (P::PINGPONG ? 1 : 2) * P::CLUSTER_M);  // one per warpgroup that reads it
         }
         sm90_mbar_init(&turn_bar[0], 1);
         sm90_mbar_init(&turn_bar[1], 1);
@@ -757,7 +802,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 sm90_mbar_init((uint64_t *)(smem + L::BOX_BARS) + i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (MC) sm90_cluster_sync();  // the pair's barriers initialized before either signals the other's
+    else __syncthreads();
 
     if (wg == 0) {
         sm90_setmaxnreg_dec<40>();
@@ -778,7 +824,11 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 }
                 if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K
                     static_assert(!(TRANS_B && P::B_HALVES), "B halves: K-major B");
-                    for (int i = 0; i < P::BN / 64; i++) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
+                    for (int i = 0; i < P::BN / 64; i++) {
+                        if (!MC) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
+                        else if (i / 2 == (int)rank)  // this CTA's half, into both
+                            sm90_tma_load_mc(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s], 0x3);
+                    }
                 } else if (P::B_HALVES) {  // two boxes of 64 K x BN / 2 rows: rows n0 .. of each half
                     sm90_tma_load_3d(sb, &map_b, k0, tile.n0, 0, &full[s]);
                     sm90_tma_load_3d(sb + B_BYTES / 2, &map_b, k0, tile.n0, 1, &full[s]);
@@ -836,19 +886,29 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 else sm90_consumer_step<P, TRANS_A, TRANS_B, 1>(args, ts, d, af, sa, sb, sx, tile, k, acc0, th);
                 // the previous step's products are done: its stage (and A registers) are free
                 sm90_wgmma_wait<1>();
-                if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
+                if (prev >= 0 && th.lt == 0) {
+                    sm90_mbar_arrive(&empty[prev]);
+                    if (MC) sm90_mbar_arrive_remote(&empty[prev], rank ^ 1u);
+                }
                 prev = s;
                 it++;
             }
         }
         if (P::PINGPONG && th.lt == 0) sm90_mbar_arrive(&turn_bar[turn]);
         sm90_wgmma_wait<0>();
-        if (prev >= 0 && th.lt == 0) sm90_mbar_arrive(&empty[prev]);
+        if (prev >= 0 && th.lt == 0) {
+            sm90_mbar_arrive(&empty[prev]);
+            if (MC) sm90_mbar_arrive_remote(&empty[prev], rank ^ 1u);
+        }
         sm90_fence_acc(d);
         if constexpr (P::X_OUT || P::X_IN) P::epilogue(args, d, tile, th, st, &map_d, &map_x);
         else P::epilogue(args, d, tile, th, st, &map_d);
     }
     if (th.lt % 32 == 0) sm90_bulk_wait_all();
+    if (MC) {  // no CTA leaves while the other may still arrive on its barriers
+        __syncwarp();
+        sm90_cluster_sync();
+    }
 #endif
 }
 
@@ -997,6 +1057,33 @@ static cudaError_t sm90_gemm_run(const CUtensorMap &ma, const CUtensorMap &mb, c
     e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
+    if (P::CLUSTER_M == 2) {
+        // pairs of row tiles: an even count (a last tile past M loads zeros and stores nothing)
+        // in raster groups of an even count, so that tiles 2i and 2i + 1 are adjacent rows of
+        // one column; an even grid of at most the clusters that fit at once
+        sm90_shape sh = shape;
+        sh.tiles_m += sh.tiles_m & 1;
+        sh.group_m += sh.group_m & 1;
+        const long long tiles = (long long)sh.tiles_m * sh.tiles_n * sh.splits;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.blockDim = dim3(SM90_THREADS);
+        cfg.dynamicSmemBytes = L::TOTAL;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cfg.gridDim = dim3((unsigned)((tiles < sms ? tiles : sms) & ~1LL));
+        int clusters = 0;
+        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+        if (e != cudaSuccess) return e;
+        if (clusters < 1) return cudaErrorInvalidConfiguration;
+        if (cfg.gridDim.x > 2u * (unsigned)clusters) cfg.gridDim.x = 2u * (unsigned)clusters;
+        return cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, mx, sh, args);
+    }
     const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
     const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
     kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, shape, args);
