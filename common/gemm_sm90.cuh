@@ -793,7 +793,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             sm90_mbar_init(&full[s], 1);      // the producer's expect_tx
-            sm90_mbar_init(&empty[s], (P::PINGPONG ? 1 : 2) * P::CLUSTER_M);  // one per warpgroup that reads it
+            // one per warpgroup that reads it, in both CTAs of a cluster (each loads into both)
+            sm90_mbar_init(&empty[s], (P::PINGPONG ? 1 : 2) * P::CLUSTER_M);
         }
         sm90_mbar_init(&turn_bar[0], 1);
         sm90_mbar_init(&turn_bar[1], 1);
