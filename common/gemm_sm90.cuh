@@ -196,8 +196,9 @@ __device__ __forceinline__ uint32_t sm90_cluster_rank() {
     return r;
 }
 
-// An arrival on the barrier at bar's offset in CTA `cta` of the cluster (release: this thread's
-// reads of the stage it frees come first).
+// An arrival on the barrier at bar's offset in CTA `cta` of the cluster, with the arrive's
+// default release at CTA scope (one at cluster scope, every K step, stalled the kernel:
+// dev/RESULTS.md).
 __device__ __forceinline__ void sm90_mbar_arrive_remote(uint64_t *bar, uint32_t cta) {
     asm volatile(
         "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; "

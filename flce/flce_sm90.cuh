@@ -714,7 +714,7 @@ struct flce_sm90_dw : sm90_policy_base {
 // u_t's exponents where the plain transform brings 1,408 bytes of coefficients read with 26
 // shared loads a step: the d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md),
 // so that is the gain. Its CTAs run in clusters of two that share v' h's box of each stage
-// (CLUSTER_M, common/gemm_sm90.cuh): 20% fewer bytes from L2, 1-4% off the GEMM.
+// (CLUSTER_M, common/gemm_sm90.cuh): 19% fewer bytes from L2, 1-4% off the GEMM.
 template <bool ADD>
 struct flce_sm90_dw_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
