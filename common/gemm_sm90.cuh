@@ -85,6 +85,7 @@ other targets compile it to nothing, define no SM90_GEMM_BUILD, and callers use 
 #define SM90_BOX_BYTES 2048    // an epilogue box: a warp's 16 rows x 128 bytes
 #define SM90_CONSUMER_WARPS 8
 #define SM90_SMEM_LIMIT 232448 // the sm_90 per-block opt-in maximum (227 KiB)
+#define SM90_MAX_DEVICES 64     // devices whose cluster occupancy a launch remembers
 
 // ---------------------------------------------------------------------------------------
 // PTX wrappers
@@ -1059,14 +1060,17 @@ static cudaError_t sm90_gemm_run(const CUtensorMap &ma, const CUtensorMap &mb, c
     e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return e;
+    // clusters of two: pairs of row tiles, an even count (a last tile past M loads zeros and
+    // stores nothing) in raster groups of an even count, so that tiles 2i and 2i + 1 are
+    // adjacent rows of one column
+    sm90_shape sh = shape;
     if (P::CLUSTER_M == 2) {
-        // pairs of row tiles: an even count (a last tile past M loads zeros and stores nothing)
-        // in raster groups of an even count, so that tiles 2i and 2i + 1 are adjacent rows of
-        // one column; an even grid of at most the clusters that fit at once
-        sm90_shape sh = shape;
         sh.tiles_m += sh.tiles_m & 1;
         sh.group_m += sh.group_m & 1;
-        const long long tiles = (long long)sh.tiles_m * sh.tiles_n * sh.splits;
+    }
+    const long long tiles = (long long)sh.tiles_m * sh.tiles_n * sh.splits;
+    unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+    if (P::CLUSTER_M == 2) {
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -1078,17 +1082,22 @@ static cudaError_t sm90_gemm_run(const CUtensorMap &ma, const CUtensorMap &mb, c
         cfg.stream = stream;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        cfg.gridDim = dim3((unsigned)((tiles < sms ? tiles : sms) & ~1LL));
-        int clusters = 0;
-        e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-        if (e != cudaSuccess) return e;
-        if (clusters < 1) return cudaErrorInvalidConfiguration;
-        if (cfg.gridDim.x > 2u * (unsigned)clusters) cfg.gridDim.x = 2u * (unsigned)clusters;
+        // an even grid of at most the clusters resident at once; that count is fixed for a
+        // kernel on a device, so it is asked once per device
+        static int max_clusters[SM90_MAX_DEVICES];
+        int clusters = dev < SM90_MAX_DEVICES ? __atomic_load_n(&max_clusters[dev], __ATOMIC_RELAXED) : 0;
+        if (clusters < 1) {
+            cfg.gridDim = dim3(2);
+            e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+            if (e != cudaSuccess) return e;
+            if (clusters < 1) return cudaErrorInvalidConfiguration;
+            if (dev < SM90_MAX_DEVICES) __atomic_store_n(&max_clusters[dev], clusters, __ATOMIC_RELAXED);
+        }
+        if (grid > 2u * (unsigned)clusters) grid = 2u * (unsigned)clusters;
+        cfg.gridDim = dim3(grid & ~1u);
         return cudaLaunchKernelEx(&cfg, kernel, ma, mb, md, mx, sh, args);
     }
-    const long long tiles = (long long)shape.tiles_m * shape.tiles_n * shape.splits;
-    const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
-    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, shape, args);
+    kernel<<<grid, SM90_THREADS, L::TOTAL, stream>>>(ma, mb, md, mx, sh, args);
     return cudaGetLastError();
 }
 
