@@ -601,6 +601,7 @@ template <bool ADD, bool XF, typename OutT = float>
 struct flce_sm90_dw : sm90_policy_base {
     static_assert(sizeof(OutT) == 4 || !ADD, "a bf16 d_W is written, not added to");
     typedef flce_sm90_grad_args Args;
+    static constexpr int CLUSTER_M = 2;  // adjacent vocabulary tiles share h's box of each stage
     struct TileState {
         int v[2];                  // the thread's two vocabulary rows: 16 w + g, + 8
         float w[2];                // XF: their class weights
