@@ -149,7 +149,7 @@ static inline int64_t flce_vocab_cut(int64_t w) { return w / FLCE_VOCAB_ALIGN * 
 //   0 (the default): plan the path new contexts take on the current device.
 void flce_dev_set_plan_sms(int sms);
 //   The Hopper path's gradients: 1 from dlogits written over E, by cuBLASLt's GEMMs; 0 from the
-//   fused GEMMs; -1 (the default): 1 for H >= 2048 (flce_plan.c's flce_sm90_lt_backward).
+//   fused GEMMs; -1 (the default): by H and the schedule (flce_plan.c's flce_sm90_lt_backward).
 void flce_dev_set_lt_backward(int mode);
 //   The Hopper path's statistics tile for the plans made from then on (process-wide): 1 the
 //   192-column tiles of the wide logits schedule wherever its epilogue serves (no bias, softcap

@@ -261,25 +261,28 @@ static double flce_sm90_waves_time(int64_t M, int64_t N, int64_t K, int64_t bm, 
 /*
 The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
 load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
-and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs ran
-slower than cuBLASLt's on stored dlogits (the d_W GEMM most: its transform needs per-token
-coefficients every K step), a cost per logit that grows with H, while the pass's cost per
-logit does not: on an H200 (dev/RESULTS.md) the pass won at H = 4096 and lost at H = 768 and
-1024. The pass also won where the fused GEMMs' 256-column tiles fit H badly: at H = 896 (3.5
-tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8% faster
-(three alternated rounds); the rule takes that for any H of 512 or more whose last tile is
-mostly empty (measured at 896 only). flce_dev_set_lt_backward (flce_internal.h) forces either,
-for dev/ and the tests (read when a plan is made: the layouts differ).
+and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs' cost
+per logit grows with H (the d_W GEMM's transform needs per-token coefficients every K step),
+the pass's does not: on an H200 (dev/RESULTS.md, with both d_W GEMMs in clusters of two) the
+fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128256, 2-4% at
+32768 x 2048) and loses at 3072 (2-3%) and 4096 (up to 2%), and in the tile schedule (lean
+workspaces) at 2048 too (up to 2%). The pass also wins where the fused GEMMs' 256-column tiles
+fit H badly: at H = 896 (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's
+gradients made the call 3-8% faster; the rule takes that for any H of 512 or more whose last
+tile is mostly empty (measured at 896 only). Known from the config and whether the plan has
+vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/ and the
+tests (read when a plan is made: the layouts differ).
 */
-#define FLCE_LT_BACKWARD_MIN_H 2048
+#define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
+#define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
 static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
 
 void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
 
-static int flce_sm90_lt_backward(const flce_config *cfg) {
+static int flce_sm90_lt_backward(const flce_config *cfg, int tiled) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
-    return H >= FLCE_LT_BACKWARD_MIN_H || (H >= 512 && (covered - H) * 10 > H);
+    return H >= (tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H) || (H >= 512 && (covered - H) * 10 > H);
 }
 
 /*
@@ -318,7 +321,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     p->vocab_tile = vtile < span ? vtile : span;
     p->n_vtiles = (span + p->vocab_tile - 1) / p->vocab_tile;
     const int tiled = p->n_vtiles > 1;
-    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg);
+    // (the route by the padded vocabulary's tiles under vocab_parallel, as the plan every rank
+    // shares saw them: the last rank's fewer real classes may fit one tile)
+    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span));
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);

@@ -1505,19 +1505,23 @@ static void test_hopper_plans(void) {
 // the same chunk), and cuBLASLt's gradients where H's last 256-column tile is mostly empty.
 static void test_hopper_plan_choices(void) {
     flce_dev_set_plan_sms(132);
-    struct { int64_t N, H, V; int lt; } cases[] = {{32768, 896, 151936, 1},  {32768, 1536, 151936, 0},
-                                                 {16384, 2048, 128256, 1}, {65536, 768, 50304, 0},
-                                                 {65536, 1024, 176256, 0}, {16384, 1152, 128256, 1}};
+    // (1 GiB: the chunk schedule; 160 MiB: the tile schedule, where H = 2048 takes cuBLASLt's)
+    struct { int64_t N, H, V, mib; int lt; } cases[] = {
+        {32768, 896, 151936, 1024, 1},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
+        {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 1}, {65536, 768, 50304, 1024, 0},
+        {65536, 1024, 176256, 1024, 0}, {16384, 1152, 128256, 1024, 1}, {16384, 2048, 128256, 160, 1},
+        {65536, 1024, 176256, 160, 0}};
     for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         flce_config c;
         flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
         size_t ws = 0;
-        const flce_status st = flce_workspace_size(&c, (size_t)1 << 30, &ws);
+        const flce_status st = flce_workspace_size(&c, (size_t)cases[i].mib << 20, &ws);
         flce_plan p;
         flce_make_plan(&c, ws, 1, 1, 132, &p);
-        test_check(st == FLCE_OK && p.lt_backward == cases[i].lt, "lib: Hopper plan at %lld x %lld x %lld: %s gradients",
-                   (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab,
-                   p.lt_backward ? "cuBLASLt's" : "fused");
+        test_check(st == FLCE_OK && p.lt_backward == cases[i].lt,
+                   "lib: Hopper plan at %lld x %lld x %lld in %lld MiB: %s gradients (%lld vocabulary tile(s))",
+                   (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, (long long)cases[i].mib,
+                   p.lt_backward ? "cuBLASLt's" : "fused", (long long)p.n_vtiles);
     }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
