@@ -282,7 +282,8 @@ void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1
 static int flce_sm90_lt_backward(const flce_config *cfg, int tiled) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
-    return H >= (tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H) || (H >= 512 && (covered - H) * 10 > H);
+    const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
+    return H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
 /*
