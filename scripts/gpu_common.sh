@@ -15,7 +15,10 @@ OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
-git log -1 --format='%H %cd' > "$OUT/commit.txt" 2>/dev/null || echo "no git" > "$OUT/commit.txt"
+# (FLCE_COMMIT, as scripts/bench_peers.py reads it: where the copy's git history is not its
+# tree's, as on a GPU machine's copy of a checkout with commits not landed)
+if [ -n "${FLCE_COMMIT:-}" ]; then echo "$FLCE_COMMIT" > "$OUT/commit.txt"
+else git log -1 --format='%H %cd' > "$OUT/commit.txt" 2>/dev/null || echo "no git" > "$OUT/commit.txt"; fi
 # the processes of the multi-GPU runs under mpirun (the -pn pairs of test_multigpu.sh are 2)
 MG_NP=${MG_NP:-2}
 
