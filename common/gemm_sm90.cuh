@@ -49,8 +49,8 @@ that the kernel calls at fixed points (see sm90_plain below):
   - CLUSTER_M = 2: CTAs in clusters of two on adjacent row tiles of one column (cooperative
     tiles, an MN-major B): each CTA's producer loads half of a stage's B box and multicasts
     it into both CTAs, and each consumer warpgroup frees a stage in both, so that B crosses
-    from L2 once for the pair (flce's d_W, whose B, v' h, every row tile of the vocabulary
-    reads again). The remote release is the arrive's default (CTA-scope) one: at cluster
+    from L2 once for the pair (flce's two d_W GEMMs, whose B, h or v' h, every row tile of
+    the vocabulary reads again). The remote release is the arrive's default (CTA-scope) one: at cluster
     scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md).
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
@@ -85,7 +85,7 @@ other targets compile it to nothing, define no SM90_GEMM_BUILD, and callers use 
 #define SM90_BOX_BYTES 2048    // an epilogue box: a warp's 16 rows x 128 bytes
 #define SM90_CONSUMER_WARPS 8
 #define SM90_SMEM_LIMIT 232448 // the sm_90 per-block opt-in maximum (227 KiB)
-#define SM90_MAX_DEVICES 64     // devices whose cluster occupancy a launch remembers
+#define SM90_MAX_DEVICES 64    // devices whose cluster occupancy a launch remembers
 
 // ---------------------------------------------------------------------------------------
 // PTX wrappers
