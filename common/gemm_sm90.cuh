@@ -50,8 +50,8 @@ that the kernel calls at fixed points (see sm90_plain below):
     tiles, an MN-major B): each CTA's producer loads half of a stage's B box and multicasts
     it into both CTAs, and each consumer warpgroup frees a stage in both, so that B crosses
     from L2 once for the pair (flce's two d_W GEMMs, whose B, h or v' h, every row tile of
-    the vocabulary reads again). The remote release is the arrive's default (CTA-scope) one: at cluster
-    scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md).
+    the vocabulary reads again). The remote release is the arrive's default (CTA-scope) one:
+    at cluster scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md).
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
