@@ -257,8 +257,13 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                 FLCE_HOPPER_TRY("d_weight target kernel",
                                 cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                flce_sm90_dw_target_kernel<T><<<(unsigned)((w + cols - 1) / cols), FLCE_DW_TARGET_THREADS, smem,
-                                                s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
+                int dev = 0, sms = 0;
+                FLCE_HOPPER_TRY("d_weight target kernel", cudaGetDevice(&dev));
+                FLCE_HOPPER_TRY("d_weight target kernel",
+                                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+                const int64_t groups = (w + cols - 1) / cols;  // one block an SM, each over its groups
+                flce_sm90_dw_target_kernel<T><<<(unsigned)(groups < sms ? groups : sms), FLCE_DW_TARGET_THREADS,
+                                                smem, s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
                 FLCE_HOPPER_TRY("d_weight target kernel", cudaGetLastError());
             } else if (bf16_out)
                 err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)

@@ -1029,7 +1029,10 @@ __global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, in
 // columns, takes its rows in order (a ballot per warp, the warps in order) and sums each
 // column's rows in shared memory, in fp32, then adds the sums to d_W: rows with one target add
 // in one order, whatever the grid (deterministic), and a frequent target (text has many) costs
-// shared-memory adds, not a chain of global read-modify-writes.
+// shared-memory adds, not a chain of global read-modify-writes. The grid is at most the SMs'
+// count (one block fills an SM's shared memory), each block taking column groups blockIdx.x,
+// + gridDim.x, ...: in the common case (no term left) the launch is that many blocks that
+// return at once, not one a column group (3,525 at V = 176256, H = 1024).
 #define FLCE_DW_TARGET_THREADS 256
 #define FLCE_DW_TARGET_SMEM (200 * 1024)
 #define FLCE_DW_TARGET_COLS(H) ((int)min((int64_t)64, (int64_t)FLCE_DW_TARGET_SMEM / (4 * (int64_t)(H))))
@@ -1040,35 +1043,37 @@ flce_sm90_dw_target_kernel(flce_sm90_rows r, const T *h, int H, int w, float *dw
     __shared__ unsigned mask[FLCE_DW_TARGET_THREADS / 32];
     if (*r.untaken == 0) return;  // (the common case: every term went into E)
     const int cols = FLCE_DW_TARGET_COLS(H);
-    const int lo = r.voff + blockIdx.x * cols, hi = min(lo + cols, r.voff + w);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint64_t touched = 0;  // the same in every thread: all take every row, in order
-    for (int i0 = 0; i0 < r.rows; i0 += FLCE_DW_TARGET_THREADS) {
-        const int i = i0 + threadIdx.x;
-        const int y = i < r.rows ? __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]) : -1;
-        const bool in = y >= lo && y < hi && r.coef[flce_sm90_coef(min(i, r.rows - 1), FLCE_COEF_CT)] != 0.0f;
-        const unsigned m = __ballot_sync(0xffffffffu, in);
-        if (lane == 0) mask[warp] = m;
-        __syncthreads();
-        for (int wi = 0; wi < FLCE_DW_TARGET_THREADS / 32; wi++)
-            for (unsigned b = mask[wi]; b != 0; b &= b - 1) {
-                const int row = i0 + 32 * wi + __ffs(b) - 1;
-                const int j = __float_as_int(r.coef[flce_sm90_coef(row, FLCE_COEF_Y)]) - lo;
-                const float ct = r.coef[flce_sm90_coef(row, FLCE_COEF_CT)];
-                const T *x = h + (int64_t)row * H;
-                float *a = acc + (int64_t)j * H;
-                const bool first = !((touched >> j) & 1);
-                for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS)
-                    a[c] = (first ? 0.0f : a[c]) - ct * to_float(x[c]);
-                touched |= 1ull << j;
-            }
-        __syncthreads();
-    }
-    for (int j = 0; j < hi - lo; j++)
-        if ((touched >> j) & 1) {
-            float *d = dw + (int64_t)(lo - r.voff + j) * H;
-            for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS) d[c] += acc[(int64_t)j * H + c];
+    for (int group = blockIdx.x; group * cols < w; group += gridDim.x) {
+        const int lo = r.voff + group * cols, hi = min(lo + cols, r.voff + w);
+        uint64_t touched = 0;  // the same in every thread: all take every row, in order
+        for (int i0 = 0; i0 < r.rows; i0 += FLCE_DW_TARGET_THREADS) {
+            const int i = i0 + threadIdx.x;
+            const int y = i < r.rows ? __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]) : -1;
+            const bool in = y >= lo && y < hi && r.coef[flce_sm90_coef(min(i, r.rows - 1), FLCE_COEF_CT)] != 0.0f;
+            const unsigned m = __ballot_sync(0xffffffffu, in);
+            if (lane == 0) mask[warp] = m;
+            __syncthreads();
+            for (int wi = 0; wi < FLCE_DW_TARGET_THREADS / 32; wi++)
+                for (unsigned b = mask[wi]; b != 0; b &= b - 1) {
+                    const int row = i0 + 32 * wi + __ffs(b) - 1;
+                    const int j = __float_as_int(r.coef[flce_sm90_coef(row, FLCE_COEF_Y)]) - lo;
+                    const float ct = r.coef[flce_sm90_coef(row, FLCE_COEF_CT)];
+                    const T *x = h + (int64_t)row * H;
+                    float *a = acc + (int64_t)j * H;
+                    const bool first = !((touched >> j) & 1);
+                    for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS)
+                        a[c] = (first ? 0.0f : a[c]) - ct * to_float(x[c]);
+                    touched |= 1ull << j;
+                }
+            __syncthreads();
         }
+        for (int j = 0; j < hi - lo; j++)
+            if ((touched >> j) & 1) {
+                float *d = dw + (int64_t)(lo - r.voff + j) * H;
+                for (int c = threadIdx.x; c < H; c += FLCE_DW_TARGET_THREADS) d[c] += acc[(int64_t)j * H + c];
+            }
+    }
 }
 
 // out (rows x H, bf16 or fp32) (+)= the sum of `parts` fp32 partials (rows x H each, part
