@@ -64,6 +64,10 @@ Method
              GPU sleep queued ahead (the host's work hidden, as in a training loop). With
              --c-bench PATH it also runs `PATH -v flce -s <all shapes>` (dev/flce_bench, its
              own process and int32 targets) once at the end and sets its "flce" row beside them.
+  power      (--power) nvidia-smi samples the GPU's power draw and SM clock every 20 ms through
+             each row's timed runs; the row's note gets their medians and the energy of a call
+             (median W x median ms). Under a sustained load the H200 sits at its power cap, where
+             a call's time follows its energy: two peers at one power differ in their clock.
   --time-limit  seconds from the start after which the remaining peers are reported as "not
              run"; the report (-o) and the chart (--png) are rewritten after each row, so a run
              stopped from outside still leaves what it measured.
@@ -76,7 +80,7 @@ chart of x floor per peer per shape with --png (matplotlib). The last line is
 Usage
   python3 scripts/bench_peers.py --dry-run           # no torch, no GPU: the plan, what imports
   python3 scripts/bench_peers.py -o peers.md --png peers.png [--shapes NxHxV|default|llama|all,...] [--peers a,b]
-      [--mode all|peers|overhead] [--c-bench build/flce_bench] [--time-limit S] [--kernels K]
+      [--mode all|peers|overhead] [--c-bench build/flce_bench] [--time-limit S] [--kernels K] [--power]
   (--kernels K: each row's K longest GPU kernels, launches and ms per call, under torch.profiler)
   python3 scripts/bench_peers.py --assemble /tmp/flce_whl   # reassemble the split wheel (below)
   Needs build/libflce.so for flce (make lib) or $FLCE_LIBRARY; flce/python is put on sys.path.
@@ -123,6 +127,7 @@ start, loses the parts already there):
   error; the other peers still run.
 """
 import argparse
+import contextlib
 import datetime
 import gc
 import hashlib
@@ -137,6 +142,7 @@ import site
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -697,6 +703,8 @@ def run(args, shapes, peers):
                         row.update(status="missing", error=note)
                     else:
                         res = measure(torch, fn, h, W, t, args)
+                        if "power" in res:
+                            row["note"] = "; ".join(x for x in (note, power_text(res.pop("power"), res["ms"])) if x)
                         res["x_floor"] = res["ms"] / floor_ms
                         res["loss_err"] = abs(res.pop("loss") - ref_loss) if math.isfinite(res["loss"]) else float("inf")
                         res["dh_err"] = rel_l2(torch, h.grad, ref_dh, ref_dh_norm)
@@ -870,6 +878,56 @@ def rel_l2(torch, g, ref, ref_norm):
     return math.sqrt(s) / ref_norm if ref_norm > 0 else float("nan")
 
 
+class GpuSampler:
+    """nvidia-smi's power draw (W) and SM clock (MHz) of one GPU every `ms` while the `with`
+    block runs (--power), read line by line by a thread. cmd: another sampler's command line
+    (one "watts, MHz" line a sample), for the CPU test."""
+
+    def __init__(self, device, ms=20, cmd=None):
+        self.cmd = cmd or ["nvidia-smi", "--query-gpu=power.draw,clocks.sm", "--format=csv,noheader,nounits",
+                           "-i", str(device), "-lms", str(ms)]
+        self.samples = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                w, mhz = (float(x) for x in line.split(",")[:2])
+            except ValueError:  # "[N/A]", a header, a short line
+                continue
+            self.samples.append((w, mhz))
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.thread.join(timeout=5)
+        return False
+
+    def summary(self):
+        """{power_w, clock_mhz, samples}: the medians, or None with no sample."""
+        if not self.samples:
+            return None
+        return dict(power_w=statistics.median(w for w, _ in self.samples),
+                    clock_mhz=statistics.median(c for _, c in self.samples), samples=len(self.samples))
+
+
+def power_text(p, ms):
+    """A row's note on its power samples (GpuSampler.summary) and call time."""
+    if p is None:
+        return "no power samples"
+    return "%.0f W, SM %.2f GHz, %.1f J a call (%d samples)" % (
+        p["power_w"], p["clock_mhz"] / 1000.0, p["power_w"] * ms / 1000.0, p["samples"])
+
+
 def measure(torch, fn, h, W, t, args):
     """Median fwd+bwd ms (CUDA events), then one more run for the peak extra memory and the
     outputs the errors are taken from (left in h.grad, W.grad)."""
@@ -898,7 +956,8 @@ def measure(torch, fn, h, W, t, args):
             last = once()
         reps = int(args.budget * 1000.0 / max(last, 1e-3))
         reps = max(args.min_reps, min(args.max_reps, reps))
-        times = [once() for _ in range(reps)]
+        with (GpuSampler(args.device) if args.power else contextlib.nullcontext()) as sampler:
+            times = [once() for _ in range(reps)]
     ms = statistics.median(times)
     spread = (max(times) - min(times)) / ms if ms > 0 else 0.0
 
@@ -916,8 +975,11 @@ def measure(torch, fn, h, W, t, args):
     grads = sum(g.numel() * g.element_size() for g in (h.grad, W.grad) if g is not None)
     loss_v = float(loss.detach().float().item())
     del loss
-    return dict(ms=ms, runs=len(times), spread=spread, cold=cold, loss=loss_v,
-                extra_mib=(peak - base - grads) / 2**20)
+    res = dict(ms=ms, runs=len(times), spread=spread, cold=cold, loss=loss_v,
+               extra_mib=(peak - base - grads) / 2**20)
+    if args.power:
+        res["power"] = sampler.summary() if not cold else None
+    return res
 
 
 def short_kernel(name):
@@ -1282,6 +1344,8 @@ def main(argv=None):
                     help="the flce-mem row's workspace budget (default 1536: about QuACK's memory)")
     ap.add_argument("--kernels", type=int, default=0, metavar="K",
                     help="also list each row's K longest GPU kernels per call (torch.profiler over 3 calls)")
+    ap.add_argument("--power", action="store_true",
+                    help="sample power draw and SM clock through each row's timed runs (nvidia-smi)")
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args(argv)
     if args.kernels < 0:
@@ -1299,6 +1363,8 @@ def main(argv=None):
     add_pth_dirs()
     if args.dry_run:
         return dry_run(args, shapes, peers)
+    if args.power and shutil.which("nvidia-smi") is None:
+        raise SystemExit("--power: no nvidia-smi on PATH to sample the GPU with")
     return run(args, shapes, peers)
 
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """CPU test of scripts/bench_peers.py's host side: kernel names shortened for --kernels (flce's
 templates, CuTe DSL's and Triton's names, torch's), the shape sets, the kernel table of the
-report, and the dry run (no torch, no GPU). The last line is "N passed, M failed".
+report, --power's sampler (on a stand-in for nvidia-smi) and the dry run (no torch, no GPU).
+The last line is "N passed, M failed".
 
     python3 test/test_bench_peers.py      (from the repository root)
 """
 import argparse
 import contextlib
 import io
+import sys
+import time
 
 from script_check import Checks, load_script
 
@@ -66,9 +69,29 @@ def main():
     check("c\\|d" in md, "a '|' in a kernel name is escaped")
     check("| (all 3 kernels) | 7 | 4.50 | |" in md, "the total row over all kernels")
 
+    # --power's sampler on a stand-in that prints nvidia-smi's lines (and one it cannot read)
+    fake = ("import sys, time\n"
+            "for w, c in ((600.5, 1500), (650.0, 1600), (700.0, 1700)): print('%s, %d' % (w, c), flush=True)\n"
+            "print('[N/A], [N/A]', flush=True)\n"
+            "time.sleep(30)\n")
+    sampler = bp.GpuSampler(0, cmd=[sys.executable, "-c", fake])
+    with sampler:
+        for _ in range(1000):  # until the stand-in's lines are read, 10 s at most (its sleep is cut by the exit)
+            if len(sampler.samples) == 3:
+                break
+            time.sleep(0.01)
+    summ = sampler.summary()
+    check(summ == dict(power_w=650.0, clock_mhz=1600.0, samples=3),
+          "the sampler's medians over the readable lines: %s" % summ)
+    check(sampler.proc.poll() is not None, "the sampler's process ends with the block")
+    check(bp.power_text(summ, 40.0) == "650 W, SM 1.60 GHz, 26.0 J a call (3 samples)",
+          "a row's power note: %s" % bp.power_text(summ, 40.0))
+    check(bp.power_text(None, 40.0) == "no power samples", "a row without samples says so")
+    check(bp.GpuSampler(0).summary() is None, "no samples: no summary")
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = bp.main(["--dry-run", "--shapes", "llama", "--peers", "flce,quack", "--kernels", "4"])
+        rc = bp.main(["--dry-run", "--shapes", "llama", "--peers", "flce,quack", "--kernels", "4", "--power"])
     check(rc == 0 and "OK: bench_peers dry run: 4 shapes, 2 peers" in out.getvalue(),
           "the dry run with --kernels: rc %s" % rc)
     err = io.StringIO()
