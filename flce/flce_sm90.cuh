@@ -1032,7 +1032,7 @@ __global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, in
 // shared-memory adds, not a chain of global read-modify-writes. The grid is at most the SMs'
 // count (one block fills an SM's shared memory), each block taking column groups blockIdx.x,
 // + gridDim.x, ...: in the common case (no term left) the launch is that many blocks that
-// return at once, not one a column group (3,525 at V = 176256, H = 1024).
+// return at once, not one a column group (3,526 at V = 176256, H = 1024).
 #define FLCE_DW_TARGET_THREADS 256
 #define FLCE_DW_TARGET_SMEM (200 * 1024)
 #define FLCE_DW_TARGET_COLS(H) ((int)min((int64_t)64, (int64_t)FLCE_DW_TARGET_SMEM / (4 * (int64_t)(H))))
