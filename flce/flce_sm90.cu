@@ -257,11 +257,8 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                 FLCE_HOPPER_TRY("d_weight target kernel",
                                 cudaFuncSetAttribute(flce_sm90_dw_target_kernel<T>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                int dev = 0, sms = 0;
-                FLCE_HOPPER_TRY("d_weight target kernel", cudaGetDevice(&dev));
-                FLCE_HOPPER_TRY("d_weight target kernel",
-                                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-                const int64_t groups = (w + cols - 1) / cols;  // one block an SM, each over its groups
+                // one block an SM (the plan's count), each over its groups of columns
+                const int64_t groups = (w + cols - 1) / cols, sms = p->sm90;
                 flce_sm90_dw_target_kernel<T><<<(unsigned)(groups < sms ? groups : sms), FLCE_DW_TARGET_THREADS,
                                                 smem, s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
                 FLCE_HOPPER_TRY("d_weight target kernel", cudaGetLastError());
