@@ -88,6 +88,15 @@ def main():
           "a row's power note: %s" % bp.power_text(summ, 40.0))
     check(bp.power_text(None, 40.0) == "no power samples", "a row without samples says so")
     check(bp.GpuSampler(0).summary() is None, "no samples: no summary")
+    which = bp.shutil.which
+    bp.shutil.which = lambda name: None  # a machine without nvidia-smi
+    try:
+        bp.main(["--shapes", "8192x768x50304", "--peers", "flce", "--power"])
+        check(False, "--power without nvidia-smi refused")
+    except SystemExit as e:
+        check("--power" in str(e) and "nvidia-smi" in str(e), "--power without nvidia-smi refused: %s" % e)
+    finally:
+        bp.shutil.which = which
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
