@@ -64,9 +64,10 @@ Method
              GPU sleep queued ahead (the host's work hidden, as in a training loop). With
              --c-bench PATH it also runs `PATH -v flce -s <all shapes>` (dev/flce_bench, its
              own process and int32 targets) once at the end and sets its "flce" row beside them.
-  power      (--power) nvidia-smi samples the GPU's power draw and SM clock every 20 ms through
-             each row's timed runs; the row's note gets their medians and the energy of a call
-             (median W x median ms). Under a sustained load the H200 sits at its power cap, where
+  power      (--power) nvidia-smi samples the GPU's power draw (power.draw.instant; power.draw,
+             a 1 s average on Ampere and later, where the driver lacks it) and SM clock every
+             20 ms through each row's timed runs; the row's note gets their medians and the
+             energy of a call (median W x median ms). Under a sustained load the H200 sits at its power cap, where
              a call's time follows its energy: two peers at one power differ in their clock.
   --time-limit  seconds from the start after which the remaining peers are reported as "not
              run"; the report (-o) and the chart (--png) are rewritten after each row, so a run
@@ -880,12 +881,19 @@ def rel_l2(torch, g, ref, ref_norm):
 
 class GpuSampler:
     """nvidia-smi's power draw (W) and SM clock (MHz) of one GPU every `ms` while the `with`
-    block runs (--power), read line by line by a thread. cmd: another sampler's command line
-    (one "watts, MHz" line a sample), for the CPU test."""
+    block runs (--power), read line by line by a thread. The draw is power.draw.instant where
+    the driver has it: on Ampere and later, power.draw is an average over the last second,
+    which over a row's ~1 s of runs mixes in the idle time before them (it read 383 to 693 W
+    for peers running at one SM clock on an H200). cmd: another sampler's command line (one "watts, MHz"
+    line a sample), for the CPU test."""
 
     def __init__(self, device, ms=20, cmd=None):
-        self.cmd = cmd or ["nvidia-smi", "--query-gpu=power.draw,clocks.sm", "--format=csv,noheader,nounits",
-                           "-i", str(device), "-lms", str(ms)]
+        self.field = "power.draw.instant"
+        if cmd is None:
+            self.field = power_field(device)
+            cmd = ["nvidia-smi", "--query-gpu=%s,clocks.sm" % self.field, "--format=csv,noheader,nounits",
+                   "-i", str(device), "-lms", str(ms)]
+        self.cmd = cmd
         self.samples = []
 
     def __enter__(self):
@@ -913,19 +921,40 @@ class GpuSampler:
         return False
 
     def summary(self):
-        """{power_w, clock_mhz, samples}: the medians, or None with no sample."""
+        """{power_w, clock_mhz, samples, averaged}: the medians (averaged: the draw is the
+        driver's 1 s average), or None with no sample."""
         if not self.samples:
             return None
         return dict(power_w=statistics.median(w for w, _ in self.samples),
-                    clock_mhz=statistics.median(c for _, c in self.samples), samples=len(self.samples))
+                    clock_mhz=statistics.median(c for _, c in self.samples), samples=len(self.samples),
+                    averaged=self.field != "power.draw.instant")
+
+
+_POWER_FIELD = {}
+
+
+def power_field(device):
+    """power.draw.instant where this driver reads it for the GPU (a number), else power.draw."""
+    if device not in _POWER_FIELD:
+        field = "power.draw"
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=power.draw.instant", "--format=csv,noheader,nounits",
+                                "-i", str(device)], capture_output=True, text=True, timeout=30)
+            float(r.stdout.strip())
+            field = "power.draw.instant"
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+        _POWER_FIELD[device] = field
+    return _POWER_FIELD[device]
 
 
 def power_text(p, ms):
     """A row's note on its power samples (GpuSampler.summary) and call time."""
     if p is None:
         return "no power samples"
-    return "%.0f W, SM %.2f GHz, %.1f J a call (%d samples)" % (
-        p["power_w"], p["clock_mhz"] / 1000.0, p["power_w"] * ms / 1000.0, p["samples"])
+    return "%.0f W%s, SM %.2f GHz, %.1f J a call (%d samples)" % (
+        p["power_w"], " (1 s average)" if p.get("averaged") else "", p["clock_mhz"] / 1000.0,
+        p["power_w"] * ms / 1000.0, p["samples"])
 
 
 def measure(torch, fn, h, W, t, args):

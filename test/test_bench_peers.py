@@ -81,13 +81,15 @@ def main():
                 break
             time.sleep(0.01)
     summ = sampler.summary()
-    check(summ == dict(power_w=650.0, clock_mhz=1600.0, samples=3),
+    check(summ == dict(power_w=650.0, clock_mhz=1600.0, samples=3, averaged=False),
           "the sampler's medians over the readable lines: %s" % summ)
     check(sampler.proc.poll() is not None, "the sampler's process ends with the block")
     check(bp.power_text(summ, 40.0) == "650 W, SM 1.60 GHz, 26.0 J a call (3 samples)",
           "a row's power note: %s" % bp.power_text(summ, 40.0))
     check(bp.power_text(None, 40.0) == "no power samples", "a row without samples says so")
-    check(bp.GpuSampler(0).summary() is None, "no samples: no summary")
+    check(bp.power_text(dict(summ, averaged=True), 40.0) == "650 W (1 s average), SM 1.60 GHz, 26.0 J a call (3 samples)",
+          "a driver without power.draw.instant: the note says the draw is averaged")
+    check(bp.GpuSampler(0, cmd=["true"]).summary() is None, "no samples: no summary")
     which = bp.shutil.which
     bp.shutil.which = lambda name: None  # a machine without nvidia-smi
     try:
