@@ -269,9 +269,15 @@ fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128
 workspaces) at 2048 too (up to 2%). The pass also wins where the fused GEMMs' 256-column tiles
 fit H badly: at H = 896 (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's
 gradients made the call 3-8% faster; the rule takes that for any H of 512 or more whose last
-tile is mostly empty (measured at 896 only). Known from the config and whether the plan has
-vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/ and the
-tests (read when a plan is made: the layouts differ).
+tile is mostly empty (measured at 896 only). And it wins wherever dz needs the general
+transform (a softcap, smoothing with class weights): the fused GEMMs then form each element's
+dz from a log2 and a dozen FMAs in the products' registers, in both GEMMs (by instruction count
+their issue slots, not the tensor cores, bound them), where the pass forms it once at memory
+speed: a softcap's call 73.0 -> 47.2 ms at 16384 x 2048 x 128256 and 127.8 -> 88.1 at 32768 x
+1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). Known from the config
+and whether the plan has vocabulary tiles (an entropy gradient is a call's argument, not the
+config's: it keeps the rule by H). flce_dev_set_lt_backward (flce_internal.h) forces either, for
+dev/ and the tests (read when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
@@ -283,7 +289,8 @@ static int flce_sm90_lt_backward(const flce_config *cfg, int tiled) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
     const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
-    return H >= min_h || (H >= 512 && (covered - H) * 10 > H);
+    const int general = cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
+    return general || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
 /*

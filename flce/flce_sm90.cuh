@@ -50,7 +50,9 @@ The options of flce 1.1:
                z_j ~ mu the term is small and its relative error large, but not its absolute.
   log-probability  a coefficient only (its gradient is [j == y] - p_j).
 The products whose dz needs more than the FFMA s e - cs (softcap, entropy gradient, weighted
-smoothing) run the general transform (XF), the softcap's variant before.
+smoothing) run the general transform (XF), the softcap's variant before; the planner sends a
+softcap and weighted smoothing to the dlogits pass and cuBLASLt's GEMMs instead, which form
+that dz once rather than in both products (flce_plan.c's flce_sm90_lt_backward).
 
 vocab_parallel (flce.h): the tiles are this rank's columns (V its real classes, class weights
 its own); the merge runs twice around the exchange of the rows' statistics (m, S, the sum of

@@ -1523,6 +1523,24 @@ static void test_hopper_plan_choices(void) {
                    (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, (long long)cases[i].mib,
                    p.lt_backward ? "cuBLASLt's" : "fused", (long long)p.n_vtiles);
     }
+    // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
+    // softcap, smoothing with class weights); class weights or smoothing alone keep the rule by H
+    struct { float cap, eps; int cw, lt; } opts[] = {{30.0f, 0.0f, 0, 1}, {0.0f, 0.1f, 1, 1}, {0.0f, 0.1f, 0, 0},
+                                                     {0.0f, 0.0f, 1, 0}};
+    for (unsigned i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        flce_config c;
+        flce_config_init(&c, 16384, 2048, 128256);
+        c.softcap = opts[i].cap;
+        c.label_smoothing = opts[i].eps;
+        c.has_class_weights = opts[i].cw;
+        size_t ws = 0;
+        const flce_status st = flce_workspace_size(&c, (size_t)1 << 30, &ws);
+        flce_plan p;
+        flce_make_plan(&c, ws, 1, 1, 132, &p);
+        test_check(st == FLCE_OK && p.lt_backward == opts[i].lt,
+                   "lib: Hopper plan at 16384 x 2048 x 128256, softcap %g, smoothing %g, class weights %d: %s gradients",
+                   opts[i].cap, opts[i].eps, opts[i].cw, p.lt_backward ? "cuBLASLt's" : "fused");
+    }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
     flce_dev_set_lt_backward(0);

@@ -56,6 +56,9 @@ def main():
     ap.add_argument("-r", "--repeats", type=int, default=10)
     ap.add_argument("-w", "--warmups", type=int, default=3)
     ap.add_argument("--peer", choices=("flce", "liger"), default="flce")
+    ap.add_argument("--lt-backward", type=int, choices=(0, 1), default=None,
+                    help="flce's Hopper path: its gradients from cuBLASLt's GEMMs (1) or the fused ones (0), "
+                         "not the planner's choice (flce_internal.h's flce_dev_set_lt_backward)")
     args = ap.parse_args()
     N, H, V = (int(x) for x in args.shape.lower().split("x"))
     dev = torch.device("cuda")
@@ -68,6 +71,9 @@ def main():
     if args.peer == "flce":
         import flce
         what = flce.library_path()
+        if args.lt_backward is not None:
+            flce.load_library().flce_dev_set_lt_backward(args.lt_backward)
+            what += ", --lt-backward %d" % args.lt_backward
     else:
         import importlib.metadata
         what = "liger-kernel " + importlib.metadata.version("liger-kernel")
