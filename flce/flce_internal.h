@@ -111,9 +111,11 @@ typedef struct {
 
 // The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the
 // call produces d_weight; backward: it produces gradients at all; sms: 0 for the cuBLASLt
-// path, else the Hopper path on a GPU of that many multiprocessors. p->chunk = 0: nothing fits.
+// path, else the Hopper path on a GPU of that many multiprocessors; entropy_grad: the call has
+// an entropy gradient (its dz needs the general transform: flce_sm90_lt_backward). p->chunk =
+// 0: nothing fits.
 FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
-                                flce_plan *p);
+                                int entropy_grad, flce_plan *p);
 
 // The planned workspace for budget on the path of sms, or the minimum with FLCE_ERR_WORKSPACE
 // when nothing fits.

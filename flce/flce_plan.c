@@ -274,10 +274,11 @@ transform (a softcap, smoothing with class weights): the fused GEMMs then form e
 dz from a log2 and a dozen FMAs in the products' registers, in both GEMMs (by instruction count
 their issue slots, not the tensor cores, bound them), where the pass forms it once at memory
 speed: a softcap's call 73.0 -> 47.2 ms at 16384 x 2048 x 128256 and 127.8 -> 88.1 at 32768 x
-1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). Known from the config
-and whether the plan has vocabulary tiles (an entropy gradient is a call's argument, not the
-config's: it keeps the rule by H). flce_dev_set_lt_backward (flce_internal.h) forces either, for
-dev/ and the tests (read when a plan is made: the layouts differ).
+1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). An entropy gradient,
+a call's argument rather than the config's, does the same through flce_make_plan's
+entropy_grad (the call's plan, within a workspace sized without it). Known from those and
+whether the plan has vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces
+either, for dev/ and the tests (read when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
@@ -285,11 +286,12 @@ static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 
 
 void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
 
-static int flce_sm90_lt_backward(const flce_config *cfg, int tiled) {
+static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
     const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
-    const int general = cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
+    const int general =
+        entropy_grad || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
     return general || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
@@ -318,7 +320,7 @@ static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
 // size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
 // multiprocessors (its tiles are multiples of the statistics tile over the V real classes).
 static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator, int sms,
-                          flce_plan *p) {
+                          int entropy_grad, flce_plan *p) {
     const int64_t V = cfg->vocab, Vp = cfg->vocab_padded;
     size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
     size_t o = 0;
@@ -331,7 +333,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const int tiled = p->n_vtiles > 1;
     // (the route by the padded vocabulary's tiles under vocab_parallel, as the plan every rank
     // shares saw them: the last rank's fewer real classes may fit one tile)
-    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span));
+    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
@@ -393,12 +395,12 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
 // Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
 // one token fits. The layout grows with the chunk, so a binary search finds it exactly.
 static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
-                              int dw_accumulator, int sms) {
+                              int dw_accumulator, int sms, int entropy_grad) {
     flce_plan p;
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, &p), budget)) lo = mid;
+        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, entropy_grad, &p), budget)) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -407,13 +409,13 @@ static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi,
 // Largest vocabulary tile (a multiple of `unit`, <= hi) for chunks of `chunk` tokens that
 // fits budget; 0 if none.
 static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chunk, int64_t hi,
-                              int dw_accumulator, int sms, int64_t unit) {
+                              int dw_accumulator, int sms, int entropy_grad, int64_t unit) {
     flce_plan p;
     int64_t lo = 0;
     hi /= unit;  // in units
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, &p);
+        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, entropy_grad, &p);
         if (flce_fits(bytes, budget)) lo = mid;
         else hi = mid - 1;
     }
@@ -436,11 +438,11 @@ static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
 // falls short of whole waves of tiles), so the balanced form of the largest chunk that fits
 // can overshoot the budget (65536 x 768 x 50304 in 1 GiB did, by 34 MB): step down until it fits.
 static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t c, int64_t vtile, int dw_accumulator,
-                                 int sms) {
+                                 int sms, int entropy_grad) {
     flce_plan p;
     while (c > 0) {
         const int64_t cb = flce_balance(cfg->n_tokens, c, FLCE_CHUNK_MULTIPLE);
-        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, &p), budget)) return cb;
+        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, entropy_grad, &p), budget)) return cb;
         c = cb > FLCE_CHUNK_MULTIPLE ? cb - FLCE_CHUNK_MULTIPLE : cb - 1;
     }
     return 0;
@@ -526,8 +528,8 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
 // it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
 // (flce_layout). The chunk schedule is taken whenever a chunk fits and the model does not
 // find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
-void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
-                           flce_plan *p) {
+void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms, int entropy_grad,
+                    flce_plan *p) {
     if (cfg->vocab_parallel && cfg->vocab < cfg->vocab_padded) {
         // Every rank must cut the tokens into the same chunks (each chunk's collectives count
         // its rows), and the ranks' real classes differ where the last shard holds the padding:
@@ -536,10 +538,10 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         // so that a workspace sized by it gives every rank the same chunks again.
         flce_config pc = *cfg;
         pc.vocab = pc.vocab_padded;
-        flce_make_plan(&pc, budget, needs_dw, backward, sms, p);
+        flce_make_plan(&pc, budget, needs_dw, backward, sms, entropy_grad, p);
         if (p->chunk > 0) {
             const size_t all_real = p->total;
-            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, p);
+            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, entropy_grad, p);
             if (p->total < all_real) p->total = all_real;
         }
         return;
@@ -552,19 +554,19 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
     double best_cost = 0.0;
     flce_plan cand;
-    flce_layout(cfg, 0, span, 0, sms, p);  // chunk 0: nothing fits (yet)
+    flce_layout(cfg, 0, span, 0, sms, entropy_grad, p);  // chunk 0: nothing fits (yet)
     // the chunk schedule: the whole vocabulary per chunk
     if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
-        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms);
+        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms, entropy_grad);
         int dw_acc = 0;
         if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
             // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
             dw_acc = 1;
-            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms);
+            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms, entropy_grad);
         }
-        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms) : 0;
+        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms, entropy_grad) : 0;
         if (c > 0) {
-            flce_layout(cfg, c, span, dw_acc, sms, p);
+            flce_layout(cfg, c, span, dw_acc, sms, entropy_grad, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         }
         if (c > 0 && sms > 0 && backward && !p->lt_backward) {
@@ -575,7 +577,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             for (int64_t c2 = c - FLCE_CHUNK_MULTIPLE; c2 >= c - c / 4 && c2 > 0; c2 -= FLCE_CHUNK_MULTIPLE) {
                 const int64_t cb = flce_balance(N, c2, FLCE_CHUNK_MULTIPLE);
                 if (cb >= p->chunk || cb <= 0) continue;
-                flce_layout(cfg, cb, span, dw_acc, sms, &cand);
+                flce_layout(cfg, cb, span, dw_acc, sms, entropy_grad, &cand);
                 const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
                 if (flce_fits(cand.total, budget) && cost < best_cost * 0.99) {
                     *p = cand;
@@ -592,9 +594,9 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
     for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
-        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, unit);
+        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, entropy_grad, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
-        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms) : 0;
+        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms, entropy_grad) : 0;
         // On the Hopper path also a few narrower tiles, which may fill the GEMMs' waves better;
         // the workspace stays the widest tile's, so that a plan made again from that size (a
         // call's) chooses the same tile.
@@ -603,7 +605,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         for (int64_t n = widest; cb > 0 && n <= widest + (sms ? 8 : 0); n++) {
             const int64_t vt = n == widest ? vb : flce_round_up((span + n - 1) / n, unit);
             if (n > widest && (vt >= vb || (span + vt - 1) / vt != n)) continue;
-            flce_layout(cfg, cb, vt, dw_acc, sms, &cand);
+            flce_layout(cfg, cb, vt, dw_acc, sms, entropy_grad, &cand);
             if (n == widest) widest_total = cand.total;
             if (!flce_fits(cand.total, budget)) continue;
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
@@ -636,10 +638,10 @@ static int flce_default_sms(const flce_config *cfg) {
 // whole vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs.
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
-    flce_make_plan(cfg, budget, 1, 1, sms, &p);
+    flce_make_plan(cfg, budget, 1, 1, sms, 0, &p);
     if (p.chunk == 0) {
         int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-        *bytes = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms, &p);
+        *bytes = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms, 0, &p);
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;
@@ -668,13 +670,13 @@ flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, siz
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), 0, &p);
     return p.chunk;
 }
 
 int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes) {
     if (flce_config_check(cfg, NULL, 0) != FLCE_OK) return 0;
     flce_plan p;
-    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), &p);
+    flce_make_plan(cfg, workspace_bytes, 1, 1, flce_default_sms(cfg), 0, &p);
     return p.chunk > 0 ? p.vocab_tile : 0;
 }

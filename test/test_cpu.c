@@ -1517,16 +1517,17 @@ static void test_hopper_plan_choices(void) {
         size_t ws = 0;
         const flce_status st = flce_workspace_size(&c, (size_t)cases[i].mib << 20, &ws);
         flce_plan p;
-        flce_make_plan(&c, ws, 1, 1, 132, &p);
+        flce_make_plan(&c, ws, 1, 1, 132, 0, &p);
         test_check(st == FLCE_OK && p.lt_backward == cases[i].lt,
                    "lib: Hopper plan at %lld x %lld x %lld in %lld MiB: %s gradients (%lld vocabulary tile(s))",
                    (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, (long long)cases[i].mib,
                    p.lt_backward ? "cuBLASLt's" : "fused", (long long)p.n_vtiles);
     }
     // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
-    // softcap, smoothing with class weights); class weights or smoothing alone keep the rule by H
-    struct { float cap, eps; int cw, lt; } opts[] = {{30.0f, 0.0f, 0, 1}, {0.0f, 0.1f, 1, 1}, {0.0f, 0.1f, 0, 0},
-                                                     {0.0f, 0.0f, 1, 0}};
+    // softcap, smoothing with class weights, a call's entropy gradient: within the workspace
+    // sized without it); class weights or smoothing alone keep the rule by H
+    struct { float cap, eps; int cw, eg, lt; } opts[] = {
+        {30.0f, 0.0f, 0, 0, 1}, {0.0f, 0.1f, 1, 0, 1}, {0.0f, 0.0f, 0, 1, 1}, {0.0f, 0.1f, 0, 0, 0}, {0.0f, 0.0f, 1, 0, 0}};
     for (unsigned i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         flce_config c;
         flce_config_init(&c, 16384, 2048, 128256);
@@ -1536,10 +1537,12 @@ static void test_hopper_plan_choices(void) {
         size_t ws = 0;
         const flce_status st = flce_workspace_size(&c, (size_t)1 << 30, &ws);
         flce_plan p;
-        flce_make_plan(&c, ws, 1, 1, 132, &p);
-        test_check(st == FLCE_OK && p.lt_backward == opts[i].lt,
-                   "lib: Hopper plan at 16384 x 2048 x 128256, softcap %g, smoothing %g, class weights %d: %s gradients",
-                   opts[i].cap, opts[i].eps, opts[i].cw, p.lt_backward ? "cuBLASLt's" : "fused");
+        flce_make_plan(&c, ws, 1, 1, 132, opts[i].eg, &p);
+        test_check(st == FLCE_OK && p.lt_backward == opts[i].lt && p.chunk > 0 && p.total <= ws,
+                   "lib: Hopper plan at 16384 x 2048 x 128256, softcap %g, smoothing %g, class weights %d, entropy "
+                   "gradient %d: %s gradients, chunks of %lld in %zu bytes",
+                   opts[i].cap, opts[i].eps, opts[i].cw, opts[i].eg, p.lt_backward ? "cuBLASLt's" : "fused",
+                   (long long)p.chunk, ws);
     }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
@@ -1553,8 +1556,8 @@ static void test_hopper_plan_choices(void) {
             size_t ws = 0;
             if (flce_workspace_size(&c, mib << 20, &ws) != FLCE_OK) { same = 0; continue; }
             flce_plan p, q;
-            flce_make_plan(&c, mib << 20, 1, 1, 132, &p);
-            flce_make_plan(&c, ws, 1, 1, 132, &q);
+            flce_make_plan(&c, mib << 20, 1, 1, 132, 0, &p);
+            flce_make_plan(&c, ws, 1, 1, 132, 0, &q);
             same = same && ws <= (mib << 20) && p.chunk == q.chunk && p.dh_parts == q.dh_parts &&
                    flce_chunk_tokens(&c, ws) == p.chunk;
             if (mib == 1024) {
@@ -1575,7 +1578,7 @@ static void test_hopper_plan_choices(void) {
         flce_config c;
         flce_config_init(&c, 65536, 1024, 176256);
         flce_plan p;
-        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, &p);
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &p);
         const size_t q = (size_t)p.n_stat * (size_t)p.ldc * 4, parts = (size_t)p.dh_parts * p.chunk * 1024 * 4;
         test_check(!p.lt_backward && p.chunk == 2816 && p.off_stat_q == p.off_dh_part &&
                        p.off_vp - p.off_dh_part >= (q > parts ? q : parts),
@@ -1589,10 +1592,10 @@ static void test_hopper_plan_choices(void) {
         flce_config c;
         flce_config_init(&c, 65536, 1024, 176256);
         flce_plan p;
-        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, &p);
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &p);
         const int64_t dw_tiles = (p.vocab_tile + 127) / 128 * 4, waves = (dw_tiles + 131) / 132;
         flce_plan q;  // the same plan again from its workspace
-        flce_make_plan(&c, p.total, 1, 1, 132, &q);
+        flce_make_plan(&c, p.total, 1, 1, 132, 0, &q);
         test_check(p.n_vtiles > 1 && p.chunk >= 2048 && p.vocab_tile % p.stat_tile == 0 && p.total <= (size_t)160 << 20 &&
                        (double)dw_tiles / (double)(waves * 132) >= 0.95 && q.chunk == p.chunk &&
                        q.vocab_tile == p.vocab_tile && q.total == p.total,
@@ -1607,7 +1610,7 @@ static void test_hopper_plan_choices(void) {
         flce_config c;
         flce_config_init(&c, 16384, 4096, 151936);
         flce_plan p;
-        flce_make_plan(&c, (size_t)300 << 20, 1, 1, 132, &p);
+        flce_make_plan(&c, (size_t)300 << 20, 1, 1, 132, 0, &p);
         test_check(p.lt_backward && p.n_vtiles == 1 && p.chunk >= 512,
                    "lib: Hopper plan at 16384 x 4096 x 151936 (300 MiB): chunks of %lld, %lld vocabulary tile(s)",
                    (long long)p.chunk, (long long)p.n_vtiles);
@@ -1635,7 +1638,7 @@ static void test_hopper_stat_tiles(void) {
         int ok = 1;
         for (int lean = 0; lean < 2; lean++) {
             flce_plan p;
-            flce_make_plan(&c, lean ? (size_t)160 << 20 : (size_t)1 << 30, 1, 1, 132, &p);
+            flce_make_plan(&c, lean ? (size_t)160 << 20 : (size_t)1 << 30, 1, 1, 132, 0, &p);
             ok = ok && p.chunk > 0 && p.stat_tile == cases[i].want &&
                  p.n_stat == (c.vocab + p.stat_tile - 1) / p.stat_tile &&
                  (p.n_vtiles == 1 || p.vocab_tile % p.stat_tile == 0);
