@@ -1544,6 +1544,20 @@ static void test_hopper_plan_choices(void) {
                    opts[i].cap, opts[i].eps, opts[i].cw, opts[i].eg, p.lt_backward ? "cuBLASLt's" : "fused",
                    (long long)p.chunk, ws);
     }
+    // an entropy gradient's plan in a workspace too small for cuBLASLt's (a budget of 8 MiB) has
+    // no chunk, and the call (flce.cu) plans the fused route instead, which fits
+    {
+        flce_config c;
+        flce_config_init(&c, 600, 64, 1003);
+        size_t ws = 0;
+        const flce_status st = flce_workspace_size(&c, (size_t)8 << 20, &ws);
+        flce_plan p, q;
+        flce_make_plan(&c, ws, 1, 1, 132, 1, &p);
+        flce_make_plan(&c, ws, 1, 1, 132, 0, &q);
+        test_check(st == FLCE_OK && p.chunk == 0 && q.chunk > 0 && !q.lt_backward,
+                   "lib: an entropy gradient's Hopper plan in %zu bytes (8 MiB budget): chunk %lld; without it %lld, "
+                   "fused", ws, (long long)p.chunk, (long long)q.chunk);
+    }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
     flce_dev_set_lt_backward(0);
