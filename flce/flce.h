@@ -216,7 +216,9 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
 // FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 
-// The number of tokens per chunk a call with this workspace will use (0 if too small).
+// The number of tokens per chunk a call with this workspace will use (0 if too small). On the
+// Hopper path a call with an entropy gradient (grad_entropy) may plan other chunks: its
+// gradients take another route (see flce_set_hopper), planned within the same workspace.
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
 
 // The vocabulary columns per tile that call will use: Vp for the chunk schedule (0 if the
