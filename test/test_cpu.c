@@ -1526,8 +1526,9 @@ static void test_hopper_plan_choices(void) {
     // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
     // softcap, smoothing with class weights, a call's entropy gradient: within the workspace
     // sized without it); class weights or smoothing alone keep the rule by H
-    struct { float cap, eps; int cw, eg, lt; } opts[] = {
-        {30.0f, 0.0f, 0, 0, 1}, {0.0f, 0.1f, 1, 0, 1}, {0.0f, 0.0f, 0, 1, 1}, {0.0f, 0.1f, 0, 0, 0}, {0.0f, 0.0f, 1, 0, 0}};
+    struct { float cap, eps; int cw, eg, lt; } opts[] = {{30.0f, 0.0f, 0, 0, 1}, {0.0f, 0.1f, 1, 0, 1},
+                                                         {0.0f, 0.0f, 0, 1, 1}, {0.0f, 0.1f, 0, 0, 0},
+                                                         {0.0f, 0.0f, 1, 0, 0}};
     for (unsigned i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         flce_config c;
         flce_config_init(&c, 16384, 2048, 128256);
