@@ -419,8 +419,9 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
     const int needs_dw = backward && t->d_weight != NULL;
     // an entropy gradient takes the Hopper path's dlogits pass (flce_plan.c's
     // flce_sm90_lt_backward) where its plan fits the workspace, sized from the config alone
-    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, backward && t->grad_entropy != NULL, &plan);
-    if (plan.chunk == 0) flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, 0, &plan);
+    const int entropy_grad = backward && t->grad_entropy != NULL;
+    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, entropy_grad, &plan);
+    if (plan.chunk == 0 && entropy_grad) flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, 0, &plan);
     if (plan.chunk == 0) {
         size_t need = 0;
         flce_workspace_for(cfg, workspace_bytes, sms, &need);

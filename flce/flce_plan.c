@@ -286,13 +286,17 @@ static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 
 
 void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
 
+// The config's options whose dz needs the general transform (and whose logits epilogue keeps
+// the 256-column statistics: flce_sm90_stat_tile): a softcap, smoothing with class weights.
+static int flce_general_dz(const flce_config *cfg) {
+    return cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
+}
+
 static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
     const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
-    const int general =
-        entropy_grad || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
-    return general || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
+    return entropy_grad || flce_general_dz(cfg) || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
 /*
@@ -311,7 +315,7 @@ static int g_wide_stats = -1;  // flce_dev_set_wide_stats: -1 the rule above, el
 void flce_dev_set_wide_stats(int mode) { g_wide_stats = mode == 0 || mode == 1 ? mode : -1; }
 
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
-    const int logit = cfg->has_bias || cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
+    const int logit = cfg->has_bias || flce_general_dz(cfg);
     return logit || g_wide_stats == 0 ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
 }
 

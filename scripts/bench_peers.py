@@ -67,8 +67,9 @@ Method
   power      (--power) nvidia-smi samples the GPU's power draw (power.draw.instant; power.draw,
              a 1 s average on Ampere and later, where the driver lacks it) and SM clock every
              20 ms through each row's timed runs; the row's note gets their medians and the
-             energy of a call (median W x median ms). Under a sustained load the H200 sits at its power cap, where
-             a call's time follows its energy: two peers at one power differ in their clock.
+             energy of a call (median W x median ms). Under a sustained load the H200 sits at
+             its power cap, where a call's time follows its energy: two peers at one power
+             differ in their clock or in the clocks a call takes.
   --time-limit  seconds from the start after which the remaining peers are reported as "not
              run"; the report (-o) and the chart (--png) are rewritten after each row, so a run
              stopped from outside still leaves what it measured.
@@ -884,8 +885,8 @@ class GpuSampler:
     block runs (--power), read line by line by a thread. The draw is power.draw.instant where
     the driver has it: on Ampere and later, power.draw is an average over the last second,
     which over a row's ~1 s of runs mixes in the idle time before them (it read 383 to 693 W
-    for peers running at one SM clock on an H200). cmd: another sampler's command line (one "watts, MHz"
-    line a sample), for the CPU test."""
+    for peers running at one SM clock on an H200). cmd: another sampler's command line (one
+    "watts, MHz" line a sample), for the CPU test."""
 
     def __init__(self, device, ms=20, cmd=None):
         self.field = "power.draw.instant"

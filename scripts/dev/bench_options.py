@@ -7,12 +7,12 @@ options (--peer liger: liger-kernel installed, as scripts/bench_peers.py's heade
     python3 scripts/dev/bench_options.py --peer liger [-s NxHxV] [-r REPEATS]
 
 One library per process (the binding loads $FLCE_LIBRARY once), so an A/B runs this script once
-per build, in turns, in one device call. Per option: random bf16 inputs
-(std H^-1/4: logits ~N(0, 1); ~5% of the targets ignored), warm-up calls, then REPEATS calls
-each timed with CUDA events around loss.backward(); the median in ms. The options are the ones
-that take the Hopper path's general gradient transform (softcap, an entropy gradient, weighted
-smoothing) and the ones that do not (plain, smoothing, z-loss), so that both kernels' variants
-are timed. Liger takes z-loss as lse_square_scale and has no entropy output (that row is left
+per build, in turns, in one device call. One set of random bf16 inputs (std H^-1/4: logits
+~N(0, 1); ~5% of the targets ignored); per option warm-up calls, then REPEATS calls each timed
+with CUDA events around the call and loss.backward(); the median in ms. The options are the
+ones whose dz needs the general transform (softcap, an entropy gradient, weighted smoothing:
+on the Hopper path the dlogits pass, or with --lt-backward 0 the fused GEMMs' general variant)
+and the ones that do not (plain, smoothing, z-loss). Liger takes z-loss as lse_square_scale and has no entropy output (that row is left
 out); its default (bf16) accumulation. It reports, never asserts."""
 import argparse
 import os
