@@ -51,7 +51,9 @@ that the kernel calls at fixed points (see sm90_plain below):
     it into both CTAs, and each consumer warpgroup frees a stage in both, so that B crosses
     from L2 once for the pair (flce's two d_W GEMMs, whose B, h or v' h, every row tile of
     the vocabulary reads again). The remote release is the arrive's default (CTA-scope) one:
-    at cluster scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md).
+    at cluster scope it stalled the kernel to 1.7x its cycles (dev/RESULTS.md). Wide tiles on
+    a K-major B pair the same way: each CTA loads BN / 2 of the box's rows (flce's logits GEMM,
+    whose two token tiles of a cluster read the same rows of W).
 Split-K: the K range can be cut into `splits` parts, each writing its own slice of a 3-D
 output (split, M, N), summed afterwards in a fixed order; no float atomics anywhere, so every
 result is bitwise repeatable.
@@ -603,8 +605,9 @@ struct sm90_policy_base {
     // up projections); rows past the map's second dimension are zeros, not the other half's.
     static constexpr int TILE_N = 0;
     static constexpr bool B_HALVES = false;
-    // 2: CTAs in clusters of two on adjacent row tiles of one column (cooperative, (K, N) B):
-    // each loads half of a stage's B box and multicasts it into both, and frees a stage in both
+    // 2: CTAs in clusters of two on adjacent row tiles of one column (cooperative on a (K, N)
+    // B, or wide on an (N, K) one): each loads half of a stage's B box and multicasts it into
+    // both, and frees a stage in both
     static constexpr int CLUSTER_M = 1;
     template <class Args>
     __device__ static void stage_extra(const Args &, void *, uint64_t *, const sm90_tile &, int) {}
@@ -786,8 +789,9 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     // cannot tell from the phase before (and the turns keep the products one tile at a time).
     uint64_t *turn_bar = empty + STAGES;
     constexpr bool MC = P::CLUSTER_M == 2;
-    static_assert(!MC || (TRANS_B && !P::PINGPONG && P::WG_M == 64 && !P::B_HALVES && P::BN == 256),
-                  "clusters: cooperative tiles on a (K, N) B");
+    static_assert(!MC || (TRANS_B && !P::PINGPONG && P::WG_M == 64 && !P::B_HALVES && P::BN == 256) ||
+                      (!TRANS_B && P::PINGPONG && P::WG_M == 128 && !P::B_HALVES && P::BN == 192),
+                  "clusters: cooperative tiles on a (K, N) B, or wide ones on an (N, K) B");
     const uint32_t rank = MC ? sm90_cluster_rank() : 0u;
     const int wg = threadIdx.x / 128;
     const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
@@ -835,6 +839,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 } else if (P::B_HALVES) {  // two boxes of 64 K x BN / 2 rows: rows n0 .. of each half
                     sm90_tma_load_3d(sb, &map_b, k0, tile.n0, 0, &full[s]);
                     sm90_tma_load_3d(sb + B_BYTES / 2, &map_b, k0, tile.n0, 1, &full[s]);
+                } else if (MC) {  // (N, K) rows, this CTA's half: 64 K x BN / 2 rows, into both
+                    sm90_tma_load_mc(sb + rank * (B_BYTES / 2), &map_b, k0, tile.n0 + rank * (P::BN / 2), &full[s], 0x3);
                 } else {        // (N, K) rows: one box of 64 K x BN rows
                     sm90_tma_load(sb, &map_b, k0, tile.n0, &full[s]);
                 }
@@ -1112,8 +1118,10 @@ static cudaError_t sm90_gemm_launch(const sm90_problem &p, const typename P::Arg
     CUtensorMap ma, mb, md;
     const sm90_shape shape = sm90_make_shape(p, BM, TL::TN);
     cudaError_t e = TRANS_A ? sm90_make_operand_map(&ma, p.a, 64, 64) : sm90_make_operand_map(&ma, p.a, 64, BM);
+    // (N, K) B in clusters: each CTA loads half of a stage's box
     if (e == cudaSuccess)
-        e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64) : sm90_make_operand_map(&mb, p.b, 64, P::BN);
+        e = TRANS_B ? sm90_make_operand_map(&mb, p.b, 64, 64)
+                    : sm90_make_operand_map(&mb, p.b, 64, P::CLUSTER_M == 2 ? P::BN / 2 : P::BN);
     if (e == cudaSuccess)
         e = sm90_make_map(&md, p.d, (int)sizeof(OutT), 128 / (int)sizeof(OutT), 16, 3, shape.splits, p.M * p.d.ld);
     CUtensorMap mx;

@@ -324,6 +324,7 @@ struct flce_sm90_logits : sm90_policy_base {
 template <typename T>
 struct flce_sm90_logits_wide : sm90_wide_base {
     typedef flce_sm90_logits_args<T> Args;
+    static constexpr int CLUSTER_M = 2;  // the pair's token tiles share W's box of each stage
 
     __device__ static void epilogue(const Args &a, float (&d)[2][96], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
