@@ -5,7 +5,8 @@ policies of flce's three products and the small kernels between them.
 Per chunk of C tokens and vocabulary range [v0, v0 + W) (the whole vocabulary unless the
 workspace forces tiles):
   logits GEMM  z = h W^T on 64 x 256 or 128 x 256 tiles, or on 128 x 192 tiles a warpgroup
-               (the wide schedule: without a bias, a softcap or weighted smoothing); its
+               (the wide schedule: without a bias, a softcap or weighted smoothing; in
+               clusters of two CTAs whose token tiles share W's box of each stage); its
                epilogue works on the fp32 accumulators: bias and softcap applied, then per
                row and statistics tile (the GEMM's tile: 256 or 192 columns, flce_plan.c's
                flce_sm90_stat_tile) the max m_t, the sum of exp(z - m_t) and the sum of z
