@@ -840,7 +840,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                     sm90_tma_load_3d(sb, &map_b, k0, tile.n0, 0, &full[s]);
                     sm90_tma_load_3d(sb + B_BYTES / 2, &map_b, k0, tile.n0, 1, &full[s]);
                 } else if (MC) {  // (N, K) rows, this CTA's half: 64 K x BN / 2 rows, into both
-                    sm90_tma_load_mc(sb + rank * (B_BYTES / 2), &map_b, k0, tile.n0 + rank * (P::BN / 2), &full[s], 0x3);
+                    sm90_tma_load_mc(sb + rank * (B_BYTES / 2), &map_b, k0, tile.n0 + rank * (P::BN / 2), &full[s],
+                                     0x3);
                 } else {        // (N, K) rows: one box of 64 K x BN rows
                     sm90_tma_load(sb, &map_b, k0, tile.n0, &full[s]);
                 }

@@ -244,15 +244,15 @@ void flce_set_autotune(flce_context *ctx, int on);
 // device; a call re-plans for its own path within the workspace it is given. On the Hopper path
 // the logits GEMM takes the wide schedule (128 x 192 tiles a warpgroup, ping-pong) where there
 // is no bias, softcap or weighted smoothing, else the ping-pong one for H <= 2048 and the
-// cooperative one above; its
-// gradients come from GEMMs that form dlogits from the stored bf16 exponentials as they load
-// them for H < 3072 (H < 2048 with vocabulary tiles), and from cuBLASLt's GEMMs on dlogits a
-// pass writes over them above that, for H >= 512 whose last 256-column tile is mostly empty
-// (H = 896: faster there), and for a softcap, smoothing with class weights or an entropy
-// gradient (the pass forms their dz once, 35% faster at 16384 x 2048 x 128256). Without a softcap, an entropy gradient or label smoothing, and
-// with an fp32 d_W (or its accumulator), the fused d_W GEMM scales the exponentials by exact
-// powers of two and carries each row's factor in its other operand (a bf16 copy of the chunk's
-// h times it), and the targets' terms are added after it, from the exact target logits.
+// cooperative one above; its gradients come from GEMMs that form dlogits from the stored bf16
+// exponentials as they load them for H < 3072 (H < 2048 with vocabulary tiles), and from
+// cuBLASLt's GEMMs on dlogits a pass writes over them above that, for H >= 512 whose last
+// 256-column tile is mostly empty (H = 896: faster there), and for a softcap, smoothing with
+// class weights or an entropy gradient (the pass forms their dz once, 35% faster at 16384 x 2048
+// x 128256). Without a softcap, an entropy gradient or label smoothing, and with an fp32 d_W (or
+// its accumulator), the fused d_W GEMM scales the exponentials by exact powers of two and
+// carries each row's factor in its other operand (a bf16 copy of the chunk's h times it), and
+// the targets' terms are added after it, from the exact target logits.
 void flce_set_hopper(flce_context *ctx, int on);
 
 // (since 2.2) The GEMM path of the contexts flce_create makes from now on, and the one the
