@@ -42,6 +42,10 @@ that the kernel calls at fixed points (see sm90_plain below):
     tensor time alone fills the SM's 128 bytes a clock (dev/RESULTS.md), and ~13% less than
     the 64 x 256 ping-pong, while each warpgroup's epilogue runs beside the other's products:
     the tile for short K with a heavy epilogue (QuACK's logits GEMM takes it too). SS only.
+  - BN = 224 ("narrow"): cooperative tiles of 128 x 224 (m64n224k16, 112 accumulators a
+    thread) on an MN-major B, A in registers: an N of 896 in four tiles where 256-column ones
+    leave an eighth of the products on zero columns (flce's gradient GEMMs at Qwen2.5-0.5B's
+    hidden size). B still comes in whole 64-column boxes, the last half of the fourth unread.
   - B_HALVES, TILE_N: a K-major B tile made of two boxes, rows n0 .. of each half of a stacked
     weight (a 3-D map the caller makes, sm90_gemm_run), the tile advancing by TILE_N = BN / 2
     columns: llmc/matmul_sm90.cuh's SwiGLU forward gets a channel's gate and up columns into
@@ -357,6 +361,28 @@ __device__ __forceinline__ void sm90_mma_rs(float (&d)[128], const uint32_t (&a)
 #endif
 }
 
+#define SM90_D112 SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48), SM90_D16(64), SM90_D16(80), SM90_D16(96)
+#define SM90_R112                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "             \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}"
+
+// ... and on a B of 224 columns (the narrow cooperative tile, NARROW below)
+template <int TRANS_B>
+__device__ __forceinline__ void sm90_mma_rs(float (&d)[112], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#ifdef SM90_DEVICE_CODE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %117, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 " SM90_R112
+                 ", {%112, %113, %114, %115}, %116, p, 1, 1, %118;\n}\n"
+                 : SM90_D112
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+#endif
+}
+
 __device__ __forceinline__ void sm90_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -566,10 +592,11 @@ __device__ __forceinline__ void sm90_store_rows(sm90_staging &st, const sm90_thr
     }
 }
 
-// A warp's rows of the tile: a cooperative or ping-pong tile's (128 accumulators a thread)...
-template <typename OutT, bool ADD>
+// A warp's rows of the tile: a cooperative or ping-pong tile's (128 accumulators a thread, 112
+// on the narrow tile)...
+template <typename OutT, bool ADD, int N>
 __device__ __forceinline__ void sm90_store_tile(sm90_staging &st, const sm90_thread &th, const CUtensorMap *map,
-                                                const float (&d)[128], const sm90_tile &tile) {
+                                                const float (&d)[N], const sm90_tile &tile) {
     sm90_store_rows<OutT, ADD>(st, th, map, d, tile, 64 * th.wg);
 }
 
@@ -667,11 +694,14 @@ template <class P>
 struct sm90_tile_of {
     static constexpr int BM = P::PINGPONG ? P::WG_M : 2 * P::WG_M;
     static constexpr int A_BYTES = BM * SM90_BK * 2;
-    static constexpr int B_BYTES = P::BN * SM90_BK * 2;
+    // (the narrow tile's MN-major B comes in whole boxes of 64 columns: 256 of them)
+    static constexpr int B_BYTES = (P::BN + 63) / 64 * 64 * SM90_BK * 2;
     static constexpr int MB = P::WG_M / 64;
     static constexpr int ACC = P::BN / 2;
     static_assert(P::WG_M == 64 || (P::WG_M == 128 && P::PINGPONG && !P::A_REGS), "the wide tile is ping-pong, SS");
-    static_assert(P::BN == 256 || (P::BN == 192 && P::WG_M == 128), "tile widths: 256, or 192 wide");
+    static_assert(P::BN == 256 || (P::BN == 192 && P::WG_M == 128) ||
+                      (P::BN == 224 && P::WG_M == 64 && !P::PINGPONG && P::A_REGS && !P::B_HALVES),
+                  "tile widths: 256, 192 wide, or 224 narrow (cooperative, A in registers)");
     static_assert(!P::B_HALVES || P::BN % 16 == 0, "B halves: whole 8-row groups each");
     // the columns a tile advances by
     static constexpr int TN = P::TILE_N > 0 ? P::TILE_N : P::BN;
@@ -714,12 +744,12 @@ struct sm90_stages {
 // two, so that the next step's transform can run while this step's products are in flight)
 // or from shared memory, B from shared memory. A 64-row block per warpgroup (d: 128
 // accumulators) ...
-template <class P, int TRANS_A, int TRANS_B, int BUF>
+template <class P, int TRANS_A, int TRANS_B, int BUF, int N>
 __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args, typename P::TileState &ts,
-                                                   float (&d)[128], uint32_t (&af)[2][16], const uint8_t *sa,
+                                                   float (&d)[N], uint32_t (&af)[2][16], const uint8_t *sa,
                                                    const uint8_t *sb, const uint8_t *sx, const sm90_tile &tile,
                                                    int kb, int acc0, const sm90_thread &th) {
-    if (P::A_REGS) {
+    if constexpr (P::A_REGS) {
         P::load_a(args, ts, sa, sx, tile, kb, th, af[BUF]);
         sm90_fence_regs(af[BUF]);
     }
@@ -734,7 +764,7 @@ __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args,
         // a K step of 16: 32 bytes along a K-major row, 16 rows (2 KiB) down an MN-major box
         const uint64_t db = TRANS_B ? sm90_desc(b_addr + kk * 2048, 8192, 1024)
                                     : sm90_desc(b_addr + kk * 32, 16, 1024);
-        if (P::A_REGS) {
+        if constexpr (P::A_REGS) {
             const uint32_t a4[4] = {af[BUF][4 * kk], af[BUF][4 * kk + 1], af[BUF][4 * kk + 2], af[BUF][4 * kk + 3]};
             sm90_mma_rs<TRANS_B>(d, a4, db, scale_d);
         } else {
@@ -789,7 +819,8 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
     // cannot tell from the phase before (and the turns keep the products one tile at a time).
     uint64_t *turn_bar = empty + STAGES;
     constexpr bool MC = P::CLUSTER_M == 2;
-    static_assert(!MC || (TRANS_B && !P::PINGPONG && P::WG_M == 64 && !P::B_HALVES && P::BN == 256) ||
+    static_assert(TRANS_B || P::BN % 64 == 0, "the narrow tile: an MN-major B");
+    static_assert(!MC || (TRANS_B && !P::PINGPONG && P::WG_M == 64 && !P::B_HALVES && P::BN >= 224) ||
                       (!TRANS_B && P::PINGPONG && P::WG_M == 128 && !P::B_HALVES && P::BN == 192),
                   "clusters: cooperative tiles on a (K, N) B, or wide ones on an (N, K) B");
     const uint32_t rank = MC ? sm90_cluster_rank() : 0u;
@@ -829,9 +860,9 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 } else {        // (M, K) rows: one box of 64 K x BM rows
                     sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
                 }
-                if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K
+                if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K (the narrow tile's last half used)
                     static_assert(!(TRANS_B && P::B_HALVES), "B halves: K-major B");
-                    for (int i = 0; i < P::BN / 64; i++) {
+                    for (int i = 0; i < (P::BN + 63) / 64; i++) {
                         if (!MC) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);
                         else if (i / 2 == (int)rank)  // this CTA's half, into both
                             sm90_tma_load_mc(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s], 0x3);

@@ -247,7 +247,8 @@ void flce_set_autotune(flce_context *ctx, int on);
 // cooperative one above; its gradients come from GEMMs that form dlogits from the stored bf16
 // exponentials as they load them for H < 3072 (H < 2048 with vocabulary tiles), and from
 // cuBLASLt's GEMMs on dlogits a pass writes over them above that, for H >= 512 whose last
-// 256-column tile is mostly empty (H = 896: faster there), and for a softcap, smoothing with
+// tile is mostly empty (the scaled gradient GEMMs take 224-column tiles where those cover H
+// better, 256-column ones elsewhere: H = 896 fits the first), and for a softcap, smoothing with
 // class weights or an entropy gradient (the pass forms their dz once, 35% faster at 16384 x 2048
 // x 128256). Without a softcap, an entropy gradient or label smoothing, and with an fp32 d_W (or
 // its accumulator), the fused d_W GEMM scales the exponentials by exact powers of two and

@@ -44,6 +44,14 @@ extern "C" {
 // that they agree), for the planner in plain C
 #define FLCE_SM90_BM 128
 #define FLCE_SM90_BN 256
+// the narrow tile's width (gemm_sm90.cuh's BN = 224), which the scaled gradient GEMMs take
+// where it covers H in fewer columns than 256-column tiles (H = 896: 4 x 224 against 4 x 256)
+#define FLCE_SM90_BN_NARROW 224
+static inline int64_t flce_sm90_grad_cols(int64_t hidden) {
+    const int64_t wide = (hidden + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
+    const int64_t narrow = (hidden + FLCE_SM90_BN_NARROW - 1) / FLCE_SM90_BN_NARROW * FLCE_SM90_BN_NARROW;
+    return narrow < wide ? FLCE_SM90_BN_NARROW : FLCE_SM90_BN;
+}
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)

@@ -205,7 +205,8 @@ static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && 
 
 // The Hopper path's d_h output tiles for a chunk of `rows` tokens.
 static int64_t flce_sm90_dh_tiles(int64_t rows, int64_t H) {
-    return ((rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + FLCE_SM90_BN - 1) / FLCE_SM90_BN);
+    const int64_t cols = flce_sm90_grad_cols(H);
+    return ((rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + cols - 1) / cols);
 }
 
 // K parts of the Hopper path's d_h GEMM for a chunk: the fewest (at most 4) with which its
@@ -235,7 +236,8 @@ chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks
 */
 static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
     const int64_t N = cfg->n_tokens, C = p->chunk;
-    const double wave = 2.0 * FLCE_SM90_BM * FLCE_SM90_BN * ((double)p->vocab_tile / p->dh_parts) / (rate / p->sm90);
+    const double wave = 2.0 * FLCE_SM90_BM * (double)flce_sm90_grad_cols(cfg->hidden) *
+                        ((double)p->vocab_tile / p->dh_parts) / (rate / p->sm90);
     const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
     double t = 0.0;
     for (int k = 0; k < 2; k++) {
@@ -266,10 +268,12 @@ per logit grows with H (the d_W GEMM's transform needs per-token coefficients ev
 the pass's does not: on an H200 (dev/RESULTS.md, with both d_W GEMMs in clusters of two) the
 fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128256, 2-4% at
 32768 x 2048) and loses at 3072 (2-3%) and 4096 (up to 2%), and in the tile schedule (lean
-workspaces) at 2048 too (up to 2%). The pass also wins where the fused GEMMs' 256-column tiles
-fit H badly: at H = 896 (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's
-gradients made the call 3-8% faster; the rule takes that for any H of 512 or more whose last
-tile is mostly empty (measured at 896 only). And it wins wherever dz needs the general
+workspaces) at 2048 too (up to 2%). The pass also wins where the fused GEMMs' tiles fit H
+badly: at H = 896 on 256-column tiles (3.5 tiles, 12.5% of their products on zero columns)
+cuBLASLt's gradients made the call 3-8% faster; on the 224-column tiles that the scaled GEMMs
+take there (flce_sm90_grad_cols: four whole tiles) the fused route is 2.5-3% faster than
+cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes the pass for any H of 512 or more whose
+last tile of the better width is mostly empty. And it wins wherever dz needs the general
 transform (a softcap, smoothing with class weights): the fused GEMMs then form each element's
 dz from a log2 and a dozen FMAs in the products' registers, in both GEMMs (by instruction count
 their issue slots, not the tensor cores, bound them), where the pass forms it once at memory
@@ -294,7 +298,7 @@ static int flce_general_dz(const flce_config *cfg) {
 
 static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad) {
     if (g_lt_backward >= 0) return g_lt_backward;
-    const int64_t H = cfg->hidden, covered = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
+    const int64_t H = cfg->hidden, cols = flce_sm90_grad_cols(H), covered = (H + cols - 1) / cols * cols;
     const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
     return entropy_grad || flce_general_dz(cfg) || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
@@ -495,8 +499,8 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
                 double one = logits * flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
                                                            p->sm90, rate);
                 if (backward && !p->lt_backward)
-                    one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, FLCE_SM90_BN, p->sm90,
-                                                        rate);
+                    one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM,
+                                                        flce_sm90_grad_cols(cfg->hidden), p->sm90, rate);
                 waves += chunks * one;
             }
             t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;

@@ -158,6 +158,8 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
     const sm90_matrix E = {s->ws + p->off_logits, rows, w, p->ldl};
     const int last = v0 + w == V;
+    // the scaled gradient GEMMs on 224-column tiles where those cover H in fewer columns
+    const int narrow = flce_sm90_grad_cols(H) == FLCE_SM90_BN_NARROW;
     // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
     const int64_t rows_w = last ? Vp - v0 : w;
     // d_b first: the scaled gradients' target kernel moves the targets' terms into E
@@ -193,8 +195,12 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
             if (r->sc) {
-                err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true>, float, 0, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dh_sc<false>, float, 0, 1>(q, a, s->stream);
+                if (narrow)
+                    err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true, FLCE_SM90_BN_NARROW>, float, 0, 1>(q, a, s->stream)
+                              : sm90_gemm_launch<flce_sm90_dh_sc<false, FLCE_SM90_BN_NARROW>, float, 0, 1>(q, a, s->stream);
+                else
+                    err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true>, float, 0, 1>(q, a, s->stream)
+                              : sm90_gemm_launch<flce_sm90_dh_sc<false>, float, 0, 1>(q, a, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
                 flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
                                                                                                 (int)w, out);
@@ -249,8 +255,12 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             if (r->sc) {
                 flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
-                err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
+                if (narrow)
+                    err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true, FLCE_SM90_BN_NARROW>, float, 1, 1>(q, a, s->stream)
+                              : sm90_gemm_launch<flce_sm90_dw_sc<false, FLCE_SM90_BN_NARROW>, float, 1, 1>(q, a, s->stream);
+                else
+                    err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
+                              : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
                 FLCE_HOPPER_TRY("d_weight GEMM", err);
                 const int cols = FLCE_DW_TARGET_COLS(H);
                 const size_t smem = (size_t)cols * H * 4;

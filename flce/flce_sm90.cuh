@@ -70,6 +70,7 @@ entropy and coefficients from the combined ones, then this rank's tiles' scales 
 static_assert(FLCE_SM90_BM == SM90_BM && FLCE_SM90_BN == SM90_BN && FLCE_SM90_STAT_FULL == SM90_BN &&
                   FLCE_SM90_STAT_WIDE == sm90_wide_base::BN,
               "flce_internal.h's FLCE_SM90_BM, FLCE_SM90_BN, FLCE_SM90_STAT_* are gemm_sm90.cuh's tiles");
+static_assert(FLCE_SM90_BN_NARROW == 224, "flce_internal.h's FLCE_SM90_BN_NARROW is gemm_sm90.cuh's narrow tile");
 
 // 1 / x to ~1 ulp in one instruction (the IEEE-rounded reciprocal is a subroutine call, whose
 // calling convention costs the epilogue's registers)
@@ -506,9 +507,10 @@ struct flce_sm90_dh : sm90_policy_base {
 // 128 rows for its statistics tile (128 bytes), where the plain transform reads every row's
 // scale from global memory as its K loop enters a tile and forms dz with two bf16x2 FMAs a
 // pair and a vote for the target. ADD as flce_sm90_dh's.
-template <bool ADD = false>
+template <bool ADD = false, int BN_ = SM90_BN>
 struct flce_sm90_dh_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
+    static constexpr int BN = BN_;  // 256, or 224 where H fits it better (flce_sm90_grad_cols)
     struct TileState {
         uint32_t u2[2];  // the thread's two rows' u_t as bf16 pairs
         int kb_next;     // the first K step past that statistics tile (flce_sm90_next_tile)
@@ -562,12 +564,13 @@ struct flce_sm90_dh_sc : sm90_policy_base {
     }
 
     // the fp32 partial of this K part (or, ADD, added to the accumulator), each row times its v
-    __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+    template <int N>
+    __device__ static void epilogue(const Args &a, float (&d)[N], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
         const float v0 = r0 < a.r.rows ? a.r.vrow[r0] : 0.0f, v1 = r0 + 8 < a.r.rows ? a.r.vrow[r0 + 8] : 0.0f;
 #pragma unroll
-        for (int i = 0; i < 128; i++) d[i] *= (i & 2) ? v1 : v0;
+        for (int i = 0; i < N; i++) d[i] *= (i & 2) ? v1 : v0;
         sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
     }
 };
@@ -720,9 +723,10 @@ struct flce_sm90_dw : sm90_policy_base {
 // shared loads a step: the d_W GEMM's shared-memory traffic is what bounds it (dev/RESULTS.md),
 // so that is the gain. Its CTAs run in clusters of two that share v' h's box of each stage
 // (CLUSTER_M, common/gemm_sm90.cuh): 19% fewer bytes from L2, 1-4% off the GEMM.
-template <bool ADD>
+template <bool ADD, int BN_ = SM90_BN>
 struct flce_sm90_dw_sc : sm90_policy_base {
     typedef flce_sm90_grad_args Args;
+    static constexpr int BN = BN_;  // as flce_sm90_dh_sc's
     static constexpr bool A_REGS = true;
     static constexpr int STAGE_EXTRA = 128;
     static constexpr int CLUSTER_M = 2;
@@ -762,7 +766,8 @@ struct flce_sm90_dw_sc : sm90_policy_base {
         }
     }
 
-    __device__ static void epilogue(const Args &, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+    template <int N>
+    __device__ static void epilogue(const Args &, float (&d)[N], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
         sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
     }

@@ -1502,12 +1502,21 @@ static void test_hopper_plans(void) {
 // The Hopper planner's choices at the Llama 3.2 / Qwen2.5 heads (132 SMs, no GPU): the chunk
 // whose fused d_h GEMM fills whole waves of tiles (a shorter one than the largest that fits,
 // the workspace staying the largest one's, so that a call planning again from that size takes
-// the same chunk), and cuBLASLt's gradients where H's last 256-column tile is mostly empty.
+// the same chunk), and cuBLASLt's gradients where neither the 256- nor the 224-column tiles of
+// the fused gradient GEMMs fit H (their last tile mostly empty).
 static void test_hopper_plan_choices(void) {
     flce_dev_set_plan_sms(132);
+    // the fused gradient GEMMs' tile width: 224 where it covers H in fewer columns
+    {
+        const int64_t hs[] = {896, 64, 320, 768, 1024, 1152, 1536, 2048, 3584}, want[] = {224, 224, 224, 256, 256,
+                                                                                       256, 256, 256, 256};
+        int ok = 1;
+        for (unsigned i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) ok = ok && flce_sm90_grad_cols(hs[i]) == want[i];
+        test_check(ok, "lib: the fused gradient GEMMs' tile width by H (224 at 896, 64 and 320; 256 at 768 .. 3584)");
+    }
     // (1 GiB: the chunk schedule; 160 MiB: the tile schedule, where H = 2048 takes cuBLASLt's)
     struct { int64_t N, H, V, mib; int lt; } cases[] = {
-        {32768, 896, 151936, 1024, 1},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
+        {32768, 896, 151936, 1024, 0},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
         {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 1}, {65536, 768, 50304, 1024, 0},
         {65536, 1024, 176256, 1024, 0}, {16384, 1152, 128256, 1024, 1}, {16384, 2048, 128256, 160, 1},
         {65536, 1024, 176256, 160, 0}};
@@ -1576,7 +1585,8 @@ static void test_hopper_plan_choices(void) {
             same = same && ws <= (mib << 20) && p.chunk == q.chunk && p.dh_parts == q.dh_parts &&
                    flce_chunk_tokens(&c, ws) == p.chunk;
             if (mib == 1024) {
-                const int64_t tiles = (p.chunk + 127) / 128 * ((hs[k] + 255) / 256) * p.dh_parts;
+                const int64_t cols = flce_sm90_grad_cols(hs[k]);
+                const int64_t tiles = (p.chunk + 127) / 128 * ((hs[k] + cols - 1) / cols) * p.dh_parts;
                 waves = tiles % 132 == 0 || tiles % 132 >= 112;  // whole waves, or nearly
                 // (the largest chunk that fits 1 GiB: 3072 tokens at H = 1536, 3328 at 896)
                 shorter = p.chunk < (hs[k] == 1536 ? 3072 : 3328);
