@@ -11,6 +11,8 @@ layout and the trainer's short-K shapes beside the cooperative one.
     build/gemm_sm90             check, then time (default shapes)
     build/gemm_sm90 -c          check only
     build/gemm_sm90 -r 20       timed repeats (median reported)
+    build/gemm_sm90 -k          (after the checks) only flce's d_W shape over a range of K (its
+                                chunk): what a tile's epilogue and start cost beside its K steps
 
 The three layouts of a linear layer (see gemm_sm90.cuh): "TN" y = x W^T (both K-major),
 "NN" dx = dy W (B MN-major), "NT" dW = dy^T x (both MN-major), named as in BLAS for the
@@ -290,11 +292,12 @@ static void time_case(const char *what, const char *layout, int M, int N, int K,
 }
 
 int main(int argc, char **argv) {
-    int check_only = 0, reps = 15;
+    int check_only = 0, reps = 15, k_sweep = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c")) check_only = 1;
+        else if (!strcmp(argv[i], "-k")) k_sweep = 1;
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: %s [-c] [-r repeats]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [-c] [-k] [-r repeats]\n", argv[0]); return 2; }
     }
     if (!sm90_available()) {
         fprintf(stderr, "gemm_sm90: needs an sm_90a build (make, GPU_COMPUTE_CAPABILITY=90) on a compute 9.0 GPU\n");
@@ -325,6 +328,27 @@ int main(int argc, char **argv) {
 
     printf("\n| problem | layout | M x N x K | out | ours ms | TFLOP/s | cuBLASLt ms | TFLOP/s | ours / Lt speed |\n");
     printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+    if (k_sweep) {
+        // flce's d_W (V x H += over a chunk of K tokens) at the chunks its planner takes: the time
+        // a tile costs beyond its K steps is the intercept of time against K; stored (fp32, no
+        // add) and through registers (the probe) beside the reduce-add
+        const int dw[2][2] = {{1024, 176256}, {2048, 128256}}, ks[5] = {768, 1536, 2816, 4096, 8192};
+        for (int s = 0; s < 2; s++)
+            for (int k = 0; k < 5; k++) {
+                char what[64];
+                snprintf(what, sizeof(what), "d_W H=%d V=%d", dw[s][0], dw[s][1]);
+                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
+                snprintf(what, sizeof(what), "d_W H=%d V=%d, stored", dw[s][0], dw[s][1]);
+                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 0, reps);
+                use_probe = 1;
+                snprintf(what, sizeof(what), "d_W H=%d V=%d, A in registers", dw[s][0], dw[s][1]);
+                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
+                use_probe = 0;
+            }
+        cudaFree(lt_ws);
+        cublasLtDestroy(lt);
+        return 0;
+    }
     time_case("square", "TN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NT", 8192, 8192, 8192, 1, 1, reps);
