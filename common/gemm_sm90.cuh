@@ -371,7 +371,7 @@ __device__ __forceinline__ void sm90_mma_rs(float (&d)[128], const uint32_t (&a)
     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}"
 
-// ... and on a B of 224 columns (the narrow cooperative tile, NARROW below)
+// ... and on a B of 224 columns (the narrow cooperative tile: BN = 224 in the header)
 template <int TRANS_B>
 __device__ __forceinline__ void sm90_mma_rs(float (&d)[112], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
 #ifdef SM90_DEVICE_CODE
@@ -743,7 +743,7 @@ struct sm90_stages {
 // One K step of a consumer warpgroup on stage s: A from the policy (registers, buffer BUF of
 // two, so that the next step's transform can run while this step's products are in flight)
 // or from shared memory, B from shared memory. A 64-row block per warpgroup (d: 128
-// accumulators) ...
+// accumulators, 112 on the narrow tile) ...
 template <class P, int TRANS_A, int TRANS_B, int BUF, int N>
 __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args, typename P::TileState &ts,
                                                    float (&d)[N], uint32_t (&af)[2][16], const uint8_t *sa,
@@ -860,7 +860,7 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                 } else {        // (M, K) rows: one box of 64 K x BM rows
                     sm90_tma_load(sa, &map_a, k0, tile.m0, &full[s]);
                 }
-                if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K (the narrow tile's last half used)
+                if (TRANS_B) {  // (K, N) rows: BN / 64 boxes of 64 N x 64 K (narrow: 4, half the last read)
                     static_assert(!(TRANS_B && P::B_HALVES), "B halves: K-major B");
                     for (int i = 0; i < (P::BN + 63) / 64; i++) {
                         if (!MC) sm90_tma_load(sb + i * 8192, &map_b, tile.n0 + 64 * i, k0, &full[s]);

@@ -45,13 +45,9 @@ extern "C" {
 #define FLCE_SM90_BM 128
 #define FLCE_SM90_BN 256
 // the narrow tile's width (gemm_sm90.cuh's BN = 224), which the scaled gradient GEMMs take
-// where it covers H in fewer columns than 256-column tiles (H = 896: 4 x 224 against 4 x 256)
+// where it covers H in fewer columns than 256-column tiles (H = 896: 4 x 224 against 4 x 256;
+// flce_plan.grad_cols)
 #define FLCE_SM90_BN_NARROW 224
-static inline int64_t flce_sm90_grad_cols(int64_t hidden) {
-    const int64_t wide = (hidden + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
-    const int64_t narrow = (hidden + FLCE_SM90_BN_NARROW - 1) / FLCE_SM90_BN_NARROW * FLCE_SM90_BN_NARROW;
-    return narrow < wide ? FLCE_SM90_BN_NARROW : FLCE_SM90_BN;
-}
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)
@@ -108,6 +104,8 @@ typedef struct {
     int sm90;            // the multiprocessors the plan is for (0: the cuBLASLt path)
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
     int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
+    int grad_cols;       // the fused gradient GEMMs' tile width: FLCE_SM90_BN_NARROW where the
+                         // scaled ones run and it covers H better (flce_sm90_grad_cols), else 256
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
     int64_t stat_tile;   // columns per statistics tile (FLCE_SM90_STAT_WIDE or _FULL); vocabulary
                          // tiles are multiples of it

@@ -203,17 +203,28 @@ static size_t flce_append(size_t o, size_t bytes) {
 
 static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && bytes <= budget; }
 
-// The Hopper path's d_h output tiles for a chunk of `rows` tokens.
-static int64_t flce_sm90_dh_tiles(int64_t rows, int64_t H) {
-    const int64_t cols = flce_sm90_grad_cols(H);
+// The fused gradient GEMMs' tile width: the narrow 224 columns where they cover H in fewer
+// columns than 256 and the scaled kernels run (flce_sm90.cu's flce_sm90_scaled: no label
+// smoothing, and an fp32 d_W or its accumulator; the other fused kernels have 256-column tiles
+// only). A call without d_W then runs the plain d_h on 256-column tiles.
+static int64_t flce_sm90_grad_cols(const flce_config *cfg, int dw_accumulator) {
+    const int64_t H = cfg->hidden;
+    const int64_t wide = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
+    const int64_t narrow = (H + FLCE_SM90_BN_NARROW - 1) / FLCE_SM90_BN_NARROW * FLCE_SM90_BN_NARROW;
+    const int scaled = cfg->label_smoothing == 0.0f && (dw_accumulator || cfg->d_weight_dtype == FLCE_FP32);
+    return scaled && narrow < wide ? FLCE_SM90_BN_NARROW : FLCE_SM90_BN;
+}
+
+// The Hopper path's d_h output tiles for a chunk of `rows` tokens, `cols` wide.
+static int64_t flce_sm90_dh_tiles(int64_t rows, int64_t H, int64_t cols) {
     return ((rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM) * ((H + cols - 1) / cols);
 }
 
 // K parts of the Hopper path's d_h GEMM for a chunk: the fewest (at most 4) with which its
 // output tiles fill the multiprocessors in nearly whole waves (a chunk of ~3K tokens at
 // H = 1024 has fewer tiles than an H100 or H200 has multiprocessors).
-static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int sms) {
-    const int64_t tiles = flce_sm90_dh_tiles(chunk, H);
+static int flce_sm90_dh_parts(int64_t chunk, int64_t H, int64_t cols, int sms) {
+    const int64_t tiles = flce_sm90_dh_tiles(chunk, H, cols);
     int best = 1;
     double best_use = 0.0;
     for (int parts = 1; parts <= 4; parts++) {
@@ -236,13 +247,13 @@ chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks
 */
 static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
     const int64_t N = cfg->n_tokens, C = p->chunk;
-    const double wave = 2.0 * FLCE_SM90_BM * (double)flce_sm90_grad_cols(cfg->hidden) *
-                        ((double)p->vocab_tile / p->dh_parts) / (rate / p->sm90);
+    const double wave = 2.0 * FLCE_SM90_BM * (double)p->grad_cols * ((double)p->vocab_tile / p->dh_parts) /
+                        (rate / p->sm90);
     const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
     double t = 0.0;
     for (int k = 0; k < 2; k++) {
         const int64_t rows = k == 0 ? C : last, count = k == 0 ? p->n_chunks - 1 : 1;
-        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden) * p->dh_parts;
+        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden, p->grad_cols) * p->dh_parts;
         t += (double)count * (double)((work + p->sm90 - 1) / p->sm90) * wave;
     }
     return t * (double)p->n_vtiles;
@@ -296,9 +307,9 @@ static int flce_general_dz(const flce_config *cfg) {
     return cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
 }
 
-static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad) {
+static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad, int64_t cols) {
     if (g_lt_backward >= 0) return g_lt_backward;
-    const int64_t H = cfg->hidden, cols = flce_sm90_grad_cols(H), covered = (H + cols - 1) / cols * cols;
+    const int64_t H = cfg->hidden, covered = (H + cols - 1) / cols * cols;
     const int64_t min_h = tiled ? FLCE_LT_BACKWARD_MIN_H_TILED : FLCE_LT_BACKWARD_MIN_H;
     return entropy_grad || flce_general_dz(cfg) || H >= min_h || (H >= 512 && (covered - H) * 10 > H);
 }
@@ -341,7 +352,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const int tiled = p->n_vtiles > 1;
     // (the route by the padded vocabulary's tiles under vocab_parallel, as the plan every rank
     // shares saw them: the last rank's fewer real classes may fit one tile)
-    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad);
+    p->grad_cols = p->sm90 ? flce_sm90_grad_cols(cfg, dw_accumulator) : FLCE_SM90_BN;
+    p->lt_backward =
+        p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad, p->grad_cols);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
@@ -359,7 +372,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->ldc = flce_round_up(chunk, 64);
         p->stat_tile = flce_sm90_stat_tile(cfg);
         p->n_stat = (V + p->stat_tile - 1) / p->stat_tile;
-        p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, sms) : 1;
+        p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms) : 1;
     }
     const size_t ldc = (size_t)p->ldc;
     p->off_lt = o;            o = flce_append(o, p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE);
@@ -499,8 +512,8 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
                 double one = logits * flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
                                                            p->sm90, rate);
                 if (backward && !p->lt_backward)
-                    one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM,
-                                                        flce_sm90_grad_cols(cfg->hidden), p->sm90, rate);
+                    one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, p->grad_cols,
+                                                        p->sm90, rate);
                 waves += chunks * one;
             }
             t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;

@@ -159,7 +159,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     const sm90_matrix E = {s->ws + p->off_logits, rows, w, p->ldl};
     const int last = v0 + w == V;
     // the scaled gradient GEMMs on 224-column tiles where those cover H in fewer columns
-    const int narrow = flce_sm90_grad_cols(H) == FLCE_SM90_BN_NARROW;
+    const int narrow = p->grad_cols == FLCE_SM90_BN_NARROW;
     // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
     const int64_t rows_w = last ? Vp - v0 : w;
     // d_b first: the scaled gradients' target kernel moves the targets' terms into E

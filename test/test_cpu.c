@@ -1506,13 +1506,33 @@ static void test_hopper_plans(void) {
 // the fused gradient GEMMs fit H (their last tile mostly empty).
 static void test_hopper_plan_choices(void) {
     flce_dev_set_plan_sms(132);
-    // the fused gradient GEMMs' tile width: 224 where it covers H in fewer columns
+    // the fused gradient GEMMs' tile width: 224 where it covers H in fewer columns and the scaled
+    // kernels run (fp32 d_W, no smoothing); at H = 896 then the fused route, else cuBLASLt's
     {
         const int64_t hs[] = {896, 64, 320, 768, 1024, 1152, 1536, 2048, 3584}, want[] = {224, 224, 224, 256, 256,
                                                                                        256, 256, 256, 256};
         int ok = 1;
-        for (unsigned i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) ok = ok && flce_sm90_grad_cols(hs[i]) == want[i];
+        for (unsigned i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+            flce_config c;
+            flce_config_init(&c, 8192, hs[i], 50304);
+            flce_plan p;
+            flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &p);
+            ok = ok && p.grad_cols == want[i];
+        }
         test_check(ok, "lib: the fused gradient GEMMs' tile width by H (224 at 896, 64 and 320; 256 at 768 .. 3584)");
+        // (label smoothing; a bf16 d_W written whole by one chunk: the plain fused kernels)
+        flce_config c;
+        flce_config_init(&c, 32768, 896, 151936);
+        c.label_smoothing = 0.1f;
+        flce_plan p, q;
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &p);
+        flce_config_init(&c, 2048, 896, 151936);
+        c.d_weight_dtype = FLCE_BF16;
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &q);
+        test_check(p.grad_cols == 256 && p.lt_backward && q.n_chunks == 1 && !q.dw_accumulator && q.grad_cols == 256 &&
+                       q.lt_backward,
+                   "lib: at H = 896 with label smoothing, or a bf16 d_W in one chunk, cuBLASLt's gradients (no 224-column "
+                   "plain kernels)");
     }
     // (1 GiB: the chunk schedule; 160 MiB: the tile schedule, where H = 2048 takes cuBLASLt's)
     struct { int64_t N, H, V, mib; int lt; } cases[] = {
@@ -1585,7 +1605,7 @@ static void test_hopper_plan_choices(void) {
             same = same && ws <= (mib << 20) && p.chunk == q.chunk && p.dh_parts == q.dh_parts &&
                    flce_chunk_tokens(&c, ws) == p.chunk;
             if (mib == 1024) {
-                const int64_t cols = flce_sm90_grad_cols(hs[k]);
+                const int64_t cols = p.grad_cols;
                 const int64_t tiles = (p.chunk + 127) / 128 * ((hs[k] + cols - 1) / cols) * p.dh_parts;
                 waves = tiles % 132 == 0 || tiles % 132 >= 112;  // whole waves, or nearly
                 // (the largest chunk that fits 1 GiB: 3072 tokens at H = 1536, 3328 at 896)
