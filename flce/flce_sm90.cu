@@ -145,6 +145,18 @@ static flce_status flce_hopper_dbias(flce_call_state<T, TL, Tgt> *s, const flce_
     return FLCE_OK;
 }
 
+// A scaled gradient GEMM (P: flce_sm90_dh_sc with TRANS_A 0, flce_sm90_dw_sc with 1), added to
+// its output or not, on tiles of the plan's width (flce_plan.grad_cols: 256, or 224).
+template <template <bool, int> class P, int TRANS_A>
+static cudaError_t flce_sm90_scaled_gemm(const sm90_problem &q, const flce_sm90_grad_args &a, int add, int cols,
+                                         cudaStream_t stream) {
+    if (cols == FLCE_SM90_BN_NARROW)
+        return add ? sm90_gemm_launch<P<true, FLCE_SM90_BN_NARROW>, float, TRANS_A, 1>(q, a, stream)
+                   : sm90_gemm_launch<P<false, FLCE_SM90_BN_NARROW>, float, TRANS_A, 1>(q, a, stream);
+    return add ? sm90_gemm_launch<P<true, SM90_BN>, float, TRANS_A, 1>(q, a, stream)
+               : sm90_gemm_launch<P<false, SM90_BN>, float, TRANS_A, 1>(q, a, stream);
+}
+
 // The gradients of vocabulary columns [r->voff, r->voff + w) (the tile whose E the buffer
 // holds) for the chunk at c0.
 template <typename T, typename TL, typename Tgt>
@@ -158,8 +170,6 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     const T *h_chunk = (const T *)t->hidden + c0 * H, *w_tile = (const T *)t->weight + v0 * H;
     const sm90_matrix E = {s->ws + p->off_logits, rows, w, p->ldl};
     const int last = v0 + w == V;
-    // the scaled gradient GEMMs on 224-column tiles where those cover H in fewer columns
-    const int narrow = p->grad_cols == FLCE_SM90_BN_NARROW;
     // the last tile's d_W and d_b rows run on to Vp: the padding rows' gradient is 0
     const int64_t rows_w = last ? Vp - v0 : w;
     // d_b first: the scaled gradients' target kernel moves the targets' terms into E
@@ -195,12 +205,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
             if (r->sc) {
-                if (narrow)
-                    err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true, FLCE_SM90_BN_NARROW>, float, 0, 1>(q, a, s->stream)
-                              : sm90_gemm_launch<flce_sm90_dh_sc<false, FLCE_SM90_BN_NARROW>, float, 0, 1>(q, a, s->stream);
-                else
-                    err = add ? sm90_gemm_launch<flce_sm90_dh_sc<true>, float, 0, 1>(q, a, s->stream)
-                              : sm90_gemm_launch<flce_sm90_dh_sc<false>, float, 0, 1>(q, a, s->stream);
+                err = flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, p->grad_cols, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
                 flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
                                                                                                 (int)w, out);
@@ -255,12 +260,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             if (r->sc) {
                 flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
-                if (narrow)
-                    err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true, FLCE_SM90_BN_NARROW>, float, 1, 1>(q, a, s->stream)
-                              : sm90_gemm_launch<flce_sm90_dw_sc<false, FLCE_SM90_BN_NARROW>, float, 1, 1>(q, a, s->stream);
-                else
-                    err = add ? sm90_gemm_launch<flce_sm90_dw_sc<true>, float, 1, 1>(q, a, s->stream)
-                              : sm90_gemm_launch<flce_sm90_dw_sc<false>, float, 1, 1>(q, a, s->stream);
+                err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, s->stream);
                 FLCE_HOPPER_TRY("d_weight GEMM", err);
                 const int cols = FLCE_DW_TARGET_COLS(H);
                 const size_t smem = (size_t)cols * H * 4;
