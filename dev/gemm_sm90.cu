@@ -291,64 +291,27 @@ static void time_case(const char *what, const char *layout, int M, int N, int K,
     cudaFree(A); cudaFree(B); cudaFree(D);
 }
 
-int main(int argc, char **argv) {
-    int check_only = 0, reps = 15, k_sweep = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-c")) check_only = 1;
-        else if (!strcmp(argv[i], "-k")) k_sweep = 1;
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: %s [-c] [-k] [-r repeats]\n", argv[0]); return 2; }
-    }
-    if (!sm90_available()) {
-        fprintf(stderr, "gemm_sm90: needs an sm_90a build (make, GPU_COMPUTE_CAPABILITY=90) on a compute 9.0 GPU\n");
-        return 1;
-    }
-    cublasCheck(cublasLtCreate(&lt));
-    cudaCheck(cudaMalloc(&lt_ws, LT_WORKSPACE));
+// -k: flce's d_W (V x H += over a chunk of K tokens) at the chunks its planner takes: the time
+// a tile costs beyond its K steps is the intercept of time against K; stored (fp32, no add) and
+// through registers (the probe) beside the reduce-add
+static void time_dw_over_k(int reps) {
+    const int dw[2][2] = {{1024, 176256}, {2048, 128256}}, ks[5] = {768, 1536, 2816, 4096, 8192};
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 5; k++) {
+            char what[64];
+            snprintf(what, sizeof(what), "d_W H=%d V=%d", dw[s][0], dw[s][1]);
+            time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
+            snprintf(what, sizeof(what), "d_W H=%d V=%d, stored", dw[s][0], dw[s][1]);
+            time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 0, reps);
+            use_probe = 1;
+            snprintf(what, sizeof(what), "d_W H=%d V=%d, A in registers", dw[s][0], dw[s][1]);
+            time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
+            use_probe = 0;
+        }
+}
 
-    // odd shapes: partial tiles on every edge, K not a multiple of 64; on the cooperative
-    // schedule, the register-A probe (fp32 outputs only), the ping-pong and the wide schedules
-    const char *layouts[3] = {"TN", "NN", "NT"};
-    const int cases[6][6] = {// M, N, K, fp32 out, add, splits
-                             {300, 520, 200, 0, 0, 1},     {300, 520, 200, 1, 0, 1},  {1000, 777, 1030, 1, 1, 1},
-                             {129, 1024, 4100, 1, 0, 3},   {2048, 2048, 512, 0, 0, 1}, {385, 200, 70, 0, 0, 1}};
-    const int variants[4][2] = {{SM90_COOPERATIVE, 0}, {SM90_COOPERATIVE, 1}, {SM90_PINGPONG, 0}, {SM90_WIDE, 0}};
-    for (int v = 0; v < 4; v++) {
-        use_pp = variants[v][0];
-        use_probe = variants[v][1];
-        for (int l = 0; l < 3; l++)
-            for (int c = 0; c < 6; c++)
-                if (cases[c][3] || !use_probe)
-                    check_case(layouts[l], cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], cases[c][5]);
-    }
-    use_pp = SM90_COOPERATIVE;
-    use_probe = 0;
-    printf("checks: %d failure(s)\n", failures);
-    if (check_only || failures) return failures ? 1 : 0;
-
-    printf("\n| problem | layout | M x N x K | out | ours ms | TFLOP/s | cuBLASLt ms | TFLOP/s | ours / Lt speed |\n");
-    printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
-    if (k_sweep) {
-        // flce's d_W (V x H += over a chunk of K tokens) at the chunks its planner takes: the time
-        // a tile costs beyond its K steps is the intercept of time against K; stored (fp32, no
-        // add) and through registers (the probe) beside the reduce-add
-        const int dw[2][2] = {{1024, 176256}, {2048, 128256}}, ks[5] = {768, 1536, 2816, 4096, 8192};
-        for (int s = 0; s < 2; s++)
-            for (int k = 0; k < 5; k++) {
-                char what[64];
-                snprintf(what, sizeof(what), "d_W H=%d V=%d", dw[s][0], dw[s][1]);
-                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
-                snprintf(what, sizeof(what), "d_W H=%d V=%d, stored", dw[s][0], dw[s][1]);
-                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 0, reps);
-                use_probe = 1;
-                snprintf(what, sizeof(what), "d_W H=%d V=%d, A in registers", dw[s][0], dw[s][1]);
-                time_case(what, "NT", dw[s][1], dw[s][0], ks[k], 1, 1, reps);
-                use_probe = 0;
-            }
-        cudaFree(lt_ws);
-        cublasLtDestroy(lt);
-        return 0;
-    }
+// The default timings: 8192^3, the schedules side by side, flce's GEMMs at four shapes.
+static void time_default(int reps) {
     time_case("square", "TN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NN", 8192, 8192, 8192, 0, 0, reps);
     time_case("square", "NT", 8192, 8192, 8192, 1, 1, reps);
@@ -393,6 +356,47 @@ int main(int argc, char **argv) {
         time_case(what, "NT", V, H, C, 1, 1, reps);
         use_probe = 0;
     }
+}
+
+int main(int argc, char **argv) {
+    int check_only = 0, reps = 15, k_sweep = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-c")) check_only = 1;
+        else if (!strcmp(argv[i], "-k")) k_sweep = 1;
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: %s [-c] [-k] [-r repeats]\n", argv[0]); return 2; }
+    }
+    if (!sm90_available()) {
+        fprintf(stderr, "gemm_sm90: needs an sm_90a build (make, GPU_COMPUTE_CAPABILITY=90) on a compute 9.0 GPU\n");
+        return 1;
+    }
+    cublasCheck(cublasLtCreate(&lt));
+    cudaCheck(cudaMalloc(&lt_ws, LT_WORKSPACE));
+
+    // odd shapes: partial tiles on every edge, K not a multiple of 64; on the cooperative
+    // schedule, the register-A probe (fp32 outputs only), the ping-pong and the wide schedules
+    const char *layouts[3] = {"TN", "NN", "NT"};
+    const int cases[6][6] = {// M, N, K, fp32 out, add, splits
+                             {300, 520, 200, 0, 0, 1},     {300, 520, 200, 1, 0, 1},  {1000, 777, 1030, 1, 1, 1},
+                             {129, 1024, 4100, 1, 0, 3},   {2048, 2048, 512, 0, 0, 1}, {385, 200, 70, 0, 0, 1}};
+    const int variants[4][2] = {{SM90_COOPERATIVE, 0}, {SM90_COOPERATIVE, 1}, {SM90_PINGPONG, 0}, {SM90_WIDE, 0}};
+    for (int v = 0; v < 4; v++) {
+        use_pp = variants[v][0];
+        use_probe = variants[v][1];
+        for (int l = 0; l < 3; l++)
+            for (int c = 0; c < 6; c++)
+                if (cases[c][3] || !use_probe)
+                    check_case(layouts[l], cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], cases[c][5]);
+    }
+    use_pp = SM90_COOPERATIVE;
+    use_probe = 0;
+    printf("checks: %d failure(s)\n", failures);
+    if (check_only || failures) return failures ? 1 : 0;
+
+    printf("\n| problem | layout | M x N x K | out | ours ms | TFLOP/s | cuBLASLt ms | TFLOP/s | ours / Lt speed |\n");
+    printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+    if (k_sweep) time_dw_over_k(reps);
+    else time_default(reps);
     cudaFree(lt_ws);
     cublasLtDestroy(lt);
     return 0;

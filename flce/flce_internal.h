@@ -48,6 +48,12 @@ extern "C" {
 // where it covers H in fewer columns than 256-column tiles (H = 896: 4 x 224 against 4 x 256;
 // flce_plan.grad_cols)
 #define FLCE_SM90_BN_NARROW 224
+// What of the scaled gradient kernels' conditions the config and plan decide (flce_sm90.cu's
+// flce_sm90_scaled adds the call's): no label smoothing, and an fp32 d_W or its accumulator (a
+// bf16 d_W written whole by one chunk takes the plain kernels).
+static inline int flce_sm90_scaled_plan(const flce_config *cfg, int dw_accumulator) {
+    return cfg->label_smoothing == 0.0f && (dw_accumulator || cfg->d_weight_dtype != FLCE_BF16);
+}
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)

@@ -204,15 +204,13 @@ static size_t flce_append(size_t o, size_t bytes) {
 static int flce_fits(size_t bytes, size_t budget) { return bytes != SIZE_MAX && bytes <= budget; }
 
 // The fused gradient GEMMs' tile width: the narrow 224 columns where they cover H in fewer
-// columns than 256 and the scaled kernels run (flce_sm90.cu's flce_sm90_scaled: no label
-// smoothing, and an fp32 d_W or its accumulator; the other fused kernels have 256-column tiles
-// only). A call without d_W then runs the plain d_h on 256-column tiles.
+// columns than 256 and the scaled kernels run (flce_sm90_scaled_plan; the other fused kernels
+// have 256-column tiles only). A call without d_W then runs the plain d_h on 256-column tiles.
 static int64_t flce_sm90_grad_cols(const flce_config *cfg, int dw_accumulator) {
     const int64_t H = cfg->hidden;
     const int64_t wide = (H + FLCE_SM90_BN - 1) / FLCE_SM90_BN * FLCE_SM90_BN;
     const int64_t narrow = (H + FLCE_SM90_BN_NARROW - 1) / FLCE_SM90_BN_NARROW * FLCE_SM90_BN_NARROW;
-    const int scaled = cfg->label_smoothing == 0.0f && (dw_accumulator || cfg->d_weight_dtype == FLCE_FP32);
-    return scaled && narrow < wide ? FLCE_SM90_BN_NARROW : FLCE_SM90_BN;
+    return flce_sm90_scaled_plan(cfg, dw_accumulator) && narrow < wide ? FLCE_SM90_BN_NARROW : FLCE_SM90_BN;
 }
 
 // The Hopper path's d_h output tiles for a chunk of `rows` tokens, `cols` wide.
