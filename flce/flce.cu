@@ -394,6 +394,33 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
     return FLCE_OK;
 }
 
+// A call's plan (flce_make_plan), or the context's kept one where the call is like the last
+// (its config, workspace, outputs and path the same): a plan is ~40-50 us of host time before
+// the call's first kernel, time that an idle GPU waits. An entropy gradient takes the Hopper
+// path's dlogits pass (flce_plan.c's flce_sm90_lt_backward) where its plan fits the workspace,
+// sized from the config alone.
+static void flce_call_plan(flce_context *ctx, const flce_config *cfg, size_t workspace_bytes, int needs_dw,
+                           int backward, int sms, int entropy_grad, flce_plan *plan) {
+    flce_plan_key key;
+    memset(&key, 0, sizeof(key));
+    memcpy(&key.cfg, cfg, sizeof(*cfg));
+    key.workspace_bytes = workspace_bytes;
+    key.needs_dw = needs_dw;
+    key.backward = backward;
+    key.sms = sms;
+    key.entropy_grad = entropy_grad;
+    key.switches = flce_plan_switches();
+    if (ctx->has_plan && memcmp(&key, &ctx->plan_key, sizeof(key)) == 0) {
+        *plan = ctx->plan;
+        return;
+    }
+    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, entropy_grad, plan);
+    if (plan->chunk == 0 && entropy_grad) flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, 0, plan);
+    memcpy(&ctx->plan_key, &key, sizeof(key));
+    ctx->plan = *plan;
+    ctx->has_plan = plan->chunk > 0;
+}
+
 static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const flce_tensors *t,
                              void *workspace, size_t workspace_bytes, void *cuda_stream,
                              int backward) {
@@ -417,11 +444,7 @@ static flce_status flce_call(flce_context *ctx, const flce_config *cfg, const fl
     }
     flce_plan plan;
     const int needs_dw = backward && t->d_weight != NULL;
-    // an entropy gradient takes the Hopper path's dlogits pass (flce_plan.c's
-    // flce_sm90_lt_backward) where its plan fits the workspace, sized from the config alone
-    const int entropy_grad = backward && t->grad_entropy != NULL;
-    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, entropy_grad, &plan);
-    if (plan.chunk == 0 && entropy_grad) flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, 0, &plan);
+    flce_call_plan(ctx, cfg, workspace_bytes, needs_dw, backward, sms, backward && t->grad_entropy != NULL, &plan);
     if (plan.chunk == 0) {
         size_t need = 0;
         flce_workspace_for(cfg, workspace_bytes, sms, &need);

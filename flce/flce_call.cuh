@@ -19,8 +19,22 @@ Internal: C++ for nvcc, never included by programs that use the library.
 enum { FLCE_T_PREPARE, FLCE_T_LOGITS, FLCE_T_ROWS, FLCE_T_DHIDDEN, FLCE_T_DWEIGHT, FLCE_T_DBIAS,
        FLCE_T_FINALIZE, FLCE_T_COUNT };
 
+// What a call's plan is made from (flce.cu's flce_call_plan): compared byte for byte, so it is
+// zeroed before it is filled (padding bytes of a caller's config that differ only cost a plan).
+typedef struct {
+    flce_config cfg;
+    size_t workspace_bytes;
+    int needs_dw, backward, sms, entropy_grad;
+    unsigned switches;  // flce_plan_switches()
+} flce_plan_key;
+
 struct flce_context {
     gemm_cache gemm;
+    // the last call's plan and its key: a call like the one before it (a training loop's) is
+    // not planned again
+    flce_plan_key plan_key;
+    flce_plan plan;
+    int has_plan;
     int hopper;       // bf16 calls take the Hopper path (flce_set_hopper)
     // dev switches (flce_internal.h)
     int pingpong;     // the Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 by H

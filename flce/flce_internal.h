@@ -129,6 +129,10 @@ typedef struct {
 FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
                                 int entropy_grad, flce_plan *p);
 
+// How many times a dev switch that changes plans (flce_dev_set_plan_sms, _lt_backward,
+// _wide_stats) was set: a plan kept from before (a context's, flce.cu) is made again.
+FLCE_HIDDEN unsigned flce_plan_switches(void);
+
 // The planned workspace for budget on the path of sms, or the minimum with FLCE_ERR_WORKSPACE
 // when nothing fits.
 FLCE_HIDDEN flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes);

@@ -296,8 +296,14 @@ either, for dev/ and the tests (read when a plan is made: the layouts differ).
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
 static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
+static unsigned g_plan_switches;  // counts the dev switches' changes: a kept plan is stale after one
 
-void flce_dev_set_lt_backward(int mode) { g_lt_backward = mode == 0 || mode == 1 ? mode : -1; }
+unsigned flce_plan_switches(void) { return g_plan_switches; }
+
+void flce_dev_set_lt_backward(int mode) {
+    g_lt_backward = mode == 0 || mode == 1 ? mode : -1;
+    g_plan_switches++;
+}
 
 // The config's options whose dz needs the general transform (and whose logits epilogue keeps
 // the 256-column statistics: flce_sm90_stat_tile): a softcap, smoothing with class weights.
@@ -325,7 +331,10 @@ group) agrees.
 */
 static int g_wide_stats = -1;  // flce_dev_set_wide_stats: -1 the rule above, else 0 or 1
 
-void flce_dev_set_wide_stats(int mode) { g_wide_stats = mode == 0 || mode == 1 ? mode : -1; }
+void flce_dev_set_wide_stats(int mode) {
+    g_wide_stats = mode == 0 || mode == 1 ? mode : -1;
+    g_plan_switches++;
+}
 
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
     const int logit = cfg->has_bias || flce_general_dz(cfg);
@@ -640,7 +649,10 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
 
 static int g_plan_sms = 0;  // flce_dev_set_plan_sms: 0, or the Hopper path for that many multiprocessors
 
-void flce_dev_set_plan_sms(int sms) { g_plan_sms = sms > 0 ? sms : 0; }
+void flce_dev_set_plan_sms(int sms) {
+    g_plan_sms = sms > 0 ? sms : 0;
+    g_plan_switches++;
+}
 
 // The multiprocessors of the current GPU when a new context's call with cfg takes the Hopper
 // path there (bf16 inputs; the planner's argument), else 0.

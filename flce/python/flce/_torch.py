@@ -13,6 +13,7 @@ forward call computes the values, and backward() runs flce_forward_backward once
 three upstream gradients (the loss's as a per-token vector: grad_output, divided by the mean's
 divisor, computed on the device without a host sync).
 """
+import contextlib
 import math
 import threading
 
@@ -228,6 +229,54 @@ def _check_tensors(hidden, weight, target, bias):
 
 # --- the call ---------------------------------------------------------------------------------
 
+# A call's config and workspace size by what they are made from: the device, the shapes and
+# dtypes, the options, which gradients, the budget. Made afresh they took ~0.2 ms of host time
+# before every call's first kernel (three plans, and the config's fields set one by one through
+# ctypes), time that an idle GPU waits; the call itself plans within the workspace it is given.
+# A kept config is never changed (calls read it).
+_configs = {}
+_CONFIGS_MAX = 256
+
+
+def _config(key, N, H, V, hidden, target, opt, reduction, has_bias, has_cw, want_w):
+    """(flce_config, workspace bytes) of a call; key is what they depend on (_run's). Raises
+    FlceError where no workspace within the budget serves the call."""
+    hit = _configs.get(key)
+    if hit is not None:
+        return hit
+    dtype = _DTYPES[hidden.dtype]
+    cfg = _lib.config(N, H, V)
+    cfg.dtype = dtype
+    cfg.target_type = _INDEX_TYPES[target.dtype]
+    cfg.ignore_index = opt.ignore_index
+    cfg.reduction = _REDUCTIONS[reduction]
+    cfg.label_smoothing = opt.label_smoothing
+    cfg.z_loss_scale = opt.z_loss
+    cfg.softcap = opt.softcap
+    cfg.temperature = opt.temperature
+    cfg.has_bias = 1 if has_bias else 0
+    cfg.has_class_weights = 1 if has_cw else 0
+    # d_hidden in the inputs' dtype; d_weight in it too where flce writes it whole in one chunk,
+    # else in fp32 (added up over the chunks) and cast by _run or in backward (_lib.d_weight_plan
+    # says which, within the memory of an fp32 d_weight and its cast); d_bias in fp32, cast
+    cfg.d_hidden_dtype = dtype
+    cfg.d_weight_dtype = Dtype.FP32
+    cfg.d_bias_dtype = Dtype.FP32
+    budget = _workspace_budget or (1 << 30)
+    if want_w:
+        cfg.d_weight_dtype, budget = _lib.d_weight_plan(cfg, _workspace_budget)
+    st, ws_bytes = _lib.workspace_size(cfg, budget)
+    if st != Status.OK:
+        msg = _lib.config_check(cfg)[1] if st != Status.ERR_WORKSPACE else (
+            "the workspace budget of %d bytes is too small for this problem: it needs at least "
+            "%d (flce.set_workspace_budget)" % (_workspace_budget or (1 << 30), ws_bytes))
+        raise FlceError(st, "flce_workspace_size: %s" % (msg or _lib.status_string(st)))
+    if len(_configs) >= _CONFIGS_MAX:  # (many shapes: start over rather than grow)
+        _configs.clear()
+    _configs[key] = (cfg, ws_bytes)
+    return cfg, ws_bytes
+
+
 def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, grad_token_loss=None,
          ce_weight=None, reduction=None, want_logprobs=False, want_entropy=False, grad_logprobs=None,
          grad_entropy=None, defer_cast=False):
@@ -239,34 +288,14 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
     N, H, V = target.numel(), hidden.shape[-1], weight.shape[0]
     dev = hidden.device
     lib = _lib.load_library()
-    dtype = _DTYPES[hidden.dtype]
-    cfg = _lib.config(N, H, V)
-    cfg.dtype = dtype
-    cfg.target_type = _INDEX_TYPES[target.dtype]
-    cfg.ignore_index = opt.ignore_index
-    cfg.reduction = _REDUCTIONS[reduction]
-    cfg.label_smoothing = opt.label_smoothing
-    cfg.z_loss_scale = opt.z_loss
-    cfg.softcap = opt.softcap
-    cfg.temperature = opt.temperature
-    cfg.has_bias = 1 if bias is not None else 0
-    cfg.has_class_weights = 1 if ce_weight is not None else 0
-    # d_hidden in the inputs' dtype; d_weight in it too where flce writes it whole in one chunk,
-    # else in fp32 (added up over the chunks) and cast below or in backward (_lib.d_weight_plan
-    # says which, within the memory of an fp32 d_weight and its cast); d_bias in fp32, cast
-    cfg.d_hidden_dtype = dtype
-    cfg.d_weight_dtype = Dtype.FP32
-    cfg.d_bias_dtype = Dtype.FP32
-    budget = _workspace_budget or (1 << 30)
-    with torch.cuda.device(dev):
-        if backward and want_w:
-            cfg.d_weight_dtype, budget = _lib.d_weight_plan(cfg, _workspace_budget)
-        st, ws_bytes = _lib.workspace_size(cfg, budget)
-        if st != Status.OK:
-            msg = _lib.config_check(cfg)[1] if st != Status.ERR_WORKSPACE else (
-                "the workspace budget of %d bytes is too small for this problem: it needs at least "
-                "%d (flce.set_workspace_budget)" % (_workspace_budget or (1 << 30), ws_bytes))
-            raise FlceError(st, "flce_workspace_size: %s" % (msg or _lib.status_string(st)))
+    want_dw = bool(backward and want_w)
+    key = (dev.index, N, H, V, hidden.dtype, target.dtype, opt.ignore_index, reduction, opt.label_smoothing,
+           opt.z_loss, opt.softcap, opt.temperature, bias is not None, ce_weight is not None, want_dw,
+           _workspace_budget)
+    # (the device made current only where it is not: entering torch.cuda.device costs ~6-30 us)
+    with torch.cuda.device(dev) if dev.index != torch.cuda.current_device() else contextlib.nullcontext():
+        cfg, ws_bytes = _config(key, N, H, V, hidden, target, opt, reduction, bias is not None,
+                                ce_weight is not None, want_dw)
         ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
         f32 = dict(dtype=torch.float32, device=dev)
         loss = torch.empty((), **f32) if reduction != "none" else None

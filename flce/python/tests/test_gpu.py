@@ -197,6 +197,31 @@ def test_many_chunks_small_budget(path, dtype):
             "small budget %s, grad_output -0.75" % dtype)
 
 
+def test_plans_kept(path):
+    """The binding keeps a call's config and workspace size by shapes, options and budget, the
+    library a context's last plan: a call made again gives bitwise the same results as its
+    first, a new budget (or shape) is planned afresh, and a call after it with the old budget
+    is the first's again."""
+    h, W, y, _ = make(2048, 256, 32000, torch.bfloat16, seed=5)
+    _torch._configs.clear()
+    first = run_flce(h, W, y)
+    n = len(_torch._configs)
+    again = run_flce(h, W, y)
+    assert n >= 1 and len(_torch._configs) == n
+    old = flce.set_workspace_budget(40 << 20)
+    try:
+        small = run_flce(h, W, y)
+    finally:
+        flce.set_workspace_budget(old)
+    assert len(_torch._configs) == n + 1
+    other = run_flce(h[:1000], W, y[:1000])
+    last = run_flce(h, W, y)
+    for name, a, b, c in zip(("loss", "d_hidden", "d_weight"), first, again, last):
+        assert torch.equal(a, b) and torch.equal(a, c), "%s differs between calls of one plan" % name
+    compare(small, reference(h, W, y), torch.bfloat16, "plans kept: another budget")
+    compare(other, reference(h[:1000], W, y[:1000]), torch.bfloat16, "plans kept: another config")
+
+
 def test_partial_requires_grad_and_no_grad(path):
     h, W, y, _ = make(128, 64, 500, torch.float32, seed=5)
     ref = reference(h, W, y)
