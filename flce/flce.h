@@ -226,7 +226,10 @@ int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
 int64_t flce_vocab_tile(const flce_config *cfg, size_t workspace_bytes);
 
 // Creates a context (a cuBLASLt handle, a small device error record) on the current device;
-// FLCE_ERR_OUT_OF_MEMORY, FLCE_ERR_CUBLAS or FLCE_ERR_CUDA when one of them cannot be made.
+// FLCE_ERR_OUT_OF_MEMORY, FLCE_ERR_CUBLAS or FLCE_ERR_CUDA when one of them cannot be made. A
+// context keeps its last call's plan: a call with the same config, workspace size and outputs
+// (a training loop's) takes it again instead of planning (~40 us of host time before its first
+// kernel).
 flce_status flce_create(flce_context **ctx);
 void flce_destroy(flce_context *ctx);
 
