@@ -1588,6 +1588,17 @@ static void test_hopper_plan_choices(void) {
                    "lib: an entropy gradient's Hopper plan in %zu bytes (8 MiB budget): chunk %lld; without it %lld, "
                    "fused", ws, (long long)p.chunk, (long long)q.chunk);
     }
+    // every dev switch that changes plans is counted, so that a context's kept plan is made again
+    {
+        const unsigned n0 = flce_plan_switches();
+        flce_dev_set_lt_backward(-1);
+        const unsigned n1 = flce_plan_switches();
+        flce_dev_set_wide_stats(-1);
+        const unsigned n2 = flce_plan_switches();
+        flce_dev_set_plan_sms(132);
+        test_check(n1 == n0 + 1 && n2 == n1 + 1 && flce_plan_switches() == n2 + 1,
+                   "lib: the planner's dev switches are counted (a context's kept plan is made again after one)");
+    }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
     flce_dev_set_lt_backward(0);
