@@ -238,9 +238,13 @@ _configs = {}
 _CONFIGS_MAX = 256
 
 
-def _config(key, N, H, V, hidden, target, opt, reduction, has_bias, has_cw, want_w):
-    """(flce_config, workspace bytes) of a call; key is what they depend on (_run's). Raises
-    FlceError where no workspace within the budget serves the call."""
+def _config(hidden, target, V, opt, reduction, has_bias, has_cw, want_w):
+    """(flce_config, workspace bytes) of a call on hidden's device (current); want_w: it
+    produces d_weight. Raises FlceError where no workspace within the budget serves the call."""
+    N, H = target.numel(), hidden.shape[-1]
+    key = (hidden.device.index, N, H, V, hidden.dtype, target.dtype, opt.ignore_index, reduction,
+           opt.label_smoothing, opt.z_loss, opt.softcap, opt.temperature, has_bias, has_cw, want_w,
+           _workspace_budget)
     hit = _configs.get(key)
     if hit is not None:
         return hit
@@ -285,17 +289,13 @@ def _run(hidden, weight, target, bias, opt, want_h, want_w, want_b, backward, gr
     d_weight and d_bias in the inputs' dtype (fp32 with defer_cast, for the caller to cast). reduction overrides opt's; ce_weight is a float32
     (V,) tensor; grad_logprobs and grad_entropy float32 per-token upstream gradients."""
     reduction = opt.reduction if reduction is None else reduction
-    N, H, V = target.numel(), hidden.shape[-1], weight.shape[0]
+    H, V = hidden.shape[-1], weight.shape[0]
     dev = hidden.device
     lib = _lib.load_library()
-    want_dw = bool(backward and want_w)
-    key = (dev.index, N, H, V, hidden.dtype, target.dtype, opt.ignore_index, reduction, opt.label_smoothing,
-           opt.z_loss, opt.softcap, opt.temperature, bias is not None, ce_weight is not None, want_dw,
-           _workspace_budget)
     # (the device made current only where it is not: entering torch.cuda.device costs ~6-30 us)
     with torch.cuda.device(dev) if dev.index != torch.cuda.current_device() else contextlib.nullcontext():
-        cfg, ws_bytes = _config(key, N, H, V, hidden, target, opt, reduction, bias is not None,
-                                ce_weight is not None, want_dw)
+        cfg, ws_bytes = _config(hidden, target, V, opt, reduction, bias is not None, ce_weight is not None,
+                                bool(backward and want_w))
         ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
         f32 = dict(dtype=torch.float32, device=dev)
         loss = torch.empty((), **f32) if reduction != "none" else None
