@@ -83,6 +83,7 @@ typedef struct {
     int64_t aux_ld;
     int align_bias, align_aux;
     int align_c;  // C's alignment: align_d unless gemm_lt_c reads a separate C
+    size_t ws_bytes;  // the workspace the algorithm was chosen within (a call with less cannot run it)
 } gemm_key;
 
 typedef struct {
@@ -350,6 +351,7 @@ static inline cublasStatus_t gemm_lt_c(gemm_cache *c, cudaStream_t stream, const
                                        const void *C, const gemm_epilogue *ep, void *ws, size_t ws_bytes) {
     gemm_key key = gemm_make_key(p);
     key.align_c = gemm_alignment(C);
+    key.ws_bytes = ws_bytes;
     if (ep != NULL && ep->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         const cublasLtEpilogue_t epi = ep->epilogue;
         const int uses_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;

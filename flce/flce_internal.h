@@ -110,6 +110,11 @@ typedef struct {
     int sm90;            // the multiprocessors the plan is for (0: the cuBLASLt path)
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
     int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
+    int dw_direct;       // the scaled d_W may run as cuBLASLt's GEMM on E itself (flce_sm90.cu's
+                         // flce_sm90_direct): off_lt is then its workspace, in the d_h parts'
+                         // region after the d_W's B operand
+    size_t lt_bytes;     // cuBLASLt's workspace at off_lt (FLCE_LT_WORKSPACE, or on the direct
+                         // d_W what that region leaves, up to it)
     int grad_cols;       // the fused gradient GEMMs' tile width: FLCE_SM90_BN_NARROW where the
                          // scaled ones run and it covers H better (flce_sm90_grad_cols), else 256
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
@@ -183,6 +188,9 @@ void flce_dev_set_pingpong(flce_context *ctx, int mode);
 //   0: never the scaled gradient transforms; 1 (the default): where they apply (flce_sm90.cu's
 //   flce_sm90_scaled).
 void flce_dev_set_dw_scaled(flce_context *ctx, int on);
+//   0: the scaled d_W always by its fused GEMM; 1 (the default): by cuBLASLt's GEMM on E where
+//   the plan allows it (flce_sm90.cu's flce_sm90_direct).
+void flce_dev_set_dw_direct(flce_context *ctx, int on);
 //   1: every phase of every call timed with events (the host waits for each phase, so calls
 //   lose their asynchrony), and flce_destroy prints the means per call over the calls that did
 //   not autotune to stderr ("flce timing over N calls (ms per call): ..."); 0 (the default).

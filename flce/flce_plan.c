@@ -383,6 +383,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     }
     const size_t ldc = (size_t)p->ldc;
     p->off_lt = o;            o = flce_append(o, p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE);
+    p->lt_bytes = p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE;
     p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
     p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));
@@ -410,8 +411,22 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     {
         const size_t parts = p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0;
         const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
+        const size_t region = parts > q ? parts : q;
         p->off_dh_part = o;
-        p->off_stat_q = o;    o = flce_append(o, parts > q ? parts : q);
+        p->off_stat_q = o;
+        // The scaled d_W by cuBLASLt on E (the chunk schedule, one rank's vocabulary): its B
+        // operand v' h, then cuBLASLt's workspace in what the region has left (the d_h parts
+        // are summed by then): at least v' h's size, as the parts are fp32 (28 MB at 65536 x
+        // 1024 x 176256 in 1 GiB, where 5 MB more would shorten the chunk)
+        p->dw_direct = p->sm90 && !p->lt_backward && !tiled && !vp && flce_sm90_scaled_plan(cfg, dw_accumulator);
+        const size_t xs = flce_append(0, flce_bytes(C, H, 2));
+        if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
+            p->off_lt = o + xs;
+            p->lt_bytes = region - xs < FLCE_LT_WORKSPACE ? region - xs : FLCE_LT_WORKSPACE;
+        } else {
+            p->dw_direct = 0;
+        }
+        o = flce_append(o, region);
     }
     p->off_vp = o;            o = flce_append(o, vp ? flce_bytes(5, C, 4) : 0);  // the exchange buffer
     p->off_logits = o;        o = flce_append(o, flce_bytes(C, (size_t)p->ldl, p->logits_size));

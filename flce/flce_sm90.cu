@@ -44,6 +44,19 @@ static int flce_sm90_scaled(const flce_context *ctx, const flce_config *cfg, con
            FLCE_DW_TARGET_COLS(cfg->hidden) >= 1;
 }
 
+/*
+The direct d_W: the scaled d_W as cuBLASLt's GEMM on E itself (d_W += E^T (v' h)), with no
+per-tile factor, where the statistics tiles' references lie on a grid of 128 (flce_sm90.cuh's
+flce_sm90_reference) so that a row's tiles share one; the rare row whose tiles do not is scaled
+to its reference in E first (flce_sm90_rescale_kernel). The same products as the fused scaled
+d_W's, summed in cuBLASLt's order. Where the plan has room for cuBLASLt's workspace beside the
+B operand (flce_plan.dw_direct: the chunk schedule on one rank's vocabulary);
+flce_dev_set_dw_direct(ctx, 0) turns it off, for dev/ comparisons.
+*/
+static int flce_sm90_direct(const flce_context *ctx, const flce_plan *p, int sc) {
+    return sc && ctx->dw_direct && p->dw_direct;
+}
+
 // The logits of vocabulary columns [r->voff, r->voff + w) for the chunk at c0: statistics
 // and / or E from the GEMM's epilogue.
 template <typename T, typename TL, typename Tgt>
@@ -173,6 +186,14 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
     const int64_t rows_w = last ? Vp - v0 : w;
     // d_b first: the scaled gradients' target kernel moves the targets' terms into E
     if (t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
+    if (r->direct) {
+        FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
+            const unsigned grid = (unsigned)(rows < p->sm90 ? rows : p->sm90);
+            flce_sm90_rescale_kernel<<<grid, 256, 0, s->stream>>>(*r, (int)w,
+                                                                (__nv_bfloat16 *)(s->ws + p->off_logits), p->ldl);
+            FLCE_HOPPER_TRY("rescale kernel", cudaGetLastError());
+        });
+    }
     if (r->sc) {
         FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
             flce_sm90_target_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, s->stream>>>(
@@ -259,8 +280,26 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             if (r->sc) {
                 flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
-                err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, s->stream);
-                FLCE_HOPPER_TRY("d_weight GEMM", err);
+                if (r->direct) {
+                    // d_W[tile] (w x H) (+)= E^T (w x rows) @ xs (rows x H), over the real
+                    // classes; the padding rows on to Vp zeroed where the first chunk writes
+                    const gemm_problem gp = {0, 1, H, w, rows, {xs, CUDA_R_16BF, H},
+                                             {E.ptr, CUDA_R_16BF, p->ldl}, {dw, CUDA_R_32F, H},
+                                             1.0f, add ? 1.0f : 0.0f};
+                    const cublasStatus_t st = gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
+                                                         s->ws + p->off_lt, p->lt_bytes);
+                    if (st != CUBLAS_STATUS_SUCCESS)
+                        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,
+                                         "d_weight GEMM failed with cuBLAS status %d (Hopper path, chunk at "
+                                         "token %lld)", (int)st, (long long)c0);
+                    if (!add && rows_w > w)
+                        FLCE_HOPPER_TRY("d_weight padding rows",
+                                        cudaMemsetAsync((float *)dw + (size_t)w * H, 0, (size_t)(rows_w - w) * H * 4,
+                                                        s->stream));
+                } else {
+                    err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, s->stream);
+                    FLCE_HOPPER_TRY("d_weight GEMM", err);
+                }
                 const int cols = FLCE_DW_TARGET_COLS(H);
                 const size_t smem = (size_t)cols * H * 4;
                 FLCE_HOPPER_TRY("d_weight target kernel",
@@ -353,6 +392,8 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     // the general transform: a softcap, an entropy gradient, weighted smoothing
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
     r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
+    r.direct = flce_sm90_direct(s->ctx, p, r.sc);
+    r.fix = r.untaken + 1;  // (ld ints, within the region: see flce_sm90_rows)
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         s->ra.row0 = c0;

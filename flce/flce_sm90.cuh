@@ -83,7 +83,7 @@ __device__ __forceinline__ float flce_rcp(float x) {
 // What the three products share: the chunk's per-row data.
 typedef struct {
     float *stat_m;        // (tiles, ld): base-2 max of the tile's logits per row (z log2 e),
-                          // rounded up to an integer (flce_sm90_dw_sc's exact powers of two)
+                          // under the scaled gradients the tile's reference (flce_sm90_reference)
     float *stat_s;        // (tiles, ld): sum of 2^(z2 - m); after the merge, the tile's scale
     float *stat_sz;       // (tiles, ld): sum of z2 (w_j z2 with class weights) over the real
                           // classes (label smoothing); after the merge, under XF, the tile's u
@@ -105,6 +105,12 @@ typedef struct {
                           // (flce_sm90_target_kernel)
     int *untaken;         // set where a target's term stays for flce_sm90_dw_target_kernel
     int sc;
+    // the scaled d_W by cuBLASLt's GEMM on E (flce_sm90.cu's flce_sm90_direct): the logits
+    // GEMM's references on a grid of 128 (flce_sm90_reference), so that a row's tiles share one
+    // and E needs no per-tile factor; fix (ld) marks the rows whose tiles do not, whose E
+    // flce_sm90_rescale_kernel scales to the row's reference
+    int direct;
+    int *fix;
     int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
     int rows;             // rows of the chunk
     int V;                // real classes
@@ -131,6 +137,20 @@ __host__ __device__ __forceinline__ int64_t flce_sm90_coef(int64_t row, int fiel
 __host__ __device__ __forceinline__ int64_t flce_sm90_sc_pos(int64_t row) {
     const int k = (int)(row & 63);
     return (row & ~(int64_t)63) + 16 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1);
+}
+
+/*
+The scaled gradients' reference of a statistics tile whose base-2 max is m: an integer at or
+above m, so that e = 2^(z2 - ref) <= 1 and the tiles' ratios are exact powers of two. For the
+direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the multiple of 128 nearest
+to m: every tile of a row whose maxima lie within (-64, 64) (|z| < 44 nats, as in any trained
+model's head) then shares the reference 0, and e = 2^z2 lies in (0, 2^64). A bf16 keeps
+every e down to 2^-126, at least 2^-62 of its tile's max: what is lost is below 2^-62 of p's
+largest term. A row whose maxima straddle a multiple of 64 is scaled to its own reference
+after the merge (flce_sm90_rescale_kernel).
+*/
+__device__ __forceinline__ float flce_sm90_reference(float m, int direct) {
+    return direct ? 128.0f * rintf(m * (1.0f / 128.0f)) : ceilf(m);
 }
 
 // The statistics tile of vocabulary column j (>= 0): a division by a constant either way.
@@ -220,10 +240,11 @@ __device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_ar
     m1 *= k;
     // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
     // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
-    // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge)
+    // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge);
+    // for the direct d_W the nearest multiple of 128 (flce_sm90_reference)
     if (a.r.sc) {
-        m0 = ceilf(m0);
-        m1 = ceilf(m1);
+        m0 = flce_sm90_reference(m0, a.r.direct);
+        m1 = flce_sm90_reference(m1, a.r.direct);
     }
     float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
     if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
@@ -862,6 +883,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
         else r.ncs[row] = __float2bfloat16_rn(0.0f);
     }
     if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
+    if (r.direct && w == 0 && row < r.ld) r.fix[row] = 0;
     __syncthreads();
     if (row >= r.ld) return;
     // s_t = 2^(m_t - lse2) (coef_p + coef_e (mu2 - m_t)), and under XF u_t = 2^(m_t - lse2) coef_e
@@ -881,6 +903,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
         if (r.sc) {  // s_t = 2^(m_t - m_r) v, the power of two as its bf16 exponent
             const float n = real ? fmaxf(r.stat_m[k] - row_m[lane] + 127.0f, 0.0f) : 0.0f;
             r.ucode[(int64_t)t * r.ld + flce_sm90_sc_pos(row)] = (uint8_t)n;
+            if (r.direct && real && n != 127.0f) atomicOr(r.fix + row, 1);  // (rare: no contention)
         } else {
             const __nv_bfloat16 hi = __float2bfloat16_rn(sv);
             r.stat_hi[k] = hi;
@@ -963,6 +986,33 @@ __global__ void flce_sm90_zero_target_kernel(__nv_bfloat16 *E, int64_t lde, flce
     if (i >= r.rows) return;
     const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
     if (y >= r.voff && y < r.voff + w) E[(int64_t)i * lde + (y - r.voff)] = __float2bfloat16_rn(0.0f);
+}
+
+// The direct d_W (flce_sm90.cu's flce_sm90_direct): the E of each row whose statistics tiles
+// do not share one reference (r.fix, from the merge) scaled to the row's, u e rounded once as
+// the scaled GEMMs' transform forms it (u a power of two: exact unless the result is below
+// bf16's normals; u = 0 for a code of 0), for the columns [voff, voff + w) in the buffer; the
+// rows' codes then say 1 (127). One block a row, the blocks over the rows in turn: where no row
+// is marked (any head within +-44 nats) every block returns after its flags. Runs after d_b
+// (which forms dz from E and the tiles' own scales) and before the target kernel.
+__global__ void __launch_bounds__(256) flce_sm90_rescale_kernel(flce_sm90_rows r, int w, __nv_bfloat16 *E,
+                                                               int64_t lde) {
+    for (int i = blockIdx.x; i < r.rows; i += gridDim.x) {
+        if (!r.fix[i]) continue;  // (the same i for the whole block)
+        __nv_bfloat16 *row = E + (int64_t)i * lde;
+        const int64_t pos = flce_sm90_sc_pos(i);
+        for (int c = threadIdx.x; c < w; c += blockDim.x) {
+            const int n = r.ucode[(int64_t)flce_sm90_stat_of(r, r.voff + c) * r.ld + pos];
+            if (n != 127) {
+                const float u = n == 0 ? 0.0f : ldexpf(1.0f, n - 127);
+                row[c] = __float2bfloat16_rn(__bfloat162float(row[c]) * u);
+            }
+        }
+        __syncthreads();  // every column read its code before the codes change
+        const int t0 = flce_sm90_stat_of(r, r.voff), t1 = flce_sm90_stat_of(r, r.voff + w - 1);
+        for (int t = t0 + (int)threadIdx.x; t <= t1; t += blockDim.x) r.ucode[(int64_t)t * r.ld + pos] = 127;
+        __syncthreads();
+    }
 }
 
 // The scaled gradients' target terms moved into E, one thread a row: where the tile (columns

@@ -1640,6 +1640,31 @@ static void test_hopper_plan_choices(void) {
                        p.off_vp - p.off_dh_part >= (q > parts ? q : parts),
                    "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): chunks of %lld, the entropy's sums in the "
                    "d_h parts' region", (long long)p.chunk);
+        // the direct d_W (cuBLASLt's GEMM on E): v' h (chunk x H bf16) and then cuBLASLt's
+        // workspace in that region, the workspace within it and no larger than the lt route's
+        const size_t xs = ((size_t)p.chunk * 1024 * 2 + 255) / 256 * 256;
+        test_check(p.dw_direct && p.off_lt == p.off_dh_part + xs && p.lt_bytes >= ((size_t)16 << 20) &&
+                       p.lt_bytes <= FLCE_LT_WORKSPACE && p.off_lt + p.lt_bytes <= p.off_vp,
+                   "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): the direct d_W's workspace (%.1f MiB) in the "
+                   "d_h parts' region after v' h", (double)p.lt_bytes / (1 << 20));
+        // and where the direct d_W does not run: the tile schedule, cuBLASLt's gradients, label
+        // smoothing (no scaled gradients), vocab_parallel
+        flce_plan t, l, sm, vp;
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &t);
+        flce_config c2 = c;
+        c2.hidden = 4096;
+        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &l);
+        c2 = c;
+        c2.label_smoothing = 0.1f;
+        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &sm);
+        c2 = c;
+        c2.vocab_parallel = 1;
+        c2.vocab_total = 2 * c.vocab;
+        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &vp);
+        test_check(t.n_vtiles > 1 && !t.dw_direct && l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE &&
+                       sm.chunk > 0 && !sm.dw_direct && vp.chunk > 0 && !vp.dw_direct,
+                   "lib: no direct d_W in the tile schedule, on cuBLASLt's gradients, with smoothing or "
+                   "vocab_parallel");
     }
     // the tile schedule (160 MiB) takes vocabulary tiles whose GEMMs fill their waves (at
     // 65536 x 1024 x 176256 chunks of 2048 tokens in tiles of 25344 columns: 198 x 4 d_W tiles,

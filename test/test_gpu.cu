@@ -81,9 +81,12 @@ static int g_lt_backward = -1;  // the Hopper pass's gradients (flce_dev_set_lt_
 static int g_wide_stats = -1;   // its statistics tile (flce_dev_set_wide_stats): 0 256 columns always
 
 // A context on this pass's path.
+static int g_dw_direct = -1;  // the Hopper pass's scaled d_W (flce_dev_set_dw_direct): 0 the fused GEMM only
+
 static flce_status new_context(flce_context **ctx) {
     flce_status st = flce_create(ctx);
     if (st == FLCE_OK) flce_set_hopper(*ctx, g_hopper);
+    if (st == FLCE_OK && g_dw_direct >= 0) flce_dev_set_dw_direct(*ctx, g_dw_direct);
     return st;
 }
 
@@ -1422,16 +1425,18 @@ int main(int argc, char **argv) {
     const int hopper = flce_hopper_default();
     // (the planner's statistics tile is 192 columns wherever the epilogue allows: the third
     // pass runs the fused gradient GEMMs on the 256-column statistics that a bias, a softcap or
-    // weighted smoothing take, with none of them)
-    static const struct { int hopper, lt, wide; const char *name; } passes[4] = {
-        {1, 0, -1, "hopper (fused gradient GEMMs)"},
-        {1, 1, -1, "hopper (gradients by cuBLASLt)"},
-        {1, 0, 0, "hopper (fused gradient GEMMs, 256-column statistics)"},
-        {0, -1, -1, "cublaslt"}};
+    // weighted smoothing take, with none of them, and the scaled d_W by its fused GEMM where the
+    // first takes cuBLASLt's on E)
+    static const struct { int hopper, lt, wide, direct; const char *name; } passes[4] = {
+        {1, 0, -1, -1, "hopper (fused gradient GEMMs)"},
+        {1, 1, -1, -1, "hopper (gradients by cuBLASLt)"},
+        {1, 0, 0, 0, "hopper (fused gradient GEMMs, 256-column statistics, the fused scaled d_W)"},
+        {0, -1, -1, -1, "cublaslt"}};
     printf("GEMM paths: %s\n", !hopper ? "cublaslt (no sm_90a build or not a 9.0 GPU)"
                                : lt_arg >= 0 ? "hopper (-lt as given), then cublaslt"
                                              : "hopper with fused gradients, hopper with cuBLASLt's, hopper with "
-                                               "fused gradients on 256-column statistics, cublaslt");
+                                               "fused gradients on 256-column statistics and the fused scaled d_W, "
+                                               "cublaslt");
     for (int k = hopper ? 0 : 3; k < 4; k++) {
         if (lt_arg >= 0 && (k == 1 || k == 2)) continue;
         if (passes[k].hopper) {
@@ -1440,6 +1445,7 @@ int main(int argc, char **argv) {
             g_wide_stats = passes[k].wide;
             flce_dev_set_wide_stats(g_wide_stats);
         }
+        g_dw_direct = passes[k].direct;
         g_hopper = passes[k].hopper;
         printf("== %s path ==\n", lt_arg >= 0 && k == 0 ? "hopper" : passes[k].name);
         // the cuBLASLt pass sizes its workspaces on its own path, as a program that sets
