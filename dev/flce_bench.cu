@@ -34,7 +34,7 @@ targets (ignore_index -100):
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
-             [--dw-direct 0|1] [--wide-stats 0|1] [--budget MiB]
+             [--dw-direct 0|1] [--dh-direct 0|1] [--wide-stats 0|1] [--budget MiB]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
@@ -98,9 +98,9 @@ static flce_context *g_flce = NULL;
 
 // the library's switches for the flce rows (-- options): -1 leaves the library's choice
 typedef struct {
-    int autotune, timing, pingpong, lt_backward, dw_scaled, dw_direct, wide_stats;
+    int autotune, timing, pingpong, lt_backward, dw_scaled, dw_direct, dh_direct, wide_stats;
 } FlceSwitches;
-static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1, -1};
+static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1, -1, -1};
 static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
 
 // ----------------------------------------------------------------------------------------
@@ -592,6 +592,7 @@ static void flce_new_context(void) {
     if (g_switches.pingpong >= 0) flce_dev_set_pingpong(g_flce, g_switches.pingpong);
     if (g_switches.dw_scaled >= 0) flce_dev_set_dw_scaled(g_flce, g_switches.dw_scaled);
     if (g_switches.dw_direct >= 0) flce_dev_set_dw_direct(g_flce, g_switches.dw_direct);
+    if (g_switches.dh_direct >= 0) flce_dev_set_dh_direct(g_flce, g_switches.dh_direct);
 }
 
 // the library's defaults (bf16 in, int32 targets, mean, bf16 d_h, fp32 d_W, fp32 logits)
@@ -707,6 +708,7 @@ static void usage(const char *prog) {
             "                     fused GEMMs (default: by H)\n"
             "  --dw-scaled 0|1    0: the Hopper gradient GEMMs without the scaled transform\n"
             "  --dw-direct 0|1    0: the scaled d_W always by its fused GEMM, never cuBLASLt's on E\n"
+            "  --dh-direct 0|1    1: where d_W is cuBLASLt's on E, d_h too (then scaled per row)\n"
             "  --wide-stats 0|1   the Hopper path's statistics: 1 the wide logits GEMM's 192 columns\n"
             "                     where its epilogue serves (the default), 0 256 columns\n"
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",
@@ -755,6 +757,7 @@ static int parse_switch(int argc, char **argv, int *i) {
                  {"lt-backward", offsetof(FlceSwitches, lt_backward)},
                  {"dw-scaled", offsetof(FlceSwitches, dw_scaled)},
                  {"dw-direct", offsetof(FlceSwitches, dw_direct)},
+                 {"dh-direct", offsetof(FlceSwitches, dh_direct)},
                  {"wide-stats", offsetof(FlceSwitches, wide_stats)}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);

@@ -123,6 +123,7 @@ flce_status flce_create(flce_context **out) {
     ctx->pingpong = -1;
     ctx->dw_scaled = 1;
     ctx->dw_direct = 1;
+    ctx->dh_direct = 0;
     ctx->host_status = (flce_host_status *)host;
     if (cudaHostGetDevicePointer((void **)&ctx->host_status_device, host, 0) != cudaSuccess) {
         cudaFreeHost(host);
@@ -185,6 +186,10 @@ void flce_dev_set_dw_scaled(flce_context *ctx, int on) {
 
 void flce_dev_set_dw_direct(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->dw_direct = on != 0;
+}
+
+void flce_dev_set_dh_direct(flce_context *ctx, int on) {
+    if (ctx != NULL) ctx->dh_direct = on != 0;
 }
 
 // The events are made the first time; a context whose events cannot be made is not timed.

@@ -115,6 +115,8 @@ typedef struct {
                          // region after the d_W's B operand
     size_t lt_bytes;     // cuBLASLt's workspace at off_lt (FLCE_LT_WORKSPACE, or on the direct
                          // d_W what that region leaves, up to it)
+    size_t off_dh_ws, dh_ws_bytes;  // the direct d_h's (cuBLASLt's GEMM on E, a dev switch):
+                         // its workspace in the d_h parts' region after its fp32 product
     int grad_cols;       // the fused gradient GEMMs' tile width: FLCE_SM90_BN_NARROW where the
                          // scaled ones run and it covers H better (flce_sm90_grad_cols), else 256
     int64_t ldc;         // the chunk's rows rounded up to 64: the row statistics' stride
@@ -191,6 +193,9 @@ void flce_dev_set_dw_scaled(flce_context *ctx, int on);
 //   0: the scaled d_W always by its fused GEMM; 1 (the default): by cuBLASLt's GEMM on E where
 //   the plan allows it (flce_sm90.cu's flce_sm90_direct).
 void flce_dev_set_dw_direct(flce_context *ctx, int on);
+//   1: where the direct d_W runs, the d_h GEMM too by cuBLASLt on E (its product scaled per row
+//   by a pass); 0 (the default): the fused scaled d_h.
+void flce_dev_set_dh_direct(flce_context *ctx, int on);
 //   1: every phase of every call timed with events (the host waits for each phase, so calls
 //   lose their asynchrony), and flce_destroy prints the means per call over the calls that did
 //   not autotune to stderr ("flce timing over N calls (ms per call): ..."); 0 (the default).

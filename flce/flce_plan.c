@@ -423,6 +423,11 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
             p->off_lt = o + xs;
             p->lt_bytes = region - xs < FLCE_LT_WORKSPACE ? region - xs : FLCE_LT_WORKSPACE;
+            const size_t prod = flce_append(0, flce_bytes(C, H, 4));  // the direct d_h's product
+            p->off_dh_ws = o + (prod < region ? prod : region);
+            p->dh_ws_bytes = prod >= region                       ? 0
+                             : region - prod < FLCE_LT_WORKSPACE ? region - prod
+                                                                 : FLCE_LT_WORKSPACE;
         } else {
             p->dw_direct = 0;
         }

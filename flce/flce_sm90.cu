@@ -221,10 +221,29 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         float *out = direct ? dh32 : part;  // where the GEMM's product lands
         const int64_t n = rows * H;
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
+        const int dh_direct = r->direct && ctx->dh_direct && !p->dh_accumulator;
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
-            if (r->sc) {
+            if (dh_direct) {
+                // part (rows x H) = E (rows x w) @ W[tile] (w x H) by cuBLASLt, then v per row
+                // and an untaken target's term on the way out (one rounding)
+                const gemm_problem gp = {0, 0, H, rows, w, {w_tile, CUDA_R_16BF, H}, {E.ptr, CUDA_R_16BF, p->ldl},
+                                         {part, CUDA_R_32F, H}, 1.0f, 0.0f};
+                const cublasStatus_t st = gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, flce_vocab_cut(w),
+                                                     s->ws + p->off_dh_ws, p->dh_ws_bytes);
+                if (st != CUBLAS_STATUS_SUCCESS)
+                    return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,
+                                     "d_hidden GEMM failed with cuBLAS status %d (Hopper path, chunk at token %lld)",
+                                     (int)st, (long long)c0);
+                if (cfg->d_hidden_dtype == FLCE_FP32)
+                    flce_sm90_dh_rows_kernel<T, float><<<(unsigned)rows, 256, 0, s->stream>>>(
+                        *r, w_tile, (int)H, (int)w, part, (float *)dh, cfg->accumulate_d_hidden);
+                else
+                    flce_sm90_dh_rows_kernel<T, __nv_bfloat16><<<(unsigned)rows, 256, 0, s->stream>>>(
+                        *r, w_tile, (int)H, (int)w, part, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden rows kernel", cudaGetLastError());
+            } else if (r->sc) {
                 err = flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, p->grad_cols, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
                 flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
@@ -239,7 +258,9 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                           : sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
             }
-            if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
+            if (dh_direct) {
+                // (written above)
+            } else if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
                 if (!direct) {
                     flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);
                     FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());

@@ -1015,6 +1015,30 @@ __global__ void __launch_bounds__(256) flce_sm90_rescale_kernel(flce_sm90_rows r
     }
 }
 
+// The direct d_h (cuBLASLt's product of E and W, fp32 in part): each row times its v, less an
+// untaken target's term (as flce_sm90_dh_target_kernel), into out (rounded once; added to it
+// where accumulate). One block a row, 4 columns a thread (H a multiple of 8).
+template <typename T, typename TO>
+__global__ void __launch_bounds__(256) flce_sm90_dh_rows_kernel(flce_sm90_rows r, const T *w_tile, int H, int w,
+                                                               const float *part, TO *out, int accumulate) {
+    const int i = blockIdx.x;
+    const float v = r.vrow[i];
+    const int y = __float_as_int(r.coef[flce_sm90_coef(i, FLCE_COEF_Y)]);
+    const float ct = *r.untaken && y >= r.voff && y < r.voff + w ? r.coef[flce_sm90_coef(i, FLCE_COEF_CT)] : 0.0f;
+    const T *x = w_tile + (int64_t)(ct != 0.0f ? y - r.voff : 0) * H;
+    for (int c = 4 * threadIdx.x; c < H; c += 4 * blockDim.x) {
+        const int64_t k = (int64_t)i * H + c;
+        const float4 p4 = *reinterpret_cast<const float4 *>(part + k);
+        float o[4] = {v * p4.x, v * p4.y, v * p4.z, v * p4.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (ct != 0.0f) o[e] -= ct * to_float(x[c + e]);
+            if (accumulate) o[e] += to_float(out[k + e]);
+            out[k + e] = from_float<TO>(o[e]);
+        }
+    }
+}
+
 // The scaled gradients' target terms moved into E, one thread a row: where the tile (columns
 // [voff, voff + w) in the buffer) holds row i's target y, e_y becomes Q = bf16(dz_y / (u_y v)),
 // so that the d_h GEMM forms u_y Q v = dz_y to one rounding (Q's), as the plain transform's bf16

@@ -1643,8 +1643,11 @@ static void test_hopper_plan_choices(void) {
         // the direct d_W (cuBLASLt's GEMM on E): v' h (chunk x H bf16) and then cuBLASLt's
         // workspace in that region, the workspace within it and no larger than the lt route's
         const size_t xs = ((size_t)p.chunk * 1024 * 2 + 255) / 256 * 256;
+        const size_t prod = ((size_t)p.chunk * 1024 * 4 + 255) / 256 * 256;
         test_check(p.dw_direct && p.off_lt == p.off_dh_part + xs && p.lt_bytes >= ((size_t)16 << 20) &&
-                       p.lt_bytes <= FLCE_LT_WORKSPACE && p.off_lt + p.lt_bytes <= p.off_vp,
+                       p.lt_bytes <= FLCE_LT_WORKSPACE && p.off_lt + p.lt_bytes <= p.off_vp &&
+                       p.off_dh_ws == p.off_dh_part + prod && p.off_dh_ws + p.dh_ws_bytes <= p.off_vp &&
+                       p.dh_ws_bytes >= ((size_t)8 << 20),
                    "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): the direct d_W's workspace (%.1f MiB) in the "
                    "d_h parts' region after v' h", (double)p.lt_bytes / (1 << 20));
         // and where the direct d_W does not run: the tile schedule, cuBLASLt's gradients, label
