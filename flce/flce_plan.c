@@ -414,11 +414,11 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         const size_t region = parts > q ? parts : q;
         p->off_dh_part = o;
         p->off_stat_q = o;
-        // The scaled d_W by cuBLASLt on E (the chunk schedule, one rank's vocabulary): its B
-        // operand v' h, then cuBLASLt's workspace in what the region has left (the d_h parts
-        // are summed by then): at least v' h's size, as the parts are fp32 (28 MB at 65536 x
-        // 1024 x 176256 in 1 GiB, where 5 MB more would shorten the chunk)
-        p->dw_direct = p->sm90 && !p->lt_backward && !tiled && !vp && flce_sm90_scaled_plan(cfg, dw_accumulator);
+        // The scaled d_W by cuBLASLt on E: its B operand v' h, then cuBLASLt's workspace in
+        // what the region has left (the d_h parts are summed by then): at least v' h's size, as
+        // the parts are fp32 (28 MB at 65536 x 1024 x 176256 in 1 GiB, where 5 MB more would
+        // shorten the chunk)
+        p->dw_direct = p->sm90 && !p->lt_backward && flce_sm90_scaled_plan(cfg, dw_accumulator);
         const size_t xs = flce_append(0, flce_bytes(C, H, 2));
         if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
             p->off_lt = o + xs;

@@ -49,8 +49,9 @@ The direct d_W: the scaled d_W as cuBLASLt's GEMM on E itself (d_W += E^T (v' h)
 per-tile factor, where the statistics tiles' references lie on a grid of 128 (flce_sm90.cuh's
 flce_sm90_reference) so that a row's tiles share one; the rare row whose tiles do not is scaled
 to its reference in E first (flce_sm90_rescale_kernel). The same products as the fused scaled
-d_W's, summed in cuBLASLt's order. Where the plan has room for cuBLASLt's workspace beside the
-B operand (flce_plan.dw_direct: the chunk schedule on one rank's vocabulary);
+d_W's, summed in cuBLASLt's order; in the tile schedule each vocabulary tile's rows of E are
+rescaled as its buffer comes (a statistics tile lies in one vocabulary tile). Where the plan has
+room for cuBLASLt's workspace beside the B operand (flce_plan.dw_direct);
 flce_dev_set_dw_direct(ctx, 0) turns it off, for dev/ comparisons.
 */
 static int flce_sm90_direct(const flce_context *ctx, const flce_plan *p, int sc) {

@@ -1650,8 +1650,8 @@ static void test_hopper_plan_choices(void) {
                        p.dh_ws_bytes >= ((size_t)8 << 20),
                    "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): the direct d_W's workspace (%.1f MiB) in the "
                    "d_h parts' region after v' h", (double)p.lt_bytes / (1 << 20));
-        // and where the direct d_W does not run: the tile schedule, cuBLASLt's gradients, label
-        // smoothing (no scaled gradients), vocab_parallel
+        // and where the direct d_W runs besides: the tile schedule, vocab_parallel; where it does
+        // not: cuBLASLt's gradients, label smoothing (no scaled gradients)
         flce_plan t, l, sm, vp;
         flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &t);
         flce_config c2 = c;
@@ -1664,10 +1664,11 @@ static void test_hopper_plan_choices(void) {
         c2.vocab_parallel = 1;
         c2.vocab_total = 2 * c.vocab;
         flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &vp);
-        test_check(t.n_vtiles > 1 && !t.dw_direct && l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE &&
-                       sm.chunk > 0 && !sm.dw_direct && vp.chunk > 0 && !vp.dw_direct,
-                   "lib: no direct d_W in the tile schedule, on cuBLASLt's gradients, with smoothing or "
-                   "vocab_parallel");
+        test_check(t.n_vtiles > 1 && t.dw_direct && t.off_lt + t.lt_bytes <= t.off_vp && t.lt_bytes > 0 &&
+                       l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE && sm.chunk > 0 &&
+                       !sm.dw_direct && vp.chunk > 0 && vp.dw_direct,
+                   "lib: the direct d_W in the tile schedule and under vocab_parallel, not on cuBLASLt's "
+                   "gradients nor with smoothing");
     }
     // the tile schedule (160 MiB) takes vocabulary tiles whose GEMMs fill their waves (at
     // 65536 x 1024 x 176256 chunks of 2048 tokens in tiles of 25344 columns: 198 x 4 d_W tiles,
