@@ -46,7 +46,7 @@ static int flce_sm90_scaled(const flce_context *ctx, const flce_config *cfg, con
 
 /*
 The direct d_W: the scaled d_W as cuBLASLt's GEMM on E itself (d_W += E^T (v' h)), with no
-per-tile factor, where the statistics tiles' references lie on a grid of 128 (flce_sm90.cuh's
+per-tile factor, where the statistics tiles' references lie on a grid of 126 (flce_sm90.cuh's
 flce_sm90_reference) so that a row's tiles share one; the rare row whose tiles do not is scaled
 to its reference in E first (flce_sm90_rescale_kernel). The same products as the fused scaled
 d_W's, summed in cuBLASLt's order; in the tile schedule each vocabulary tile's rows of E are

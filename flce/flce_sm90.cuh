@@ -106,7 +106,7 @@ typedef struct {
     int *untaken;         // set where a target's term stays for flce_sm90_dw_target_kernel
     int sc;
     // the scaled d_W by cuBLASLt's GEMM on E (flce_sm90.cu's flce_sm90_direct): the logits
-    // GEMM's references on a grid of 128 (flce_sm90_reference), so that a row's tiles share one
+    // GEMM's references on a grid of 126 (flce_sm90_reference), so that a row's tiles share one
     // and E needs no per-tile factor; fix (ld) marks the rows whose tiles do not, whose E
     // flce_sm90_rescale_kernel scales to the row's reference
     int direct;
@@ -142,15 +142,19 @@ __host__ __device__ __forceinline__ int64_t flce_sm90_sc_pos(int64_t row) {
 /*
 The scaled gradients' reference of a statistics tile whose base-2 max is m: an integer at or
 above m, so that e = 2^(z2 - ref) <= 1 and the tiles' ratios are exact powers of two. For the
-direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the multiple of 128 nearest
-to m: every tile of a row whose maxima lie within (-64, 64) (|z| < 44 nats, as in any trained
-model's head) then shares the reference 0, and e = 2^z2 lies in (0, 2^64). A bf16 keeps
-every e down to 2^-126, at least 2^-62 of its tile's max: what is lost is below 2^-62 of p's
-largest term. A row whose maxima straddle a multiple of 64 is scaled to its own reference
-after the merge (flce_sm90_rescale_kernel).
+direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the multiple of 126 nearest
+to m: every tile of a row whose maxima lie within [-63, 63] (|z| < 43.6 nats) then shares the
+reference 0, and e = 2^z2 lies in (0, 2^63]. A bf16 keeps every e down to 2^-126, at least
+2^-63 of its tile's max. A row whose maxima straddle an odd multiple of 63 is scaled to its own
+reference after the merge (flce_sm90_rescale_kernel). 126 and not a rounder 128: the ratio of
+two neighbouring references, 2^-126, is still a normal float, which the merge's exp2 (flushing
+subnormals) and the codes (1, not 0) keep, and a tile two references below the row's lies at
+least 126 below its max, where nothing of it counts. (On a grid of 128 a tile just below a
+multiple of 64 and the row's max just above it are 2^-128 apart: its code clamps to 0 and the
+tile, as large as the max, is dropped.)
 */
 __device__ __forceinline__ float flce_sm90_reference(float m, int direct) {
-    return direct ? 128.0f * rintf(m * (1.0f / 128.0f)) : ceilf(m);
+    return direct ? 126.0f * rintf(m * (1.0f / 126.0f)) : ceilf(m);
 }
 
 // The statistics tile of vocabulary column j (>= 0): a division by a constant either way.
@@ -241,7 +245,7 @@ __device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_ar
     // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
     // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
     // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge);
-    // for the direct d_W the nearest multiple of 128 (flce_sm90_reference)
+    // for the direct d_W the nearest multiple of 126 (flce_sm90_reference)
     if (a.r.sc) {
         m0 = flce_sm90_reference(m0, a.r.direct);
         m1 = flce_sm90_reference(m1, a.r.direct);
@@ -993,7 +997,7 @@ __global__ void flce_sm90_zero_target_kernel(__nv_bfloat16 *E, int64_t lde, flce
 // the scaled GEMMs' transform forms it (u a power of two: exact unless the result is below
 // bf16's normals; u = 0 for a code of 0), for the columns [voff, voff + w) in the buffer; the
 // rows' codes then say 1 (127). One block a row, the blocks over the rows in turn: where no row
-// is marked (any head within +-44 nats) every block returns after its flags. Runs after d_b
+// is marked (every tile's max within +-43 nats) every block returns after its flags. Runs after d_b
 // (which forms dz from E and the tiles' own scales) and before the target kernel.
 __global__ void __launch_bounds__(256) flce_sm90_rescale_kernel(flce_sm90_rows r, int w, __nv_bfloat16 *E,
                                                                int64_t lde) {
