@@ -70,6 +70,13 @@ typedef struct {
     int pad;
     double target_weight_sum;            // class weights: sum of the valid targets' weights
     double class_weight_sum;             // class weights: sum over the V classes
+    // the direct d_W's grid of references (flce_sm90.cuh's flce_sm90_reference): its centre for
+    // chunk j in centre[j & 1], which chunk j - 1's merge wrote from the rows' rounded base-2
+    // LSEs summed so far (centre_sum over centre_rows); centre_done counts a merge's blocks
+    long long centre_sum;
+    int centre_rows;
+    unsigned centre_done;
+    int centre[2];
 } flce_call_scalars;
 
 // Running (max, sum of 2^(z2 - max), sum of z2 (or of w_j z2 with class weights), and for the

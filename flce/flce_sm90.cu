@@ -416,8 +416,10 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
     r.direct = flce_sm90_direct(s->ctx, p, r.sc);
     r.fix = r.untaken + 1;  // (ld ints, within the region: see flce_sm90_rows)
+    r.scalars = (flce_call_scalars *)(s->ws + p->off_scalars);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
+        r.parity = (int)((c0 / C) & 1);
         s->ra.row0 = c0;
         if (tiled) {
             r.voff = 0;

@@ -111,6 +111,8 @@ typedef struct {
     // flce_sm90_rescale_kernel scales to the row's reference
     int direct;
     int *fix;
+    flce_call_scalars *scalars;  // the call's: the grid's centre (flce_sm90_reference)
+    int parity;           // the chunk's index & 1: which centre its logits read
     int64_t ld;           // rows of the chunk rounded up to 64: the stride of the statistics
     int rows;             // rows of the chunk
     int V;                // real classes
@@ -142,10 +144,13 @@ __host__ __device__ __forceinline__ int64_t flce_sm90_sc_pos(int64_t row) {
 /*
 The scaled gradients' reference of a statistics tile whose base-2 max is m: an integer at or
 above m, so that e = 2^(z2 - ref) <= 1 and the tiles' ratios are exact powers of two. For the
-direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the multiple of 126 nearest
-to m: every tile of a row whose maxima lie within [-63, 63] (|z| < 43.6 nats) then shares the
-reference 0, and e = 2^z2 lies in (0, 2^63]. A bf16 keeps every e down to 2^-126, at least
-2^-63 of its tile's max. A row whose maxima straddle an odd multiple of 63 is scaled to its own
+direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the point nearest to m of a
+grid of 126 around the chunk's centre c (an integer): every tile of a row whose maxima lie
+within c +- 63 then shares the reference c, and e lies in (0, 2^63]. c is 0 for a call's first
+chunk (|z| < 43.6 nats), then 24 below the mean of the rows' base-2 LSEs so far (the merge's
+flce_sm90_centre), so that heads whose logits sit far from 0 (GPT-2's are mostly negative) stay
+on one reference; it depends on the call's inputs alone. A bf16 keeps every e down to 2^-126,
+at least 2^-63 of its tile's max. A row whose maxima straddle c +- 63 is scaled to its own
 reference after the merge (flce_sm90_rescale_kernel). 126 and not a rounder 128: the ratio of
 two neighbouring references, 2^-126, is still a normal float, which the merge's exp2 (flushing
 subnormals) and the codes (1, not 0) keep, and a tile two references below the row's lies at
@@ -153,9 +158,11 @@ least 126 below its max, where nothing of it counts. (On a grid of 128 a tile ju
 multiple of 64 and the row's max just above it are 2^-128 apart: its code clamps to 0 and the
 tile, as large as the max, is dropped.)
 */
-__device__ __forceinline__ float flce_sm90_reference(float m, int direct) {
-    return direct ? 126.0f * rintf(m * (1.0f / 126.0f)) : ceilf(m);
+__device__ __forceinline__ float flce_sm90_reference(float m, int direct, float c) {
+    return direct ? c + 126.0f * rintf((m - c) * (1.0f / 126.0f)) : ceilf(m);
 }
+
+#define FLCE_CENTRE_BELOW 24  // the grid's centre below the mean base-2 LSE (flce_sm90_reference)
 
 // The statistics tile of vocabulary column j (>= 0): a division by a constant either way.
 __host__ __device__ __forceinline__ int flce_sm90_stat_of(const flce_sm90_rows &r, int j) {
@@ -247,8 +254,9 @@ __device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_ar
     // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge);
     // for the direct d_W the nearest multiple of 126 (flce_sm90_reference)
     if (a.r.sc) {
-        m0 = flce_sm90_reference(m0, a.r.direct);
-        m1 = flce_sm90_reference(m1, a.r.direct);
+        const float c = a.r.direct ? (float)a.r.scalars->centre[a.r.parity] : 0.0f;
+        m0 = flce_sm90_reference(m0, a.r.direct, c);
+        m1 = flce_sm90_reference(m1, a.r.direct, c);
     }
     float s0 = 0.0f, s1 = 0.0f, z0 = 0.0f, z1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
     if (LOGIT && a.want_sum && a.r.cw != NULL) {  // class weights: sum of w_j z2_j
@@ -815,6 +823,32 @@ struct flce_sm90_dw_sc : sm90_policy_base {
 #define FLCE_MERGE_WARPS 32
 enum { FLCE_VP_NONE = 0, FLCE_VP_LOCAL = 1, FLCE_VP_GLOBAL = 2 };
 
+// The direct d_W's grid centre for the next chunk (flce_sm90_reference), by one warp of each
+// merge block: its rows' base-2 LSEs rounded (NaN: none) added to the call's sums in integers
+// (the same sums in any order), and the block that finishes last writes the centre. The same on
+// every rank of a vocabulary-parallel group (the LSEs are the group's).
+__device__ void flce_sm90_centre(const flce_sm90_rows &r, float lse2) {
+    const int lane = threadIdx.x % 32;
+    long long sum = isnan(lse2) ? 0 : (long long)rintf(fminf(fmaxf(lse2, -1e6f), 1e6f));
+    int n = isnan(lse2) ? 0 : 1;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        n += __shfl_xor_sync(0xffffffffu, n, off);
+    }
+    if (lane != 0) return;
+    flce_call_scalars *sc = r.scalars;
+    atomicAdd((unsigned long long *)&sc->centre_sum, (unsigned long long)sum);
+    atomicAdd(&sc->centre_rows, n);
+    __threadfence();
+    if (atomicAdd(&sc->centre_done, 1u) != gridDim.x - 1) return;
+    __threadfence();  // every block's sums are in
+    const long long total = (long long)atomicAdd((unsigned long long *)&sc->centre_sum, 0ull);
+    const int rows = atomicAdd(&sc->centre_rows, 0);
+    sc->centre[r.parity ^ 1] = rows > 0 ? (int)llrint((double)total / rows) - FLCE_CENTRE_BELOW : 0;
+    sc->centre_done = 0;
+}
+
 template <typename T, typename Tgt>
 __global__ void __launch_bounds__(32 * FLCE_MERGE_WARPS)
 flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, int vp_mode, float *vp) {
@@ -889,6 +923,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
     if (vp_mode == FLCE_VP_LOCAL) return;  // the whole block: no barrier is left waiting
     if (r.direct && w == 0 && row < r.ld) r.fix[row] = 0;
     __syncthreads();
+    if (r.direct && w == 0) flce_sm90_centre(r, real && isfinite(row_lse2[lane]) ? row_lse2[lane] : NAN);
     if (row >= r.ld) return;
     // s_t = 2^(m_t - lse2) (coef_p + coef_e (mu2 - m_t)), and under XF u_t = 2^(m_t - lse2) coef_e
     // (in stat_sz, read by no one after this); see the top of this file
