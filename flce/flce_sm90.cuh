@@ -148,8 +148,8 @@ direct d_W (cuBLASLt's GEMM on E, which applies no per-tile factor) the point ne
 grid of 126 around the chunk's centre c (an integer): every tile of a row whose maxima lie
 within c +- 63 then shares the reference c, and e lies in (0, 2^63]. c is 0 for a call's first
 chunk (|z| < 43.6 nats), then 24 below the mean of the rows' base-2 LSEs so far (the merge's
-flce_sm90_centre), so that heads whose logits sit far from 0 (GPT-2's are mostly negative) stay
-on one reference; it depends on the call's inputs alone. A bf16 keeps every e down to 2^-126,
+flce_sm90_centre), so that a head whose logits sit far from 0 stays on one reference; it
+depends on the call's inputs alone. A bf16 keeps every e down to 2^-126,
 at least 2^-63 of its tile's max. A row whose maxima straddle c +- 63 is scaled to its own
 reference after the merge (flce_sm90_rescale_kernel). 126 and not a rounder 128: the ratio of
 two neighbouring references, 2^-126, is still a normal float, which the merge's exp2 (flushing
@@ -252,7 +252,8 @@ __device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_ar
     // the scaled d_W: the tile's reference rounded up to an integer, so that e = 2^(z2 - m)
     // stays in (0, 1] and the ratio of two tiles' references is a power of two, exact in
     // bf16 (the target's e, no longer exact where it is the max, is replaced by the merge);
-    // for the direct d_W the nearest multiple of 126 (flce_sm90_reference)
+    // for the direct d_W the nearest point of a grid of 126 around the chunk's centre
+    // (flce_sm90_reference)
     if (a.r.sc) {
         const float c = a.r.direct ? (float)a.r.scalars->centre[a.r.parity] : 0.0f;
         m0 = flce_sm90_reference(m0, a.r.direct, c);
