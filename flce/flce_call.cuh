@@ -59,6 +59,16 @@ struct flce_context {
                              #call, cudaGetErrorString(e_), __FILE__, __LINE__);             \
     } while (0)
 
+// a cuBLASLt GEMM of the chunk at c0 (flce_lt.cu, and the Hopper path's direct gradients)
+#define FLCE_GEMM_TRY(what, call)                                                            \
+    do {                                                                                     \
+        cublasStatus_t s_ = (call);                                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                     \
+            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,            \
+                             "%s GEMM failed with cuBLAS status %d (chunk %lld)", what,       \
+                             (int)s_, (long long)c0);                                        \
+    } while (0)
+
 #define FLCE_LAUNCH_CHECK(name)                                                              \
     do {                                                                                     \
         cudaError_t e_ = cudaGetLastError();                                                 \

@@ -22,15 +22,6 @@ an odd stride or extent (V = 176245) makes cuBLASLt several times slower.
 */
 #include "flce_call.cuh"
 
-#define FLCE_GEMM_TRY(what, call)                                                            \
-    do {                                                                                     \
-        cublasStatus_t s_ = (call);                                                          \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                     \
-            return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,            \
-                             "%s GEMM failed with cuBLAS status %d (chunk %lld)", what,       \
-                             (int)s_, (long long)c0);                                        \
-    } while (0)
-
 static cudaDataType_t flce_cuda_type(flce_dtype t) { return t == FLCE_FP32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 // The row kernel over `rows` rows of the buffer. SIMPLE (no bias, no softcap) compiles those

@@ -382,8 +382,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms) : 1;
     }
     const size_t ldc = (size_t)p->ldc;
-    p->off_lt = o;            o = flce_append(o, p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE);
     p->lt_bytes = p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE;
+    p->off_lt = o;            o = flce_append(o, p->lt_bytes);
     p->off_scalars = o;       o = flce_append(o, sizeof(flce_call_scalars));
     p->off_token_loss = o;    o = flce_append(o, n * sizeof(float));
     p->off_token_lse = o;     o = flce_append(o, n * sizeof(float));

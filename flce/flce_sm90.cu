@@ -231,12 +231,8 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                 // and an untaken target's term on the way out (one rounding)
                 const gemm_problem gp = {0, 0, H, rows, w, {w_tile, CUDA_R_16BF, H}, {E.ptr, CUDA_R_16BF, p->ldl},
                                          {part, CUDA_R_32F, H}, 1.0f, 0.0f};
-                const cublasStatus_t st = gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, flce_vocab_cut(w),
-                                                     s->ws + p->off_dh_ws, p->dh_ws_bytes);
-                if (st != CUBLAS_STATUS_SUCCESS)
-                    return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,
-                                     "d_hidden GEMM failed with cuBLAS status %d (Hopper path, chunk at token %lld)",
-                                     (int)st, (long long)c0);
+                FLCE_GEMM_TRY("d_hidden", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, flce_vocab_cut(w),
+                                                     s->ws + p->off_dh_ws, p->dh_ws_bytes));
                 if (cfg->d_hidden_dtype == FLCE_FP32)
                     flce_sm90_dh_rows_kernel<T, float><<<(unsigned)rows, 256, 0, s->stream>>>(
                         *r, w_tile, (int)H, (int)w, part, (float *)dh, cfg->accumulate_d_hidden);
@@ -298,7 +294,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         a.r = *r;
         FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
-            cudaError_t err;
+            cudaError_t err = cudaSuccess;  // (the direct d_W's GEMM is checked where it runs)
             if (r->sc) {
                 flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
@@ -308,12 +304,8 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                     const gemm_problem gp = {0, 1, H, w, rows, {xs, CUDA_R_16BF, H},
                                              {E.ptr, CUDA_R_16BF, p->ldl}, {dw, CUDA_R_32F, H},
                                              1.0f, add ? 1.0f : 0.0f};
-                    const cublasStatus_t st = gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
-                                                         s->ws + p->off_lt, p->lt_bytes);
-                    if (st != CUBLAS_STATUS_SUCCESS)
-                        return flce_fail(ctx->message, sizeof(ctx->message), FLCE_ERR_CUBLAS,
-                                         "d_weight GEMM failed with cuBLAS status %d (Hopper path, chunk at "
-                                         "token %lld)", (int)st, (long long)c0);
+                    FLCE_GEMM_TRY("d_weight", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
+                                                         s->ws + p->off_lt, p->lt_bytes));
                     if (!add && rows_w > w)
                         FLCE_HOPPER_TRY("d_weight padding rows",
                                         cudaMemsetAsync((float *)dw + (size_t)w * H, 0, (size_t)(rows_w - w) * H * 4,
