@@ -34,7 +34,7 @@ targets (ignore_index -100):
 
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
-             [--dw-direct 0|1] [--dh-direct 0|1] [--wide-stats 0|1] [--budget MiB]
+             [--dw-direct 0|1] [--dh-direct 0|1|2] [--wide-stats 0|1] [--budget MiB]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
@@ -708,7 +708,8 @@ static void usage(const char *prog) {
             "                     fused GEMMs (default: by H)\n"
             "  --dw-scaled 0|1    0: the Hopper gradient GEMMs without the scaled transform\n"
             "  --dw-direct 0|1    0: the scaled d_W always by its fused GEMM, never cuBLASLt's on E\n"
-            "  --dh-direct 0|1    1: where d_W is cuBLASLt's on E, d_h too (then scaled per row)\n"
+            "  --dh-direct 0|1|2  where d_W is cuBLASLt's on E, d_h: 0 the scaled GEMM, 1 our plain\n"
+            "                     GEMM on E (the default), 2 cuBLASLt's on E (then scaled per row)\n"
             "  --wide-stats 0|1   the Hopper path's statistics: 1 the wide logits GEMM's 192 columns\n"
             "                     where its epilogue serves (the default), 0 256 columns\n"
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",

@@ -123,7 +123,7 @@ flce_status flce_create(flce_context **out) {
     ctx->pingpong = -1;
     ctx->dw_scaled = 1;
     ctx->dw_direct = 1;
-    ctx->dh_direct = 0;
+    ctx->dh_direct = FLCE_DH_E;
     ctx->host_status = (flce_host_status *)host;
     if (cudaHostGetDevicePointer((void **)&ctx->host_status_device, host, 0) != cudaSuccess) {
         cudaFreeHost(host);
@@ -188,8 +188,8 @@ void flce_dev_set_dw_direct(flce_context *ctx, int on) {
     if (ctx != NULL) ctx->dw_direct = on != 0;
 }
 
-void flce_dev_set_dh_direct(flce_context *ctx, int on) {
-    if (ctx != NULL) ctx->dh_direct = on != 0;
+void flce_dev_set_dh_direct(flce_context *ctx, int mode) {
+    if (ctx != NULL && mode >= FLCE_DH_SCALED && mode <= FLCE_DH_LT) ctx->dh_direct = mode;
 }
 
 // The events are made the first time; a context whose events cannot be made is not timed.

@@ -40,7 +40,7 @@ struct flce_context {
     int pingpong;     // the Hopper logits GEMM's schedule: 1 ping-pong, 0 cooperative, -1 by H
     int dw_scaled;    // 1: the scaled d_W transform where it applies; 0: never
     int dw_direct;    // 1: the scaled d_W by cuBLASLt's GEMM on E where the plan allows; 0: never
-    int dh_direct;    // 1: where the direct d_W runs, d_h by cuBLASLt's GEMM on E too; 0: never
+    int dh_direct;    // where the direct d_W runs, its d_h GEMM (FLCE_DH_SCALED, _E, _LT)
     int timing;       // 1: every phase timed (t_start, t_stop made)
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];

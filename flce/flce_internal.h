@@ -200,9 +200,12 @@ void flce_dev_set_dw_scaled(flce_context *ctx, int on);
 //   0: the scaled d_W always by its fused GEMM; 1 (the default): by cuBLASLt's GEMM on E where
 //   the plan allows it (flce_sm90.cu's flce_sm90_direct).
 void flce_dev_set_dw_direct(flce_context *ctx, int on);
-//   1: where the direct d_W runs, the d_h GEMM too by cuBLASLt on E (its product scaled per row
-//   by a pass); 0 (the default): the fused scaled d_h.
-void flce_dev_set_dh_direct(flce_context *ctx, int on);
+//   Where the direct d_W runs, the d_h GEMM: FLCE_DH_SCALED the scaled d_h GEMM (its transform by
+//   the codes, every one 1 there), FLCE_DH_E (the default) our plain GEMM on E with v per row in
+//   its epilogue (flce_sm90_dh_e; bitwise the scaled one's) where the gradient tiles are 256
+//   columns wide, FLCE_DH_LT cuBLASLt's GEMM on E, its product scaled per row by a pass.
+enum { FLCE_DH_SCALED = 0, FLCE_DH_E = 1, FLCE_DH_LT = 2 };
+void flce_dev_set_dh_direct(flce_context *ctx, int mode);
 //   1: every phase of every call timed with events (the host waits for each phase, so calls
 //   lose their asynchrony), and flce_destroy prints the means per call over the calls that did
 //   not autotune to stderr ("flce timing over N calls (ms per call): ..."); 0 (the default).

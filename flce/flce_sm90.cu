@@ -52,7 +52,9 @@ to its reference in E first (flce_sm90_rescale_kernel). The same products as the
 d_W's, summed in cuBLASLt's order; in the tile schedule each vocabulary tile's rows of E are
 rescaled as its buffer comes (a statistics tile lies in one vocabulary tile). Where the plan has
 room for cuBLASLt's workspace beside the B operand (flce_plan.dw_direct);
-flce_dev_set_dw_direct(ctx, 0) turns it off, for dev/ comparisons.
+flce_dev_set_dw_direct(ctx, 0) turns it off, for dev/ comparisons. With every code 1 after the
+rescale, the d_h GEMM needs no transform either: our plain GEMM on E with v per row in its
+epilogue (flce_sm90_dh_e) where its tiles are 256 wide; flce_dev_set_dh_direct picks another.
 */
 static int flce_sm90_direct(const flce_context *ctx, const flce_plan *p, int sc) {
     return sc && ctx->dw_direct && p->dw_direct;
@@ -222,11 +224,13 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         float *out = direct ? dh32 : part;  // where the GEMM's product lands
         const int64_t n = rows * H;
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
-        const int dh_direct = r->direct && ctx->dh_direct && !p->dh_accumulator;
+        // where the direct d_W runs: d_h by cuBLASLt on E into part, or our plain GEMM on E
+        const int dh_lt = r->direct && ctx->dh_direct == FLCE_DH_LT && !p->dh_accumulator;
+        const int dh_e = r->direct && ctx->dh_direct == FLCE_DH_E && p->grad_cols == SM90_BN;
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
             cudaError_t err;
-            if (dh_direct) {
+            if (dh_lt) {
                 // part (rows x H) = E (rows x w) @ W[tile] (w x H) by cuBLASLt, then v per row
                 // and an untaken target's term on the way out (one rounding)
                 const gemm_problem gp = {0, 0, H, rows, w, {w_tile, CUDA_R_16BF, H}, {E.ptr, CUDA_R_16BF, p->ldl},
@@ -241,7 +245,11 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                         *r, w_tile, (int)H, (int)w, part, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
                 FLCE_HOPPER_TRY("d_hidden rows kernel", cudaGetLastError());
             } else if (r->sc) {
-                err = flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, p->grad_cols, s->stream);
+                if (dh_e)
+                    err = add ? sm90_gemm_launch<flce_sm90_dh_e<true>, float, 0, 1>(q, a, s->stream)
+                              : sm90_gemm_launch<flce_sm90_dh_e<false>, float, 0, 1>(q, a, s->stream);
+                else
+                    err = flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, p->grad_cols, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
                 flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
                                                                                                 (int)w, out);
@@ -255,7 +263,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                           : sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream);
                 FLCE_HOPPER_TRY("d_hidden GEMM", err);
             }
-            if (dh_direct) {
+            if (dh_lt) {
                 // (written above)
             } else if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
                 if (!direct) {

@@ -533,6 +533,19 @@ struct flce_sm90_dh : sm90_policy_base {
     }
 };
 
+// The scaled d_h's epilogue: the fp32 partial of this K part (or, ADD, added to the
+// accumulator), each row times its v.
+template <bool ADD, int N>
+__device__ __forceinline__ void flce_sm90_dh_v_epilogue(const flce_sm90_grad_args &a, float (&d)[N],
+                                                        const sm90_tile &tile, const sm90_thread &th, sm90_staging &st,
+                                                        const CUtensorMap *map_d) {
+    const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
+    const float v0 = r0 < a.r.rows ? a.r.vrow[r0] : 0.0f, v1 = r0 + 8 < a.r.rows ? a.r.vrow[r0 + 8] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) d[i] *= (i & 2) ? v1 : v0;
+    sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+}
+
 // The scaled d_h (sc, as the scaled d_W below): dz = u_t e v per row, u_t = 2^(m_t - m_r) per
 // row and statistics tile (exact in bf16), v per row. The GEMM takes A = u_t e (one bf16x2
 // multiply a pair, exact) and applies each row's v to the accumulators in the epilogue; the
@@ -597,15 +610,26 @@ struct flce_sm90_dh_sc : sm90_policy_base {
         }
     }
 
-    // the fp32 partial of this K part (or, ADD, added to the accumulator), each row times its v
     template <int N>
     __device__ static void epilogue(const Args &a, float (&d)[N], const sm90_tile &tile, const sm90_thread &th,
                                     sm90_staging &st, const CUtensorMap *map_d) {
-        const int r0 = tile.m0 + 64 * th.wg + 16 * th.w + th.g;
-        const float v0 = r0 < a.r.rows ? a.r.vrow[r0] : 0.0f, v1 = r0 + 8 < a.r.rows ? a.r.vrow[r0 + 8] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < N; i++) d[i] *= (i & 2) ? v1 : v0;
-        sm90_store_tile<float, ADD>(st, th, map_d, d, tile);
+        flce_sm90_dh_v_epilogue<ADD>(a, d, tile, th, st, map_d);
+    }
+};
+
+// The d_h GEMM on E as it is, where the direct d_W runs (flce_sm90.cu's flce_sm90_direct):
+// after the rescale every row's statistics tiles share its reference (every code says 1), so
+// dz = e v per row, the target's term in E as for the scaled d_h. The plain product (A read by
+// wgmma from shared memory, no per-stage data) with each row's v in the epilogue: the scaled
+// d_h's products bitwise (its transform multiplies by 1), without its fragment loads and
+// multiplies in the consumers. 256-column tiles only (the narrow tile takes A from registers:
+// there the scaled d_h runs). ADD as flce_sm90_dh's.
+template <bool ADD = false>
+struct flce_sm90_dh_e : sm90_policy_base {
+    typedef flce_sm90_grad_args Args;
+    __device__ static void epilogue(const Args &a, float (&d)[128], const sm90_tile &tile, const sm90_thread &th,
+                                    sm90_staging &st, const CUtensorMap *map_d) {
+        flce_sm90_dh_v_epilogue<ADD>(a, d, tile, th, st, map_d);
     }
 };
 

@@ -80,9 +80,9 @@ static int g_hopper;  // this pass's GEMM path: flce's Hopper GEMMs (1) or cuBLA
 static int g_lt_backward = -1;  // the Hopper pass's gradients (flce_dev_set_lt_backward): 1 by cuBLASLt
 static int g_wide_stats = -1;   // its statistics tile (flce_dev_set_wide_stats): 0 256 columns always
 
-// A context on this pass's path.
 static int g_dw_direct = -1;  // the Hopper pass's scaled d_W (flce_dev_set_dw_direct): 0 the fused GEMM only
 
+// A context on this pass's path.
 static flce_status new_context(flce_context **ctx) {
     flce_status st = flce_create(ctx);
     if (st == FLCE_OK) flce_set_hopper(*ctx, g_hopper);
@@ -632,6 +632,33 @@ static void test_random_shapes(void) {
                      (long long)flce_chunk_tokens(&rc.pb.cfg, budget));
             Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
+            if (g_hopper && g_lt_backward != 1 && g_dw_direct != 0 && (k == 0 || k == 2 || k == 5 || k == 6)) {
+                // where the direct d_W runs, its d_h GEMM's other routes (flce_dev_set_dh_direct):
+                // the scaled transform (every code 1 there) bitwise the default plain GEMM on E,
+                // cuBLASLt's against the reference
+                flce_context *dflt = g_ctx;
+                const int modes[2] = {FLCE_DH_SCALED, FLCE_DH_LT};
+                for (int m = 0; m < 2; m++) {
+                    if (!test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (d_h route)")) break;
+                    flce_dev_set_dh_direct(g_ctx, modes[m]);
+                    Result r3 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                    char label3[400];
+                    snprintf(label3, sizeof(label3), "%s; the direct d_W's d_h by %s", label,
+                             m == 0 ? "the scaled GEMM" : "cuBLASLt");
+                    if (m == 0) {
+                        const int64_t N = shapes[k].N, H = shapes[k].H, Vp = shapes[k].Vp;
+                        test_check(r.status == FLCE_OK && r3.status == FLCE_OK && memcmp(&r.loss, &r3.loss, 4) == 0 &&
+                                       memcmp(r.d_h, r3.d_h, N * H * 4) == 0 &&
+                                       memcmp(r.d_W, r3.d_W, Vp * H * 4) == 0,
+                                   "%s: bitwise the plain GEMM's", label3);
+                    } else {
+                        compare(label3, &rc.pb, &r3, &rc.ex, 1, 1.0f, 5e-3);
+                    }
+                    result_free(&r3);
+                    flce_destroy(g_ctx);
+                }
+                g_ctx = dflt;
+            }
             if (k == 0 || k == 7) {  // the same call again: bitwise the same outputs
                 Result r2 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
                 const int64_t N = shapes[k].N, H = shapes[k].H, Vp = shapes[k].Vp;
