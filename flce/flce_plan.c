@@ -518,8 +518,10 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
     if (p->sm90) {
         // the Hopper path: GEMMs with the loss in their epilogues and operand loads, a short
         // chunk wasting part of the 128-row tiles; per logit only E (written once, read by the
-        // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile
+        // two gradient GEMMs); d_W added to once per chunk; the d_h partials of every tile.
+        // cuBLASLt's d_W (on dlogits, or the direct d_W on E) counts as cuBLASLt's route does.
         const double V = (double)cfg->vocab, rate = 7.0e14;
+        const int fused_dw = !p->lt_backward && !p->dw_direct;
         const double gemm = 2.0 * N * V * H / rate * (1.0 + 64.0 / (double)p->chunk);
         double t = gemms * gemm;
         if (backward && !p->lt_backward)  // the fused d_h GEMM in its waves of tiles
@@ -538,12 +540,12 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
                 const double logits = backward ? 2.0 * tiles - (k & 2 ? 0.0 : 1.0) : tiles;
                 double one = logits * flce_sm90_waves_time(rows, cols, cfg->hidden, FLCE_SM90_BM, p->stat_tile,
                                                            p->sm90, rate);
-                if (backward && !p->lt_backward)
+                if (backward && fused_dw)
                     one += tiles * flce_sm90_waves_time(cols, cfg->hidden, rows, FLCE_SM90_BM, p->grad_cols,
                                                         p->sm90, rate);
                 waves += chunks * one;
             }
-            t += waves - (backward ? (p->lt_backward ? 2.0 : 3.0) : 1.0) * gemm;
+            t += waves - (backward ? (fused_dw ? 3.0 : 2.0) : 1.0) * gemm;
         }
         double bytes = backward ? N * V * 6.0 : 0.0;
         if (backward && needs_dw) {
@@ -551,7 +553,7 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
             // behind its products (beta = 1): only what its product's time does not cover shows
             // (a chunk under ~800 tokens)
             const double over = Vp * H * 8.0 / bandwidth - 2.0 * (double)p->chunk * V * H / rate;
-            if (!p->lt_backward) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
+            if (fused_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
             else if (over > 0.0) t += ((double)p->n_chunks - 0.5) * over;
         }
         if (backward) bytes += (double)p->n_vtiles * N * H * 4.0 * (p->dh_parts + 2);
