@@ -634,8 +634,9 @@ static void test_random_shapes(void) {
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
             if (g_hopper && g_lt_backward != 1 && g_dw_direct != 0 && (k == 0 || k == 2 || k == 5 || k == 6)) {
                 // where the direct d_W runs, its d_h GEMM's other routes (flce_dev_set_dh_direct):
-                // the scaled transform (every code 1 there) bitwise the default plain GEMM on E,
-                // cuBLASLt's against the reference
+                // the scaled transform (every code 1 there) bitwise the default plain GEMM on E
+                // (but with extreme logits, whose rescaled rows may hold bf16 subnormals, which
+                // the transform's bf16 multiply may flush), cuBLASLt's against the reference
                 flce_context *dflt = g_ctx;
                 const int modes[2] = {FLCE_DH_SCALED, FLCE_DH_LT};
                 for (int m = 0; m < 2; m++) {
@@ -645,7 +646,7 @@ static void test_random_shapes(void) {
                     char label3[400];
                     snprintf(label3, sizeof(label3), "%s; the direct d_W's d_h by %s", label,
                              m == 0 ? "the scaled GEMM" : "cuBLASLt");
-                    if (m == 0) {
+                    if (m == 0 && shapes[k].options != 3) {
                         const int64_t N = shapes[k].N, H = shapes[k].H, Vp = shapes[k].Vp;
                         test_check(r.status == FLCE_OK && r3.status == FLCE_OK && memcmp(&r.loss, &r3.loss, 4) == 0 &&
                                        memcmp(r.d_h, r3.d_h, N * H * 4) == 0 &&
