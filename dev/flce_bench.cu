@@ -747,19 +747,21 @@ static int parse_budget(int argc, char **argv, int *i) {
     return 1;
 }
 
-// --NAME V or --NAME=V (V 0 or 1; --timing alone is 1) into g_switches; 0 for anything else
+// --NAME V or --NAME=V (V 0 or 1, up to 2 for --dh-direct; --timing alone is 1) into
+// g_switches; 0 for anything else
 static int parse_switch(int argc, char **argv, int *i) {
     static const struct {
         const char *name;
         size_t offset;
-    } names[] = {{"autotune", offsetof(FlceSwitches, autotune)},
-                 {"timing", offsetof(FlceSwitches, timing)},
-                 {"pingpong", offsetof(FlceSwitches, pingpong)},
-                 {"lt-backward", offsetof(FlceSwitches, lt_backward)},
-                 {"dw-scaled", offsetof(FlceSwitches, dw_scaled)},
-                 {"dw-direct", offsetof(FlceSwitches, dw_direct)},
-                 {"dh-direct", offsetof(FlceSwitches, dh_direct)},
-                 {"wide-stats", offsetof(FlceSwitches, wide_stats)}};
+        char max;  // the largest value
+    } names[] = {{"autotune", offsetof(FlceSwitches, autotune), '1'},
+                 {"timing", offsetof(FlceSwitches, timing), '1'},
+                 {"pingpong", offsetof(FlceSwitches, pingpong), '1'},
+                 {"lt-backward", offsetof(FlceSwitches, lt_backward), '1'},
+                 {"dw-scaled", offsetof(FlceSwitches, dw_scaled), '1'},
+                 {"dw-direct", offsetof(FlceSwitches, dw_direct), '1'},
+                 {"dh-direct", offsetof(FlceSwitches, dh_direct), '2'},
+                 {"wide-stats", offsetof(FlceSwitches, wide_stats), '1'}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -767,7 +769,7 @@ static int parse_switch(int argc, char **argv, int *i) {
         const char *v = eq != NULL ? eq + 1 : NULL;
         if (v == NULL && strcmp(names[k].name, "timing") == 0) v = "1";
         if (v == NULL && *i + 1 < argc) v = argv[++*i];
-        if (v == NULL || (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)) return 0;
+        if (v == NULL || v[0] < '0' || v[0] > names[k].max || v[1] != '\0') return 0;
         *(int *)((char *)&g_switches + names[k].offset) = v[0] - '0';
         return 1;
     }
