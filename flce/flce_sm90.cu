@@ -55,9 +55,12 @@ room for cuBLASLt's workspace beside the B operand (flce_plan.dw_direct);
 flce_dev_set_dw_direct(ctx, 0) turns it off, for dev/ comparisons. With every code 1 after the
 rescale, the d_h GEMM needs no transform either: our plain GEMM on E with v per row in its
 epilogue (flce_sm90_dh_e) where its tiles are 256 wide; flce_dev_set_dh_direct picks another.
+Not where the call wants the entropy (want_q): its ln2 (log2 s + q / s) cancels two terms of up
+to ~63 bits against a reference that far below the row's max (~1e-5 absolute, against ~1e-6 on
+the rounded-up references).
 */
-static int flce_sm90_direct(const flce_context *ctx, const flce_plan *p, int sc) {
-    return sc && ctx->dw_direct && p->dw_direct;
+static int flce_sm90_direct(const flce_context *ctx, const flce_plan *p, int sc, int want_q) {
+    return sc && !want_q && ctx->dw_direct && p->dw_direct;
 }
 
 // The logits of vocabulary columns [r->voff, r->voff + w) for the chunk at c0: statistics
@@ -237,12 +240,15 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                                          {part, CUDA_R_32F, H}, 1.0f, 0.0f};
                 FLCE_GEMM_TRY("d_hidden", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_K, flce_vocab_cut(w),
                                                      s->ws + p->off_dh_ws, p->dh_ws_bytes));
+                // (an fp32 d_h over several vocabulary tiles has no accumulator: the later
+                // tiles add to it)
+                const int dh_add = v0 > 0 || cfg->accumulate_d_hidden;
                 if (cfg->d_hidden_dtype == FLCE_FP32)
                     flce_sm90_dh_rows_kernel<T, float><<<(unsigned)rows, 256, 0, s->stream>>>(
-                        *r, w_tile, (int)H, (int)w, part, (float *)dh, cfg->accumulate_d_hidden);
+                        *r, w_tile, (int)H, (int)w, part, (float *)dh, dh_add);
                 else
                     flce_sm90_dh_rows_kernel<T, __nv_bfloat16><<<(unsigned)rows, 256, 0, s->stream>>>(
-                        *r, w_tile, (int)H, (int)w, part, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
+                        *r, w_tile, (int)H, (int)w, part, (__nv_bfloat16 *)dh, dh_add);
                 FLCE_HOPPER_TRY("d_hidden rows kernel", cudaGetLastError());
             } else if (r->sc) {
                 if (dh_e)
@@ -414,7 +420,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     // the general transform: a softcap, an entropy gradient, weighted smoothing
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
     r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
-    r.direct = flce_sm90_direct(s->ctx, p, r.sc);
+    r.direct = flce_sm90_direct(s->ctx, p, r.sc, r.want_q);
     r.fix = r.untaken + 1;  // (ld ints, within the region: see flce_sm90_rows)
     r.scalars = (flce_call_scalars *)(s->ws + p->off_scalars);
     for (int64_t c0 = 0; c0 < N; c0 += C) {
