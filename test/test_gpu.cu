@@ -528,7 +528,10 @@ static void set_expected(RandomCase *rc, double loss, const double *tl, const do
 // near 1 and dz_y = p_y - 1 a small difference (the gradient of a well-trained model's tokens,
 // which a transform that rounds p_y first would get wrong by p_y 2^-9); 3 "extreme": h scaled
 // up further (logits of order 100-400), so that most targets' statistics tiles lie more than
-// 88 nats below their row's max (the Hopper path's rare route for the target's term).
+// 88 nats below their row's max (the Hopper path's rare route for the target's term); 4
+// "shifted": every logit ~40.5 nats up (h's column 0 all 8, W's all 5.0625), so that the rows'
+// tile maxima lie around 63 in base 2, where the first chunk's grid of references (centred on 0)
+// splits them and the rows are rescaled, and the later chunks' centres move up to the rows' LSEs.
 static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t Vp,
                         flce_dtype dt, uint64_t seed, int options) {
     memset(rc, 0, sizeof(*rc));
@@ -556,7 +559,11 @@ static void random_case(RandomCase *rc, int64_t N, int64_t H, int64_t V, int64_t
     for (size_t i = 0; i < (size_t)(N * H); i++) rc->h[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->h[i]));
     for (size_t i = 0; i < (size_t)(Vp * H); i++) rc->W[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->W[i]));
     for (size_t i = 0; i < (size_t)Vp; i++) rc->bias[i] = bf16_bits_to_f32(f32_to_bf16_bits(rc->bias[i]));
-    if (options >= 2)
+    if (options == 4) {
+        for (int64_t i = 0; i < N; i++) rc->h[i * H] = 8.0f;
+        for (int64_t j = 0; j < Vp; j++) rc->W[j * H] = 5.0625f;
+    }
+    if (options == 2 || options == 3)
         for (size_t i = 0; i < (size_t)(N * H); i++)
             rc->h[i] = bf16_bits_to_f32(f32_to_bf16_bits((options == 2 ? 12.0f : 80.0f) * rc->h[i]));
     for (int64_t i = 0; i < N; i++) {
@@ -608,6 +615,7 @@ static void test_random_shapes(void) {
         {300, 128, 191, 192, 0},
         {300, 128, 193, 256, 0},
         {500, 64, 5761, 5824, 2},
+        {8192, 64, 6000, 6016, 4},    // shifted logits, three chunks of 2816 under the budget
     };
     for (int k = 0; k < (int)(sizeof(shapes) / sizeof(shapes[0])); k++) {
         RandomCase rc;
@@ -628,6 +636,7 @@ static void test_random_shapes(void) {
                      shapes[k].options == 1   ? " all options"
                      : shapes[k].options == 2 ? " confident"
                      : shapes[k].options == 3 ? " extreme logits"
+                     : shapes[k].options == 4 ? " shifted logits"
                                               : "",
                      (long long)flce_chunk_tokens(&rc.pb.cfg, budget));
             Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
