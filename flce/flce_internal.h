@@ -203,7 +203,9 @@ void flce_dev_set_dw_direct(flce_context *ctx, int on);
 //   Where the direct d_W runs, the d_h GEMM: FLCE_DH_SCALED the scaled d_h GEMM (its transform by
 //   the codes, every one 1 there), FLCE_DH_E (the default) our plain GEMM on E with v per row in
 //   its epilogue (flce_sm90_dh_e; bitwise the scaled one's) where the gradient tiles are 256
-//   columns wide, FLCE_DH_LT cuBLASLt's GEMM on E, its product scaled per row by a pass.
+//   columns wide, FLCE_DH_LT cuBLASLt's GEMM on E, its product scaled per row by a pass (where
+//   the d_h needs no fp32 accumulator: a bf16 d_h over one vocabulary tile, or an fp32 d_h;
+//   elsewhere the scaled d_h runs).
 enum { FLCE_DH_SCALED = 0, FLCE_DH_E = 1, FLCE_DH_LT = 2 };
 void flce_dev_set_dh_direct(flce_context *ctx, int mode);
 //   1: every phase of every call timed with events (the host waits for each phase, so calls
