@@ -175,6 +175,23 @@ static cudaError_t flce_sm90_scaled_gemm(const sm90_problem &q, const flce_sm90_
                : sm90_gemm_launch<P<false, SM90_BN>, float, TRANS_A, 1>(q, a, stream);
 }
 
+// d_W's padding rows (V .. Vp), where cuBLASLt's d_W GEMM covers the real classes alone: zeroed
+// by the chunk that writes the last tile's rows first (the first; nothing to add to).
+template <typename T, typename TL, typename Tgt>
+static flce_status flce_hopper_zero_dw_padding(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t v0, int64_t w) {
+    const flce_config *cfg = s->cfg;
+    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded, H = cfg->hidden;
+    const int acc = s->p->dw_accumulator;
+    if (s->t->d_weight == NULL || c0 != 0 || v0 + w != V || Vp == V || (!acc && cfg->accumulate_d_weight))
+        return FLCE_OK;
+    const size_t es = acc ? 4 : flce_dtype_size(cfg->d_weight_dtype);
+    char *dw = acc ? s->ws + s->p->off_dw32 : (char *)s->t->d_weight;
+    flce_context *ctx = s->ctx;
+    FLCE_HOPPER_TRY("d_weight padding rows",
+                    cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es, s->stream));
+    return FLCE_OK;
+}
+
 // The gradients of vocabulary columns [r->voff, r->voff + w) (the tile whose E the buffer
 // holds) for the chunk at c0.
 template <typename T, typename TL, typename Tgt>
@@ -320,10 +337,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                                              1.0f, add ? 1.0f : 0.0f};
                     FLCE_GEMM_TRY("d_weight", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
                                                          s->ws + p->off_lt, p->lt_bytes));
-                    if (!add && rows_w > w)
-                        FLCE_HOPPER_TRY("d_weight padding rows",
-                                        cudaMemsetAsync((float *)dw + (size_t)w * H, 0, (size_t)(rows_w - w) * H * 4,
-                                                        s->stream));
+                    FLCE_TRY(flce_hopper_zero_dw_padding(s, c0, v0, w));
                 } else {
                     err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, s->stream);
                     FLCE_HOPPER_TRY("d_weight GEMM", err);
@@ -360,8 +374,7 @@ template <typename T, typename TL, typename Tgt>
 static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const flce_sm90_rows *r, int64_t c0,
                                          int64_t w) {
     flce_context *ctx = s->ctx;
-    const flce_config *cfg = s->cfg;
-    const int64_t V = cfg->vocab, Vp = cfg->vocab_padded, H = cfg->hidden, v0 = r->voff;
+    const int64_t v0 = r->voff;
     if (s->t->d_bias != NULL) FLCE_TRY(flce_hopper_dbias(s, r, c0, w));
     FLCE_PHASE(ctx, s->stream, FLCE_T_ROWS, {
         __nv_bfloat16 *E = (__nv_bfloat16 *)(s->ws + s->p->off_logits);
@@ -373,14 +386,7 @@ static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const
         FLCE_HOPPER_TRY("dlogits kernel", cudaGetLastError());
     });
     FLCE_TRY(flce_tile_backward(s, c0, r->rows, v0, w, 0));
-    const int acc = s->p->dw_accumulator;
-    if (s->t->d_weight != NULL && c0 == 0 && v0 + w == V && Vp > V && (acc || !cfg->accumulate_d_weight)) {
-        const size_t es = acc ? 4 : flce_dtype_size(cfg->d_weight_dtype);
-        char *dw = acc ? s->ws + s->p->off_dw32 : (char *)s->t->d_weight;
-        FLCE_HOPPER_TRY("d_weight padding rows", cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es,
-                                                                 s->stream));
-    }
-    return FLCE_OK;
+    return flce_hopper_zero_dw_padding(s, c0, v0, w);
 }
 
 // Per chunk: the logits GEMM (statistics and E), the merge, the gradient GEMMs. With
@@ -422,7 +428,7 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
     r.direct = flce_sm90_direct(s->ctx, p, r.sc, r.want_q);
     r.fix = r.untaken + 1;  // (ld ints, within the region: see flce_sm90_rows)
-    r.scalars = (flce_call_scalars *)(s->ws + p->off_scalars);
+    r.scalars = (flce_call_scalars *)(s->ws + p->off_scalars);  // (ra.scalars is read-only)
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         r.rows = (int)(N - c0 < C ? N - c0 : C);
         r.parity = (int)((c0 / C) & 1);
