@@ -1534,13 +1534,14 @@ static void test_hopper_plan_choices(void) {
                    "lib: at H = 896 with label smoothing, or a bf16 d_W in one chunk, cuBLASLt's gradients (no 224-column "
                    "plain kernels)");
     }
-    // (1 GiB: the chunk schedule; 160 MiB at H = 2048: chunks of 512 tokens and the whole
-    // vocabulary, the direct d_W's accumulation behind its products)
+    // (1 GiB: the chunk schedule, the direct d_W's fused route at every H; 160 MiB at H = 2048:
+    // chunks of 512 tokens and the whole vocabulary, the direct d_W's accumulation behind its
+    // products; at H = 3072 vocabulary tiles, whose rule takes cuBLASLt's gradients from 2048)
     struct { int64_t N, H, V, mib; int lt; } cases[] = {
         {32768, 896, 151936, 1024, 0},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
-        {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 1}, {65536, 768, 50304, 1024, 0},
-        {65536, 1024, 176256, 1024, 0}, {16384, 1152, 128256, 1024, 1}, {16384, 2048, 128256, 160, 0},
-        {65536, 1024, 176256, 160, 0}};
+        {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 0}, {16384, 4096, 151936, 1024, 0},
+        {65536, 768, 50304, 1024, 0},   {65536, 1024, 176256, 1024, 0}, {16384, 1152, 128256, 1024, 1},
+        {16384, 2048, 128256, 160, 0},  {65536, 1024, 176256, 160, 0},  {16384, 3072, 128256, 160, 1}};
     for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         flce_config c;
         flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
@@ -1651,13 +1652,15 @@ static void test_hopper_plan_choices(void) {
                        p.dh_ws_bytes >= ((size_t)8 << 20),
                    "lib: Hopper plan at 65536 x 1024 x 176256 (1 GiB): the direct d_W's workspace (%.1f MiB) in the "
                    "d_h parts' region after v' h", (double)p.lt_bytes / (1 << 20));
-        // and where the direct d_W runs besides: the tile schedule, vocab_parallel; where it does
-        // not: cuBLASLt's gradients, label smoothing (no scaled gradients)
-        flce_plan t, l, sm, vp;
+        // and where the direct d_W runs besides: the tile schedule, vocab_parallel, H = 4096 (the
+        // chunk schedule's rule by H yields to it); where it does not: cuBLASLt's gradients (H =
+        // 4096 in vocabulary tiles), label smoothing (no scaled gradients)
+        flce_plan t, l, sm, vp, h4;
         flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &t);
         flce_config c2 = c;
         c2.hidden = 4096;
-        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &l);
+        flce_make_plan(&c2, (size_t)160 << 20, 1, 1, 132, 0, &l);
+        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &h4);
         c2 = c;
         c2.label_smoothing = 0.1f;
         flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &sm);
@@ -1666,10 +1669,11 @@ static void test_hopper_plan_choices(void) {
         c2.vocab_total = 2 * c.vocab;
         flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &vp);
         test_check(t.n_vtiles > 1 && t.dw_direct && t.off_lt + t.lt_bytes <= t.off_vp && t.lt_bytes > 0 &&
-                       l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE && sm.chunk > 0 &&
-                       !sm.dw_direct && vp.chunk > 0 && vp.dw_direct,
-                   "lib: the direct d_W in the tile schedule and under vocab_parallel, not on cuBLASLt's "
-                   "gradients nor with smoothing");
+                       l.n_vtiles > 1 && l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE &&
+                       sm.chunk > 0 && !sm.dw_direct && vp.chunk > 0 && vp.dw_direct && h4.n_vtiles == 1 &&
+                       !h4.lt_backward && h4.dw_direct,
+                   "lib: the direct d_W in the tile schedule, under vocab_parallel and at H = 4096 in 1 GiB, not on "
+                   "cuBLASLt's gradients nor with smoothing");
     }
     // the tile schedule (160 MiB) takes vocabulary tiles whose GEMMs fill their waves (the fused
     // d_W's tiles where it runs: cuBLASLt's direct d_W has tiles of its own), and a plan made
@@ -1689,15 +1693,16 @@ static void test_hopper_plan_choices(void) {
                    "(%lld d_W tiles, %lld waves)", (long long)p.chunk, (long long)p.vocab_tile, (long long)dw_tiles,
                    (long long)waves);
     }
-    // with cuBLASLt's gradients (H = 4096) d_W's accumulation hides behind its GEMM: 300 MiB at
-    // 16384 x 4096 x 151936 takes chunks of the whole vocabulary (768 tokens), which ran 5% faster
-    // than the tile schedule there (dev/RESULTS.md)
+    // with cuBLASLt's d_W GEMM (the direct d_W, as cuBLASLt's gradients before it at H = 4096)
+    // d_W's accumulation hides behind its GEMM: 300 MiB at 16384 x 4096 x 151936 takes chunks of
+    // the whole vocabulary (768 tokens), which ran 5% faster than the tile schedule there on
+    // cuBLASLt's gradients (dev/RESULTS.md)
     {
         flce_config c;
         flce_config_init(&c, 16384, 4096, 151936);
         flce_plan p;
         flce_make_plan(&c, (size_t)300 << 20, 1, 1, 132, 0, &p);
-        test_check(p.lt_backward && p.n_vtiles == 1 && p.chunk >= 512,
+        test_check(p.dw_direct && p.n_vtiles == 1 && p.chunk >= 512,
                    "lib: Hopper plan at 16384 x 4096 x 151936 (300 MiB): chunks of %lld, %lld vocabulary tile(s)",
                    (long long)p.chunk, (long long)p.n_vtiles);
     }
