@@ -280,9 +280,12 @@ fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128
 workspaces) at 2048 too (up to 2%). Where the direct d_W runs (cuBLASLt's GEMM on E, no
 transform: flce_sm90.cu) the fused route has no d_W transform left, and in the chunk schedule it
 is 4% faster than the pass at H = 3072 and 4096 too (16384 x 3072 x 128256, 16384 x 4096 x
-151936): there the H rule yields to it (`direct`: the config's scaled gradients; a call without
-d_W then runs the fused d_h, which at H = 4096 was level with the pass and cuBLASLt's d_h). The
-tile schedule's rule at 2048 stands (not measured with the direct d_W). The pass also wins where the fused GEMMs' tiles fit H
+151936, chunks of 2816 and 2048 tokens; 4096 x 4096 x 128256, 2048): there the H rule yields to
+it (`direct`: the config's scaled gradients; a call without d_W then runs the fused d_h, which
+at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short chunks: at 16384 x 3072 x
+128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts take room) ran 4.5%
+slower than the pass's chunks of 1024, so the rule yields from FLCE_DIRECT_MIN_CHUNK tokens on.
+The tile schedule's rule at 2048 stands (not measured with the direct d_W). The pass also wins where the fused GEMMs' tiles fit H
 badly: at H = 896 on 256-column tiles (3.5 tiles, 12.5% of their products on zero columns)
 cuBLASLt's gradients made the call 3-8% faster; on the 224-column tiles that the scaled GEMMs
 take there (flce_sm90_grad_cols: four whole tiles) the fused route is 2.5-3% faster than
@@ -300,6 +303,7 @@ either, for dev/ and the tests (read when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
+#define FLCE_DIRECT_MIN_CHUNK 2048         // the chunk schedule's rule yields to the direct d_W from here
 static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
 static unsigned g_plan_switches;  // counts the dev switches' changes: a kept plan is stale after one
 
@@ -316,10 +320,12 @@ static int flce_general_dz(const flce_config *cfg) {
     return cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
 }
 
-static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad, int64_t cols, int direct) {
+static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad, int64_t cols, int direct,
+                                 int64_t chunk) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + cols - 1) / cols * cols;
-    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED : H >= FLCE_LT_BACKWARD_MIN_H && !direct;
+    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED
+                           : H >= FLCE_LT_BACKWARD_MIN_H && !(direct && chunk >= FLCE_DIRECT_MIN_CHUNK);
     return entropy_grad || flce_general_dz(cfg) || by_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
@@ -366,7 +372,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // shares saw them: the last rank's fewer real classes may fit one tile)
     p->grad_cols = p->sm90 ? flce_sm90_grad_cols(cfg, dw_accumulator) : FLCE_SM90_BN;
     p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad,
-                                                      p->grad_cols, flce_sm90_scaled_plan(cfg, dw_accumulator));
+                                                      p->grad_cols, flce_sm90_scaled_plan(cfg, dw_accumulator), chunk);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);

@@ -29,8 +29,8 @@ workspace forces tiles):
                with an exact power of two per row and tile; the transform is one bf16x2 multiply
                a pair, B is v' h (per row) and the target's term is in E (flce_sm90_dw_sc).
   d_b          a column-sum kernel over E with the same transform.
-  (lt_backward, the planner's choice for H >= 3072 where the direct d_W does not run, or 2048
-  with vocabulary tiles (flce_plan.c):
+  (lt_backward, the planner's choice for H >= 3072 where the direct d_W does not run or the
+  chunk is short, or 2048 with vocabulary tiles (flce_plan.c):
   instead of the two fused gradient GEMMs, a pass writes dz over E (flce_sm90_dlogits_kernel)
   and cuBLASLt's GEMMs take it.)
 With tiles, a first logits GEMM over the whole vocabulary writes only the statistics; the
