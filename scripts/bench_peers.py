@@ -40,9 +40,14 @@ Method
   time       one fwd+bwd = `loss = peer(h, W, t); loss.backward()` with h and W leaves
              (requires_grad, .grad reset to None before each run), between two CUDA events on
              the current stream; a first call (compilation, autotuning) and --warmups - 1 more
-             are not timed; then as many runs as fit in --budget seconds (at least --min-reps,
-             at most --max-reps); median. A first call over 3 s is repeated once; if it is
-             still over 3 s, that second run is the only measurement ("cold").
+             are not timed, each peer's in turn; then the peers' timed runs interleaved, round
+             by round, each round's order rotated by one (so that the GPU's drift in clock,
+             power and heat falls on every peer alike, and none runs always first or last), as
+             many rounds as fit the slowest peer's runs in --budget seconds (at least
+             --min-reps, at most --max-reps); each peer's median. A first call over 3 s is
+             repeated once; if it is still over 3 s, that second run is the only measurement
+             ("cold") and the peer is not interleaved. --sequential (and --power, which samples
+             each row's runs) times each peer's runs in one block instead, peer after peer.
   memory     one more fwd+bwd after the timed ones: max_memory_allocated during it minus
              memory_allocated before it (inputs, the reference, anything resident) minus the
              bytes of the gradients it leaves in h.grad and W.grad: "extra MiB".
@@ -382,9 +387,11 @@ def dry_run(args, shapes, peers):
     cb = args.c_bench or os.path.join(REPO, "build", "flce_bench")
     print("\n## Plan\n")
     print("- mode %s; %d shapes x %d peers = %d rows; timing budget %.1f s per row (%d..%d runs), "
-          "warm-ups %d; time limit %s" % (args.mode, len(shapes), len(peers), len(shapes) * len(peers), args.budget,
-                                         args.min_reps, args.max_reps, args.warmups,
-                                         "%d s" % args.time_limit if args.time_limit else "none"))
+          "warm-ups %d; time limit %s; %s" % (args.mode, len(shapes), len(peers), len(shapes) * len(peers), args.budget,
+                                             args.min_reps, args.max_reps, args.warmups,
+                                             "%d s" % args.time_limit if args.time_limit else "none",
+                                             "each peer's runs in one block" if args.sequential or args.power
+                                             else "the peers' runs interleaved"))
     print("- overhead (flce binding vs its C call through ctypes): %s; dev/flce_bench subprocess: %s (%s)" % (
         "yes" if args.mode in ("all", "overhead") else "no",
         args.c_bench or "off (--c-bench PATH)", "present" if os.path.exists(cb) else "not built here"))
@@ -410,7 +417,11 @@ class Report:
         self.notes = []
 
     def add(self, row):
+        # (in the order of --shapes and --peers, whichever order the rows come in: the
+        # interleaved peers finish after those that fail or run alone)
         self.rows.append(row)
+        self.rows.sort(key=lambda r: (self.shapes.index(r["shape"]) if r["shape"] in self.shapes else len(self.shapes),
+                                      self.peers.index(r["key"]) if r["key"] in self.peers else len(self.peers)))
         self.flush()
 
     def markdown(self):
@@ -635,10 +646,12 @@ def run(args, shapes, peers):
         "- bf16 GEMM 8192^3 (torch.matmul, median of 20): %.0f TFLOP/s; floor = 6NVH at that rate" % rate,
         "- inputs: bf16 h (N, H), W (V, H) uniform with std H^-1/4, int64 targets uniform over V with ~%d%% -100; "
         "mean reduction, no bias. Time: median of CUDA-event fwd+bwd (loss = peer(h, W, t); loss.backward()) after "
-        "a first call and %d warm-ups, runs filling %.1f s (%d..%d). Extra MiB: peak allocated during one fwd+bwd "
+        "a first call and %d warm-ups, runs filling %.1f s (%d..%d)%s. Extra MiB: peak allocated during one fwd+bwd "
         "minus allocated before it minus the returned h.grad and W.grad. Errors: loss abs, d_h / d_W rel L2 against "
-        "fp32 GEMMs (no TF32) on the same bf16 inputs." % (round(IGNORE_FRAC * 100), args.warmups - 1, args.budget,
-                                                           args.min_reps, args.max_reps),
+        "fp32 GEMMs (no TF32) on the same bf16 inputs." % (
+            round(IGNORE_FRAC * 100), args.warmups - 1, args.budget, args.min_reps, args.max_reps,
+            ", each peer's in one block" if args.sequential or args.power else
+            ", the peers' runs interleaved round by round (each round's order rotated)"),
     ]
     log("bf16 8192^3: %.0f TFLOP/s" % rate)
     rep.flush()
@@ -688,7 +701,62 @@ def run(args, shapes, peers):
         W = W0.detach().requires_grad_(True)
 
         if args.mode in ("all", "peers"):
+            def failed(e):
+                """A peer's exception as its row's error text; a CUDA error that breaks the
+                context stops the rest (broken)."""
+                nonlocal broken
+                if isinstance(e, torch.cuda.OutOfMemoryError):
+                    return "OutOfMemoryError: " + re.sub(r"\s+", " ", str(e))[:200]
+                err = error_text(e)
+                if re.search(r"CUDA error|illegal memory access|unspecified launch failure|device-side assert",
+                             err, re.I):
+                    try:
+                        torch.cuda.synchronize()
+                    except Exception:  # noqa: BLE001
+                        broken = "not run: the CUDA context broke in %s at %s (%s)" % (
+                            PEER_LABEL[row_key], shape_str(shape), err[:120])
+                return err
+
+            def scored(row, fn, res):
+                """An ok row from its measurement: x floor, the errors against the reference,
+                the kernels (--kernels)."""
+                if "power" in res:
+                    row["note"] = "; ".join(x for x in (row.get("note"), power_text(res.pop("power"), res["ms"])) if x)
+                res["x_floor"] = res["ms"] / floor_ms
+                res["loss_err"] = abs(res.pop("loss") - ref_loss) if math.isfinite(res["loss"]) else float("inf")
+                res["dh_err"] = rel_l2(torch, h.grad, ref_dh, ref_dh_norm)
+                res["dw_err"] = rel_l2(torch, W.grad, ref_dw, ref_dw_norm)
+                if args.kernels:
+                    res["kernels"] = kernel_times(torch, fn, h, W, t, args.kernels)
+                row.update(res, status="ok")
+
+            def reported(row, err):
+                """The row logged, counted and added; the peer's gradients dropped."""
+                nonlocal n_ok, n_bad
+                if err is not None:
+                    row.update(status="error", error=err)
+                    log("[%s] %s: %s" % (shape_str(shape), PEER_LABEL[row["key"]], err))
+                    n_bad += 1
+                elif row["status"] == "ok":
+                    n_ok += 1
+                    log("[%s] %s: %.2f ms (%.2fx), %.0f MiB, loss %.1e, d_h %.1e, d_W %.1e" % (
+                        shape_str(shape), PEER_LABEL[row["key"]], row["ms"], row["x_floor"], row["extra_mib"],
+                        row["loss_err"], row["dh_err"], row["dw_err"]))
+                else:
+                    n_bad += 1
+                    log("[%s] %s: %s" % (shape_str(shape), PEER_LABEL[row["key"]], row.get("error")))
+                h.grad = None
+                W.grad = None
+                if not broken:
+                    cleanup(torch)
+                rep.add(row)
+
+            # each peer's warm-up in turn; then (unless --sequential or --power) the timed runs of
+            # every warm peer interleaved, round by round; then each one's memory and errors
+            alone = args.sequential or args.power
+            ready = []  # (row, fn, ms of its last warm-up) for the interleaved runs
             for k in peers:
+                row_key = k
                 if deadline and time.time() > deadline - 15:
                     rep.add(dict(shape=shape, key=k, status="not run", error="--time-limit reached"))
                     continue
@@ -697,52 +765,43 @@ def run(args, shapes, peers):
                     continue
                 log("[%s] %s ..." % (shape_str(shape), PEER_LABEL[k]))
                 row = dict(shape=shape, key=k)
-                err = None
+                err = fn = None
                 try:
                     fn, note = make_peer(k, torch, F, args, h, W, t)
                     row["note"] = note
                     if fn is None:
                         row.update(status="missing", error=note)
+                    elif alone:
+                        scored(row, fn, measure(torch, fn, h, W, t, args))
                     else:
-                        res = measure(torch, fn, h, W, t, args)
-                        if "power" in res:
-                            row["note"] = "; ".join(x for x in (note, power_text(res.pop("power"), res["ms"])) if x)
-                        res["x_floor"] = res["ms"] / floor_ms
-                        res["loss_err"] = abs(res.pop("loss") - ref_loss) if math.isfinite(res["loss"]) else float("inf")
-                        res["dh_err"] = rel_l2(torch, h.grad, ref_dh, ref_dh_norm)
-                        res["dw_err"] = rel_l2(torch, W.grad, ref_dw, ref_dw_norm)
-                        if args.kernels:
-                            res["kernels"] = kernel_times(torch, fn, h, W, t, args.kernels)
-                        row.update(res, status="ok")
-                except torch.cuda.OutOfMemoryError as e:
-                    err = "OutOfMemoryError: " + re.sub(r"\s+", " ", str(e))[:200]
+                        last, cold = warm(torch, fn, h, W, t, args)
+                        if not cold:
+                            ready.append((row, fn, last))
+                            continue
+                        scored(row, fn, finish(torch, fn, h, W, t, args, [last], True))
                 except Exception as e:  # noqa: BLE001 - every failure is the row's text
-                    err = error_text(e)
-                    if re.search(r"CUDA error|illegal memory access|unspecified launch failure|device-side assert",
-                                 err, re.I):
-                        try:
-                            torch.cuda.synchronize()
-                        except Exception:  # noqa: BLE001
-                            broken = "not run: the CUDA context broke in %s at %s (%s)" % (
-                                PEER_LABEL[k], shape_str(shape), err[:120])
+                    err = failed(e)
                 fn = None
-                if err is not None:
-                    row.update(status="error", error=err)
-                    log("[%s] %s: %s" % (shape_str(shape), PEER_LABEL[k], err))
-                    n_bad += 1
-                elif row["status"] == "ok":
-                    n_ok += 1
-                    log("[%s] %s: %.2f ms (%.2fx), %.0f MiB, loss %.1e, d_h %.1e, d_W %.1e" % (
-                        shape_str(shape), PEER_LABEL[k], row["ms"], row["x_floor"], row["extra_mib"],
-                        row["loss_err"], row["dh_err"], row["dw_err"]))
-                else:
-                    n_bad += 1
-                    log("[%s] %s: %s" % (shape_str(shape), PEER_LABEL[k], row.get("error")))
-                h.grad = None
-                W.grad = None
-                if not broken:
-                    cleanup(torch)
-                rep.add(row)
+                reported(row, err)
+            if ready:
+                reps = reps_for(args, max(last for _, _, last in ready))
+                log("[%s] %d peers interleaved, %d rounds ..." % (shape_str(shape), len(ready), reps))
+                calls = [(lambda fn=fn: fwd_bwd_ms(torch, fn, h, W, t)) for _, fn, _ in ready]
+                times, errors = interleave(calls, reps)
+                for i, (row, fn, _) in enumerate(ready):
+                    row_key = row["key"]
+                    err = None
+                    if broken:
+                        row.update(status="not run", error=broken)
+                    elif i in errors:
+                        err = failed(errors[i])
+                    else:
+                        try:
+                            scored(row, fn, finish(torch, fn, h, W, t, args, times[i], False))
+                        except Exception as e:  # noqa: BLE001
+                            err = failed(e)
+                    reported(row, err)
+                ready = calls = None
             rep.chart()
 
         if args.mode in ("all", "overhead") and not broken and not (deadline and time.time() > deadline):
@@ -958,39 +1017,65 @@ def power_text(p, ms):
         p["power_w"] * ms / 1000.0, p["samples"])
 
 
-def measure(torch, fn, h, W, t, args):
-    """Median fwd+bwd ms (CUDA events), then one more run for the peak extra memory and the
-    outputs the errors are taken from (left in h.grad, W.grad)."""
+def fwd_bwd_ms(torch, fn, h, W, t):
+    """One fwd+bwd between two CUDA events on the current stream, ms (h.grad, W.grad reset first)."""
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    h.grad = None
+    W.grad = None
+    e0.record()
+    loss = fn(h, W, t)
+    loss.backward()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1)
 
-    def once():
-        h.grad = None
-        W.grad = None
-        e0.record()
-        loss = fn(h, W, t)
-        loss.backward()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1)
 
-    cold = False
-    first = once()
+def warm(torch, fn, h, W, t, args):
+    """The untimed calls: (ms of the last, cold). A first call over SLOW_MS is repeated once; if
+    that is still over, it is the row's only measurement (cold) and its ms the row's time."""
+    first = fwd_bwd_ms(torch, fn, h, W, t)
     if first > SLOW_MS:
-        first = once()
+        first = fwd_bwd_ms(torch, fn, h, W, t)
     if first > SLOW_MS:
-        times = [first]
-        cold = True
-    else:
-        last = first
-        for _ in range(max(0, args.warmups - 1)):
-            last = once()
-        reps = int(args.budget * 1000.0 / max(last, 1e-3))
-        reps = max(args.min_reps, min(args.max_reps, reps))
-        with (GpuSampler(args.device) if args.power else contextlib.nullcontext()) as sampler:
-            times = [once() for _ in range(reps)]
+        return first, True
+    last = first
+    for _ in range(max(0, args.warmups - 1)):
+        last = fwd_bwd_ms(torch, fn, h, W, t)
+    return last, False
+
+
+def reps_for(args, last_ms):
+    """Timed runs for a row whose warm-up call took last_ms: as many as fill --budget seconds,
+    within --min-reps .. --max-reps."""
+    reps = int(args.budget * 1000.0 / max(last_ms, 1e-3))
+    return max(args.min_reps, min(args.max_reps, reps))
+
+
+def interleave(calls, reps):
+    """Runs reps rounds of the zero-argument calls (each returns ms), round r in the order rotated
+    by r, so that every call runs at every position as often as the rounds allow and the GPU's
+    drift (clock, power, heat) falls on all of them alike. A call that raises is left out of the
+    later rounds. Returns (times: a list per call, errors: {index: exception})."""
+    times = [[] for _ in calls]
+    errors = {}
+    n = len(calls)
+    for r in range(reps):
+        for j in range(n):
+            i = (r + j) % n
+            if i in errors:
+                continue
+            try:
+                times[i].append(calls[i]())
+            except Exception as e:  # noqa: BLE001 - the caller reports it as that call's error
+                errors[i] = e
+    return times, errors
+
+
+def finish(torch, fn, h, W, t, args, times, cold):
+    """A row's result from its timed runs: median ms and spread, then one more run for the peak
+    extra memory and the outputs the errors are taken from (left in h.grad, W.grad)."""
     ms = statistics.median(times)
     spread = (max(times) - min(times)) / ms if ms > 0 else 0.0
-
     h.grad = None
     W.grad = None
     gc.collect()
@@ -1005,8 +1090,20 @@ def measure(torch, fn, h, W, t, args):
     grads = sum(g.numel() * g.element_size() for g in (h.grad, W.grad) if g is not None)
     loss_v = float(loss.detach().float().item())
     del loss
-    res = dict(ms=ms, runs=len(times), spread=spread, cold=cold, loss=loss_v,
-               extra_mib=(peak - base - grads) / 2**20)
+    return dict(ms=ms, runs=len(times), spread=spread, cold=cold, loss=loss_v,
+                extra_mib=(peak - base - grads) / 2**20)
+
+
+def measure(torch, fn, h, W, t, args):
+    """One row on its own (--sequential, --power): warm-ups, its timed runs, finish()."""
+    last, cold = warm(torch, fn, h, W, t, args)
+    sampler = None
+    if cold:
+        times = [last]
+    else:
+        with (GpuSampler(args.device) if args.power else contextlib.nullcontext()) as sampler:
+            times = [fwd_bwd_ms(torch, fn, h, W, t) for _ in range(reps_for(args, last))]
+    res = finish(torch, fn, h, W, t, args, times, cold)
     if args.power:
         res["power"] = sampler.summary() if not cold else None
     return res
@@ -1376,6 +1473,8 @@ def main(argv=None):
                     help="also list each row's K longest GPU kernels per call (torch.profiler over 3 calls)")
     ap.add_argument("--power", action="store_true",
                     help="sample power draw and SM clock through each row's timed runs (nvidia-smi)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="time each peer's runs in one block, peer after peer (default: interleaved rounds)")
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args(argv)
     if args.kernels < 0:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU test of scripts/bench_peers.py's host side: kernel names shortened for --kernels (flce's
 templates, CuTe DSL's and Triton's names, torch's), the shape sets, the kernel table of the
-report, --power's sampler (on a stand-in for nvidia-smi) and the dry run (no torch, no GPU).
+report, --power's sampler (on a stand-in for nvidia-smi), the dry run (no torch, no GPU) and
+the peers' interleaved timing (on a stand-in torch and stand-in peers).
 The last line is "N passed, M failed".
 
     python3 test/test_bench_peers.py      (from the repository root)
@@ -112,7 +113,127 @@ def main():
         check(False, "--kernels -1 refused")
     except SystemExit as e:
         check(e.code == 2 and "--kernels -1" in err.getvalue(), "--kernels -1 refused: %s" % err.getvalue().strip()[-70:])
+    interleaved()
     return check.summary()
+
+
+def fake_torch():
+    """A stand-in for the parts of torch that run() touches outside the patched helpers."""
+    from types import ModuleType, SimpleNamespace as NS
+    torch = ModuleType("torch")
+    cuda = NS(is_available=lambda: True, set_device=lambda d: None, get_device_name=lambda d: "stand-in GPU",
+              synchronize=lambda: None, empty_cache=lambda: None, reset_peak_memory_stats=lambda: None,
+              memory_allocated=lambda: 0, max_memory_allocated=lambda: 0,
+              OutOfMemoryError=type("OutOfMemoryError", (RuntimeError,), {}))
+    torch.cuda = cuda
+    torch.device = lambda *a: a
+    torch.backends = NS(cuda=NS(matmul=NS(allow_tf32=True)), cudnn=NS(allow_tf32=True))
+    torch.set_float32_matmul_precision = lambda p: None
+    torch.__version__ = "0.0"
+    torch.version = NS(cuda="0.0")
+    nn = ModuleType("torch.nn")
+    nn.functional = ModuleType("torch.nn.functional")
+    torch.nn = nn
+    return {"torch": torch, "torch.nn": nn, "torch.nn.functional": nn.functional}
+
+
+def interleaved():
+    """The peers' timed runs interleaved: interleave()'s rotation and its error handling, then
+    run() on a stand-in torch with stand-in peers: one missing, one failing in its warm-up, one
+    cold, one failing in a timed round, two timed; the rows in --peers order."""
+    order = []
+    calls = [lambda i=i: order.append(i) or float(i + 1) for i in range(3)]
+    times, errors = bp.interleave(calls, 3)
+    check(order == [0, 1, 2, 1, 2, 0, 2, 0, 1] and times == [[1.0] * 3, [2.0] * 3, [3.0] * 3] and not errors,
+          "interleave: each round's order rotated by one (%s)" % order)
+    n = [0]
+
+    def flaky():
+        n[0] += 1
+        if n[0] == 2:
+            raise RuntimeError("second run")
+        return 5.0
+    times, errors = bp.interleave([flaky, lambda: 1.0], 3)
+    check(times == [[5.0], [1.0] * 3] and list(errors) == [0] and "second run" in str(errors[0]),
+          "interleave: a call that raises is left out of the later rounds (%s)" % times)
+
+    peers = ["flce", "flce-mem", "quack", "liger", "cce", "verl"]
+    runs = []  # the timed runs, by peer
+    behaviour = {"flce": 10.0, "flce-mem": 9.0, "quack": "raise-in-round", "liger": "cold", "cce": "warm-fail"}
+
+    def make_peer(key, torch, F, args, h, W, t):
+        if key == "verl":
+            return None, "not installed: stand-in"
+        return (lambda h, W, t: key), "stand-in " + key
+
+    def fwd_bwd_ms(torch, fn, h, W, t):
+        key = fn(h, W, t)
+        b = behaviour[key]
+        if b == "warm-fail":
+            raise ValueError("broken peer")
+        if b == "cold":
+            return 5000.0
+        runs.append(key)
+        if b == "raise-in-round" and runs.count(key) == 3:  # warm-ups 2, then the first timed run
+            raise ValueError("fails when timed")
+        return 1.0 if b == "raise-in-round" else b
+
+    def finish(torch, fn, h, W, t, args, times, cold):
+        return dict(ms=sorted(times)[len(times) // 2], runs=len(times), spread=0.0, cold=cold, loss=1.0, extra_mib=1.0)
+    saved = {k: getattr(bp, k) for k in ("make_peer", "fwd_bwd_ms", "finish", "gemm_rate", "make_inputs", "reference",
+                                         "chunked_norm", "rel_l2", "cleanup", "flce_on_path", "git_commit")}
+    mods = fake_torch()
+    saved_mods = {k: sys.modules.get(k) for k in mods}
+    bp.make_peer, bp.fwd_bwd_ms, bp.finish = make_peer, fwd_bwd_ms, finish
+    bp.gemm_rate = lambda torch, dev: 700e3
+    class Leaf:
+        grad = None
+
+        def detach(self):
+            return self
+
+        def requires_grad_(self, flag):
+            return self
+    bp.make_inputs = lambda torch, dev, shape, seed: (Leaf(), Leaf(), object())
+    bp.reference = lambda torch, h, W, t: (1.0, None, None, 64)
+    bp.chunked_norm = lambda torch, x, rows_per=None: 1.0
+    bp.rel_l2 = lambda torch, g, ref, norm: 0.0
+    bp.cleanup = lambda torch: None
+    bp.flce_on_path = lambda: None
+    bp.git_commit = lambda: "stand-in"
+    sys.modules.update(mods)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = bp.main(["--shapes", "64x32x1000", "--peers", ",".join(peers), "--mode", "peers", "--budget", "0.05",
+                          "--min-reps", "4", "--max-reps", "4"])
+    finally:
+        for k, v in saved.items():
+            setattr(bp, k, v)
+        for k, v in saved_mods.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    md = out.getvalue()
+    timed = [k for k in runs if k in ("flce", "flce-mem")][4:]  # after each one's 2 warm-ups
+    # (rounds of flce, flce-mem and quack rotated; quack fails in the first and is left out)
+    check(rc == 0 and timed == ["flce", "flce-mem", "flce-mem", "flce", "flce", "flce-mem", "flce", "flce-mem"],
+          "run(): the warm peers' timed runs alternate, each round rotated (%s)" % timed)
+    results = md[md.index("## Results"):md.index("## Summary")]
+    lines = [ln for ln in results.splitlines() if ln.startswith("| 64x32x1000 |")]
+    got = [ln.split("|")[2].strip() for ln in lines]
+    want = [bp.PEER_LABEL[k] for k in peers]
+    check(got == want, "run(): the rows in --peers order (%s)" % got)
+    status = {ln.split("|")[2].strip(): ln for ln in lines}
+    check("| 10.00 |" in status[bp.PEER_LABEL["flce"]] and "| 4 (spread" in status[bp.PEER_LABEL["flce"]] and
+          "| 9.00 |" in status[bp.PEER_LABEL["flce-mem"]],
+          "run(): the timed peers' medians over the rounds")
+    check("fails when timed" in status[bp.PEER_LABEL["quack"]] and "broken peer" in status[bp.PEER_LABEL["cce"]] and
+          "| 1 (cold)" in status[bp.PEER_LABEL["liger"]] and "| missing |" in status[bp.PEER_LABEL["verl"]],
+          "run(): a peer failing in a round or its warm-up is its row's error; a cold one measured once; a "
+          "missing one reported")
+    check("interleaved round by round" in md, "the report says the runs were interleaved")
 
 
 if __name__ == "__main__":
