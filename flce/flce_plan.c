@@ -279,15 +279,15 @@ fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128
 32768 x 2048) and loses at 3072 (2-3%) and 4096 (up to 2%), and in the tile schedule (lean
 workspaces) at 2048 too (up to 2%). Where the direct d_W runs (cuBLASLt's GEMM on E, no
 transform: flce_sm90.cu) the fused route has no d_W transform left, and in the chunk schedule it
-is 4% faster than the pass at H = 3072 and 4096 too (16384 x 3072 x 128256, 16384 x 4096 x
+is 2-6% faster than the pass at H = 3072 and 4096 too (16384 x 3072 x 128256, 16384 x 4096 x
 151936, chunks of 2816 and 2048 tokens; 4096 x 4096 x 128256, 2048): there the H rule yields to
 it (`direct`: the config's scaled gradients; a call without d_W then runs the fused d_h, which
 at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short chunks: at 16384 x 3072 x
 128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts take room) ran 4.5%
 slower than the pass's chunks of 1024, so the rule yields from FLCE_DIRECT_MIN_CHUNK tokens on.
-The tile schedule's rule at 2048 stands (not measured with the direct d_W). The pass also wins where the fused GEMMs' tiles fit H
-badly: at H = 896 on 256-column tiles (3.5 tiles, 12.5% of their products on zero columns)
-cuBLASLt's gradients made the call 3-8% faster; on the 224-column tiles that the scaled GEMMs
+The tile schedule's rule at 2048 stands (not measured with the direct d_W). The pass also wins
+where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column tiles (3.5 tiles, 12.5% of
+their products on zero columns) cuBLASLt's gradients made the call 3-8% faster; on the 224-column tiles that the scaled GEMMs
 take there (flce_sm90_grad_cols: four whole tiles) the fused route is 2.5-3% faster than
 cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes the pass for any H of 512 or more whose
 last tile of the better width is mostly empty. And it wins wherever dz needs the general
