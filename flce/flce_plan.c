@@ -270,36 +270,35 @@ static double flce_sm90_waves_time(int64_t M, int64_t N, int64_t K, int64_t bm, 
 }
 
 /*
-The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they
-load it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved)
-and cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs' cost
-per logit grows with H (the d_W GEMM's transform needs per-token coefficients every K step),
-the pass's does not: on an H200 (dev/RESULTS.md, with both d_W GEMMs in clusters of two) the
-fused route wins at H = 2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128256, 2-4% at
-32768 x 2048) and loses at 3072 (2-3%) and 4096 (up to 2%), and in the tile schedule (lean
-workspaces) at 2048 too (up to 2%). Where the direct d_W runs (cuBLASLt's GEMM on E, no
-transform: flce_sm90.cu) the fused route has no d_W transform left, and in the chunk schedule it
-is 2-6% faster than the pass at H = 3072 and 4096 too (16384 x 3072 x 128256, 16384 x 4096 x
-151936, chunks of 2816 and 2048 tokens; 4096 x 4096 x 128256, 2048): there the H rule yields to
-it (`direct`: the config's scaled gradients; a call without d_W then runs the fused d_h, which
-at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short chunks: at 16384 x 3072 x
-128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts take room) ran 4.5%
-slower than the pass's chunks of 1024, so the rule yields from FLCE_DIRECT_MIN_CHUNK tokens on.
-The tile schedule's rule at 2048 stands (not measured with the direct d_W). The pass also wins
-where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column tiles (3.5 tiles, 12.5% of
-their products on zero columns) cuBLASLt's gradients made the call 3-8% faster; on the 224-column tiles that the scaled GEMMs
-take there (flce_sm90_grad_cols: four whole tiles) the fused route is 2.5-3% faster than
-cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes the pass for any H of 512 or more whose
-last tile of the better width is mostly empty. And it wins wherever dz needs the general
-transform (a softcap, smoothing with class weights): the fused GEMMs then form each element's
-dz from a log2 and a dozen FMAs in the products' registers, in both GEMMs (by instruction count
-their issue slots, not the tensor cores, bound them), where the pass forms it once at memory
-speed: a softcap's call 73.0 -> 47.2 ms at 16384 x 2048 x 128256 and 127.8 -> 88.1 at 32768 x
-1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). An entropy gradient,
-a call's argument rather than the config's, does the same through flce_make_plan's
-entropy_grad (the call's plan, within a workspace sized without it). Known from those and
-whether the plan has vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces
-either, for dev/ and the tests (read when a plan is made: the layouts differ).
+The Hopper path's gradients come one of two ways: the fused GEMMs form dlogits from E as they load
+it (flce_sm90_dh, flce_sm90_dw), or a pass writes dlogits over E (4 bytes a logit moved) and
+cuBLASLt's GEMMs take them, as on the cuBLASLt path ("lt_backward"). The fused GEMMs' cost per logit
+grows with H (the d_W GEMM's transform needs per-token coefficients every K step), the pass's does
+not: on an H200 (dev/RESULTS.md, with both d_W GEMMs in clusters of two) the fused route wins at H =
+2048 in the chunk schedule (0.5-1% at 16384 x 2048 x 128256, 2-4% at 32768 x 2048) and loses at 3072
+(2-3%) and 4096 (up to 2%), and in the tile schedule (lean workspaces) at 2048 too (up to 2%). Where
+the direct d_W runs (cuBLASLt's GEMM on E, no transform: flce_sm90.cu) the fused route has no d_W
+transform left, and in the chunk schedule it is 2-6% faster than the pass at H = 3072 and 4096 too
+(16384 x 3072 x 128256, 16384 x 4096 x 151936, chunks of 2816 and 2048 tokens; 4096 x 4096 x 128256,
+2048): there the H rule yields to it (`direct`: the config's scaled gradients; a call without d_W
+then runs the fused d_h, which at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short
+chunks: at 16384 x 3072 x 128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts
+take room) ran 4.5% slower than the pass's chunks of 1024, so the rule yields from
+FLCE_DIRECT_MIN_CHUNK tokens on. The tile schedule's rule at 2048 stands (not measured with the
+direct d_W). The pass also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
+tiles (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8%
+faster; on the 224-column tiles that the scaled GEMMs take there (flce_sm90_grad_cols: four whole
+tiles) the fused route is 2.5-3% faster than cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes
+the pass for any H of 512 or more whose last tile of the better width is mostly empty. And it wins
+wherever dz needs the general transform (a softcap, smoothing with class weights): the fused GEMMs
+then form each element's dz from a log2 and a dozen FMAs in the products' registers, in both GEMMs
+(by instruction count their issue slots, not the tensor cores, bound them), where the pass forms it
+once at memory speed: a softcap's call 73.0 -> 47.2 ms at 16384 x 2048 x 128256 and 127.8 -> 88.1 at
+32768 x 1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). An entropy
+gradient, a call's argument rather than the config's, does the same through flce_make_plan's
+entropy_grad (the call's plan, within a workspace sized without it). Known from those and whether
+the plan has vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/
+and the tests (read when a plan is made: the layouts differ).
 */
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
