@@ -108,7 +108,14 @@ The peers' wheels (the GPU machine has torch 2.11 and triton 3.6, not these). Th
       .whl/parts/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl.part-
   or, so that the calls carrying the parts can carry binaries too, in three (40, 25 and the last
   27 MB: `head -c` / `tail -c`), the last in .whl/parts/ beside the 7 wheels so that the folder
-  .whl is one carried path; only the part of the call in .whl/parts/ at each call.
+  .whl is one carried path; only the part of the call in .whl/parts/ at each call. Or, in two
+  calls, as its files in one xz tar (61 MB; SPLIT_WHEELS_XZ records its sha256), in two parts
+  (38 MB, then the rest beside the 7 wheels), which --assemble rebuilds into the wheel and checks
+  against the wheel's RECORD:
+    mkdir u && (cd u && unzip -q ../W.whl && tar --sort=name --owner=0 --group=0 --numeric-owner \
+      --mtime=@0 -cf - . | xz -9e -T16) > W.whl.tar.xz
+    head -c 38000000 W.whl.tar.xz > .whl/parts/W.whl.tar.xz.part-xa
+    tail -c +38000001 W.whl.tar.xz > .whl/parts/W.whl.tar.xz.part-xb
   Not carried: torch-c-dlpack-ext (tvm-ffi uses torch >= 2.10's own DLPack exchange API), verl
   (it imports ray, hydra, transformers, ...: reported "not installed").
 Reassembling across two (or three) consecutive device calls (the machine stays warm only ~30 s
@@ -172,6 +179,12 @@ NOMINAL_TFLOPS = 790.0  # dry run only: the H200's bf16 rate as seen here (KINDS
 SPLIT_WHEELS = {
     "nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl":
         "50191a381d8cc1393373ae0bc879b0aefa9a256c23c22d4fa1c2fe3dfe57bc90",
+}
+# the same wheel's files as one xz tar (61 MB against the wheel's 92: two device calls carry it,
+# not three), split into NAME.tar.xz.part-*: name -> sha256 of the tar.xz (below: how it is made)
+SPLIT_WHEELS_XZ = {
+    "nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl":
+        "ed28127e54a66d0efcf69b4e111963530cceba12c23da250fe03dd9497c4998c",
 }
 
 # key, label, distributions whose versions are reported, top-level module, what it calls
@@ -290,8 +303,12 @@ def assemble(dest):
     rc = 0
     for wheel, sha in SPLIT_WHEELS.items():
         out = os.path.join(dest, wheel)
-        if os.path.exists(out) and _sha256([out]) == sha:
+        if os.path.exists(out) and (_sha256([out]) == sha or _record_ok(out)):
             print("OK: %s already assembled in %s" % (wheel, dest))
+            continue
+        xz_parts = sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.startswith(wheel + ".tar.xz.part-"))
+        if xz_parts:
+            rc |= _assemble_xz(wheel, xz_parts, out)
             continue
         parts = sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.startswith(wheel + ".part-"))
         got = _sha256(parts) if parts else None
@@ -308,6 +325,66 @@ def assemble(dest):
         os.replace(out + ".tmp", out)
         print("OK: %s assembled in %s from %d parts" % (wheel, dest, len(parts)))
     return rc
+
+
+def _assemble_xz(wheel, parts, out):
+    """The wheel rebuilt from its xz tar's parts: their concatenation checked against
+    SPLIT_WHEELS_XZ, its files written into a zip (stored: pip unpacks it at once) and checked
+    against the wheel's own RECORD. 0 when the wheel is whole, else 1 (a part missing)."""
+    want = SPLIT_WHEELS_XZ.get(wheel)
+    got = _sha256(parts)
+    if got != want:
+        print("FAIL: %s: xz parts %s: their concatenation is not the recorded tar (sha256 %s, want %s): "
+              "a part is missing (carry it in this call or the last)"
+              % (wheel, [os.path.basename(p) for p in parts], got, want))
+        return 1
+    import tarfile
+    import zipfile
+    tmp = out + ".tmp"
+    with open(tmp + ".tar.xz", "wb") as w:
+        for p in parts:
+            with open(p, "rb") as r:
+                shutil.copyfileobj(r, w, 1 << 22)
+    with tarfile.open(tmp + ".tar.xz", "r:xz") as tar, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+        for m in tar:
+            if m.isfile():
+                info = zipfile.ZipInfo(m.name[2:] if m.name.startswith("./") else m.name, (1980, 1, 1, 0, 0, 0))
+                info.external_attr = (0o100000 | (m.mode & 0o777)) << 16  # the file's mode, as pip restores it
+                z.writestr(info, tar.extractfile(m).read())
+    os.remove(tmp + ".tar.xz")
+    if not _record_ok(tmp):
+        os.remove(tmp)
+        print("FAIL: %s: rebuilt from its xz tar, its files do not match its RECORD" % wheel)
+        return 1
+    os.replace(tmp, out)
+    print("OK: %s rebuilt in %s from %d xz parts (every file as its RECORD says)" % (wheel, os.path.dirname(out),
+                                                                                   len(parts)))
+    return 0
+
+
+def _record_ok(path):
+    """Whether every file the wheel's RECORD lists with a hash is in the zip with that sha256."""
+    import base64
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            record = [n for n in names if n.endswith(".dist-info/RECORD")]
+            if len(record) != 1:
+                return False
+            rows = [ln.rsplit(",", 2) for ln in z.read(record[0]).decode().splitlines() if ln.strip()]
+            for name, digest, _size in rows:
+                if not digest:
+                    continue
+                algo, _, want = digest.partition("=")
+                if algo != "sha256" or name not in names:
+                    return False
+                got = base64.urlsafe_b64encode(hashlib.sha256(z.read(name)).digest()).rstrip(b"=").decode()
+                if got != want:
+                    return False
+            return True
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
 
 
 def _sha256(paths):

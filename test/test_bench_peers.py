@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CPU test of scripts/bench_peers.py's host side: kernel names shortened for --kernels (flce's
 templates, CuTe DSL's and Triton's names, torch's), the shape sets, the kernel table of the
-report, --power's sampler (on a stand-in for nvidia-smi), the dry run (no torch, no GPU) and
-the peers' interleaved timing (on a stand-in torch and stand-in peers).
+report, --power's sampler (on a stand-in for nvidia-smi), the dry run (no torch, no GPU), the
+peers' interleaved timing (on a stand-in torch and stand-in peers) and --assemble's xz form of
+the split wheel (on a stand-in wheel).
 The last line is "N passed, M failed".
 
     python3 test/test_bench_peers.py      (from the repository root)
@@ -114,7 +115,74 @@ def main():
     except SystemExit as e:
         check(e.code == 2 and "--kernels -1" in err.getvalue(), "--kernels -1 refused: %s" % err.getvalue().strip()[-70:])
     interleaved()
+    xz_wheel()
     return check.summary()
+
+
+def xz_wheel():
+    """--assemble's xz form of the split wheel on a stand-in wheel: rebuilt from two parts of its
+    xz tar, every file as its RECORD says; one part alone, or a file that its RECORD does not
+    match, is refused."""
+    import base64
+    import hashlib
+    import os
+    import tarfile
+    import tempfile
+    import zipfile
+    name = "standin-1.0-py3-none-any.whl"
+    with tempfile.TemporaryDirectory() as tmp:
+        def make_parts(tamper):
+            files = {"standin/__init__.py": b"x = 1\n", "standin/lib.so": bytes(range(256)) * 64}
+            rec = ["%s,sha256=%s,%d" % (n, base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode(),
+                                        len(b)) for n, b in files.items()]
+            files["standin-1.0.dist-info/RECORD"] = ("\n".join(rec + ["standin-1.0.dist-info/RECORD,,"]) + "\n").encode()
+            if tamper:
+                files["standin/__init__.py"] = b"x = 2\n"
+            tar_path = os.path.join(tmp, "w.tar.xz")
+            with tarfile.open(tar_path, "w:xz") as tar:
+                for n, b in files.items():
+                    info = tarfile.TarInfo("./" + n)
+                    info.size, info.mode = len(b), 0o755 if n.endswith(".so") else 0o644
+                    tar.addfile(info, io.BytesIO(b))
+            data = open(tar_path, "rb").read()
+            parts = os.path.join(tmp, ".whl", "parts")
+            os.makedirs(parts, exist_ok=True)
+            for f in os.listdir(parts):
+                os.remove(os.path.join(parts, f))
+            half = len(data) // 2
+            for suffix, chunk in (("xa", data[:half]), ("xb", data[half:])):
+                with open(os.path.join(parts, name + ".tar.xz.part-" + suffix), "wb") as f:
+                    f.write(chunk)
+            return hashlib.sha256(data).hexdigest()
+
+        saved = bp.WHL_DIR, bp.SPLIT_WHEELS, bp.SPLIT_WHEELS_XZ
+        bp.WHL_DIR = os.path.join(tmp, ".whl")
+        try:
+            def run(dest):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    rc = bp.assemble(os.path.join(tmp, dest))
+                return rc, out.getvalue()
+            bp.SPLIT_WHEELS = {name: "0" * 64}
+            bp.SPLIT_WHEELS_XZ = {name: make_parts(False)}
+            os.remove(os.path.join(bp.WHL_DIR, "parts", name + ".tar.xz.part-xb"))
+            rc, out = run("d1")
+            check(rc == 1 and "a part is missing" in out, "--assemble: one xz part of two is not a wheel")
+            bp.SPLIT_WHEELS_XZ = {name: make_parts(False)}
+            rc, out = run("d1")
+            whl = os.path.join(tmp, "d1", name)
+            with zipfile.ZipFile(whl) as z:
+                mode = z.getinfo("standin/lib.so").external_attr >> 16
+            check(rc == 0 and "rebuilt" in out and bp._record_ok(whl) and mode & 0o111,
+                  "--assemble: the wheel rebuilt from its xz parts, its files as RECORD says, modes kept")
+            rc, out = run("d1")
+            check(rc == 0 and "already assembled" in out, "--assemble: a rebuilt wheel is kept")
+            bp.SPLIT_WHEELS_XZ = {name: make_parts(True)}
+            rc, out = run("d2")
+            check(rc == 1 and "do not match its RECORD" in out and not os.path.exists(os.path.join(tmp, "d2", name)),
+                  "--assemble: a file that its RECORD does not match is refused, no wheel written")
+        finally:
+            bp.WHL_DIR, bp.SPLIT_WHEELS, bp.SPLIT_WHEELS_XZ = saved
 
 
 def fake_torch():
