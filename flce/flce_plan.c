@@ -369,9 +369,10 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const int tiled = p->n_vtiles > 1;
     // (the route by the padded vocabulary's tiles under vocab_parallel, as the plan every rank
     // shares saw them: the last rank's fewer real classes may fit one tile)
+    const int scaled = flce_sm90_scaled_plan(cfg, dw_accumulator);  // the scaled gradients may run
     p->grad_cols = p->sm90 ? flce_sm90_grad_cols(cfg, dw_accumulator) : FLCE_SM90_BN;
     p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad,
-                                                      p->grad_cols, flce_sm90_scaled_plan(cfg, dw_accumulator), chunk);
+                                                      p->grad_cols, scaled, chunk);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
@@ -428,7 +429,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         // what the region has left (the d_h parts are summed by then): at least v' h's size, as
         // the parts are fp32 (28 MB at 65536 x 1024 x 176256 in 1 GiB, where 5 MB more would
         // shorten the chunk)
-        p->dw_direct = p->sm90 && !p->lt_backward && flce_sm90_scaled_plan(cfg, dw_accumulator);
+        p->dw_direct = p->sm90 && !p->lt_backward && scaled;
         const size_t xs = flce_append(0, flce_bytes(C, H, 2));
         if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
             p->off_lt = o + xs;
