@@ -102,6 +102,8 @@ typedef struct {
 } FlceSwitches;
 static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1, -1, -1};
 static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
+static int64_t g_chunk = 0;   // --chunk, --dh-parts: the Hopper path's chunks (flce_dev_set_plan_chunk)
+static int g_dh_parts = 0;
 
 // ----------------------------------------------------------------------------------------
 // row kernels of verl's split schedule (the whole-row kernel, ce_row_kernel, is common.cuh's)
@@ -712,8 +714,11 @@ static void usage(const char *prog) {
             "                     GEMM on E (the default), 2 cuBLASLt's on E (then scaled per row)\n"
             "  --wide-stats 0|1   the Hopper path's statistics: 1 the wide logits GEMM's 192 columns\n"
             "                     where its epilogue serves (the default), 0 256 columns\n"
-            "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n",
-            prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES);
+            "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n"
+            "  --chunk T          the Hopper path's chunks: at most T tokens, the largest that fits (no\n"
+            "                     shorter one for whole waves), the chunk schedule wherever one fits\n"
+            "  --dh-parts P       the Hopper path's fused d_h GEMM in P K parts (1..%d)\n",
+            prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES, FLCE_DEV_MAX_DH_PARTS);
 }
 
 // -s's list with the named sets replaced by their shapes, into out; 0 if it does not fit
@@ -734,17 +739,29 @@ static int expand_shapes(const char *list, char *out, size_t cap) {
     return 1;
 }
 
-// --budget MiB or --budget=MiB into g_budget; 0 if the argument is not that
-static int parse_budget(int argc, char **argv, int *i) {
-    const char *arg = argv[*i], *v = NULL;
-    if (strncmp(arg, "--budget=", 9) == 0) v = arg + 9;
-    else if (strcmp(arg, "--budget") == 0 && *i + 1 < argc) v = argv[++*i];
-    if (v == NULL) return 0;
-    char *end = NULL;
-    const long long mib = strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || mib < 1 || mib > (1ll << 20)) return 0;
-    g_budget = (size_t)mib << 20;
-    return 1;
+// --NAME N or --NAME=N for the numeric options (--budget MiB, --chunk tokens, --dh-parts P);
+// 0 if the argument is none of them or its value is out of range
+static int parse_number(int argc, char **argv, int *i) {
+    static const struct {
+        const char *name;
+        long long lo, hi;
+    } names[] = {{"budget", 1, 1ll << 20}, {"chunk", 1, 1ll << 24}, {"dh-parts", 1, FLCE_DEV_MAX_DH_PARTS}};
+    const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
+    const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        if (strlen(names[k].name) != len || strncmp(arg, names[k].name, len) != 0) continue;
+        const char *v = eq != NULL ? eq + 1 : (*i + 1 < argc ? argv[*i + 1] : NULL);
+        if (v == NULL) return 0;
+        char *end = NULL;
+        const long long x = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || x < names[k].lo || x > names[k].hi) return 0;
+        if (eq == NULL) ++*i;
+        if (k == 0) g_budget = (size_t)x << 20;
+        else if (k == 1) g_chunk = x;
+        else g_dh_parts = (int)x;
+        return 1;
+    }
+    return 0;
 }
 
 // --NAME V or --NAME=V (V 0 or 1, up to 2 for --dh-direct; --timing alone is 1) into
@@ -834,9 +851,7 @@ int main(int argc, char **argv) {
             a.warmups = atoi(argv[++i]);
         } else if (strcmp(arg, "-o") == 0 && has_val) {
             a.out_path = argv[++i];
-        } else if (strncmp(arg, "--budget", 8) == 0 && parse_budget(argc, argv, &i)) {
-            continue;
-        } else if (strncmp(arg, "--", 2) == 0 && parse_switch(argc, argv, &i)) {
+        } else if (strncmp(arg, "--", 2) == 0 && (parse_number(argc, argv, &i) || parse_switch(argc, argv, &i))) {
             continue;
         } else {
             usage(argv[0]);
@@ -851,6 +866,7 @@ int main(int argc, char **argv) {
     cudaStream_t s = bench_init();
     if (g_switches.lt_backward >= 0) flce_dev_set_lt_backward(g_switches.lt_backward);  // (process-wide)
     if (g_switches.wide_stats >= 0) flce_dev_set_wide_stats(g_switches.wide_stats);
+    if (g_chunk > 0 || g_dh_parts > 0) flce_dev_set_plan_chunk(g_chunk, g_dh_parts);
     flce_new_context();
     const int rc = check ? run_check(&a, s) : run_bench(&a, s);
     flce_destroy(g_flce);

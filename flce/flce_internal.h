@@ -144,7 +144,7 @@ FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs
                                 int entropy_grad, flce_plan *p);
 
 // How many times a dev switch that changes plans (flce_dev_set_plan_sms, _lt_backward,
-// _wide_stats) was set: a plan kept from before (a context's, flce.cu) is made again.
+// _wide_stats, _plan_chunk) was set: a plan kept from before (a context's, flce.cu) is made again.
 FLCE_HIDDEN unsigned flce_plan_switches(void);
 
 // The planned workspace for budget on the path of sms, or the minimum with FLCE_ERR_WORKSPACE
@@ -187,6 +187,14 @@ void flce_dev_set_lt_backward(int mode);
 //   192-column tiles of the wide logits schedule wherever its epilogue serves (no bias, softcap
 //   or weighted smoothing), 0 256 columns, -1 (the default): flce_plan.c's rule (that of 1).
 void flce_dev_set_wide_stats(int mode);
+//   The Hopper path's chunks for the plans made from then on (process-wide), for dev/'s sweeps
+//   of the planner's choices: chunk > 0 caps them at that many tokens (the largest that fits,
+//   balanced over the tokens, with no shorter chunk taken for whole waves of d_h tiles) and
+//   keeps the chunk schedule wherever a chunk fits (the tile schedule only where none does);
+//   dh_parts > 0 cuts the fused d_h GEMM's K into that many parts (at most
+//   FLCE_DEV_MAX_DH_PARTS). 0 for either: the planner's choice (the default).
+#define FLCE_DEV_MAX_DH_PARTS 8
+void flce_dev_set_plan_chunk(int64_t chunk, int dh_parts);
 
 // Per context, for its calls from then on:
 //   The Hopper logits GEMM's schedule on 256-column statistics tiles (flce_plan.c's

@@ -346,6 +346,15 @@ void flce_dev_set_wide_stats(int mode) {
     g_plan_switches++;
 }
 
+static int64_t g_plan_chunk;  // flce_dev_set_plan_chunk: 0, or the Hopper path's chunk cap
+static int g_dh_parts;        // and 0, or its d_h GEMM's K parts
+
+void flce_dev_set_plan_chunk(int64_t chunk, int dh_parts) {
+    g_plan_chunk = chunk > 0 ? chunk : 0;
+    g_dh_parts = dh_parts > 0 ? (dh_parts < FLCE_DEV_MAX_DH_PARTS ? dh_parts : FLCE_DEV_MAX_DH_PARTS) : 0;
+    g_plan_switches++;
+}
+
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
     const int logit = cfg->has_bias || flce_general_dz(cfg);
     return logit || g_wide_stats == 0 ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
@@ -390,7 +399,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->ldc = flce_round_up(chunk, 64);
         p->stat_tile = flce_sm90_stat_tile(cfg);
         p->n_stat = (V + p->stat_tile - 1) / p->stat_tile;
-        p->dh_parts = chunk > 0 && !p->lt_backward ? flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms) : 1;
+        p->dh_parts = chunk <= 0 || p->lt_backward ? 1
+                      : g_dh_parts > 0             ? g_dh_parts
+                                                   : flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms);
     }
     const size_t ldc = (size_t)p->ldc;
     p->lt_bytes = p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE;
@@ -612,6 +623,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     const int64_t unit = sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN;
     int64_t max_chunk = N;
     if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
+    if (sms > 0 && g_plan_chunk > 0 && max_chunk > g_plan_chunk) max_chunk = g_plan_chunk;
     const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
     double best_cost = 0.0;
     flce_plan cand;
@@ -630,7 +642,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             flce_layout(cfg, c, span, dw_acc, sms, entropy_grad, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         }
-        if (c > 0 && sms > 0 && backward && !p->lt_backward) {
+        if (c > 0 && sms > 0 && backward && !p->lt_backward && g_plan_chunk == 0) {
             // a shorter chunk (down to 3/4) whose d_h tiles fill whole waves can be faster:
             // taken when the model finds it 1% faster. The workspace stays the largest chunk's,
             // so that a plan made again from that size (a call's) chooses the same chunk.
@@ -653,7 +665,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     int64_t max_vtile = span - 1;
     if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
     if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
-    for (int64_t c = 1;; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
+    for (int64_t c = 1; !(sms > 0 && g_plan_chunk > 0 && p->chunk > 0); c = c * 2 < max_chunk ? c * 2 : max_chunk) {
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, entropy_grad, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;

@@ -1599,9 +1599,34 @@ static void test_hopper_plan_choices(void) {
         const unsigned n1 = flce_plan_switches();
         flce_dev_set_wide_stats(-1);
         const unsigned n2 = flce_plan_switches();
+        flce_dev_set_plan_chunk(0, 0);
+        const unsigned n3 = flce_plan_switches();
         flce_dev_set_plan_sms(132);
-        test_check(n1 == n0 + 1 && n2 == n1 + 1 && flce_plan_switches() == n2 + 1,
+        test_check(n1 == n0 + 1 && n2 == n1 + 1 && n3 == n2 + 1 && flce_plan_switches() == n3 + 1,
                    "lib: the planner's dev switches are counted (a context's kept plan is made again after one)");
+    }
+    // dev/'s sweeps: flce_dev_set_plan_chunk caps the chunk with no shorter one for whole waves
+    // and sets the d_h parts (32768 x 2048 x 128256 in 1 GiB: 3712 tokens in one part, where the
+    // planner takes 3328 in three), keeps the chunk schedule where a chunk fits (160 MiB), and
+    // (0, 0) gives the planner's plans back
+    {
+        flce_config c;
+        flce_config_init(&c, 32768, 2048, 128256);
+        flce_plan base, forced, again, lean;
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &base);
+        flce_dev_set_plan_chunk(4096, 1);
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &forced);
+        flce_config c2;
+        flce_config_init(&c2, 65536, 1024, 176256);
+        flce_make_plan(&c2, (size_t)160 << 20, 1, 1, 132, 0, &lean);
+        flce_dev_set_plan_chunk(0, 0);
+        flce_make_plan(&c, (size_t)1 << 30, 1, 1, 132, 0, &again);
+        test_check(base.chunk == 3328 && base.dh_parts == 3 && forced.chunk == 3712 && forced.dh_parts == 1 &&
+                       forced.n_vtiles == 1 && forced.total <= ((size_t)1 << 30) && lean.n_vtiles == 1 &&
+                       lean.chunk > 0 && lean.dh_parts == 1 && again.chunk == base.chunk &&
+                       again.dh_parts == base.dh_parts && again.total == base.total,
+                   "lib: the planner's chunk and d_h parts for dev/'s sweeps (3712 x 1 part against %lld x %d), and "
+                   "back", (long long)base.chunk, base.dh_parts);
     }
     // the fused d_h in whole waves at 32768 x 1536 x 151936 and 32768 x 896 x 151936 (fused forced),
     // and the same chunk from the workspace it sized, at several budgets
