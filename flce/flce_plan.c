@@ -644,8 +644,9 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         }
         if (c > 0 && sms > 0 && backward && !p->lt_backward && g_plan_chunk == 0) {
             // a shorter chunk (down to 3/4) whose d_h tiles fill whole waves can be faster:
-            // taken when the model finds it 1% faster. The workspace stays the largest chunk's,
-            // so that a plan made again from that size (a call's) chooses the same chunk.
+            // taken when the model finds it 1% faster. The plan's total stays the largest chunk's,
+            // so that a plan made again from that size (a call's) chooses the same chunk
+            // (flce_workspace_for sizes the workspace to the chunk taken where that holds too).
             const size_t total = p->total;
             for (int64_t c2 = c - FLCE_CHUNK_MULTIPLE; c2 >= c - c / 4 && c2 > 0; c2 -= FLCE_CHUNK_MULTIPLE) {
                 const int64_t cb = flce_balance(N, c2, FLCE_CHUNK_MULTIPLE);
@@ -671,7 +672,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
         const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms, entropy_grad) : 0;
         // On the Hopper path also a few narrower tiles, which may fill the GEMMs' waves better;
-        // the workspace stays the widest tile's, so that a plan made again from that size (a
+        // the plan's total stays the widest tile's, so that a plan made again from that size (a
         // call's) chooses the same tile.
         const int64_t widest = cb > 0 ? (span + vb - 1) / vb : 0;
         size_t widest_total = 0;
@@ -709,9 +710,24 @@ static int flce_default_sms(const flce_config *cfg) {
     return flce_device_hopper_sms();
 }
 
+// Whether two plans run the same schedule in the same layout (their totals aside).
+static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
+    return a->chunk == b->chunk && a->n_chunks == b->n_chunks && a->vocab_tile == b->vocab_tile &&
+           a->n_vtiles == b->n_vtiles && a->ldl == b->ldl && a->logits_size == b->logits_size &&
+           a->dw_accumulator == b->dw_accumulator && a->dh_accumulator == b->dh_accumulator &&
+           a->sm90 == b->sm90 && a->dh_parts == b->dh_parts && a->lt_backward == b->lt_backward &&
+           a->dw_direct == b->dw_direct && a->lt_bytes == b->lt_bytes && a->dh_ws_bytes == b->dh_ws_bytes &&
+           a->grad_cols == b->grad_cols && a->stat_tile == b->stat_tile && a->off_lt == b->off_lt &&
+           a->off_dh_ws == b->off_dh_ws && a->off_logits == b->off_logits;
+}
+
 // The planned workspace for budget on the path of sms (flce_make_plan), or the minimum with
 // FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of the narrowest width (or the
 // whole vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs.
+// The plan's own layout where a plan made from that size is the same one: the planner keeps
+// the largest chunk's (or widest tile's) size where it took a shorter chunk (or narrower tile)
+// for whole waves, which at 16384 x 4096 x 151936 in 1 GiB is 894 MiB for a chunk that needs
+// 650. (Not under vocab_parallel, whose ranks must plan the same chunks from their own sizes.)
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
     flce_make_plan(cfg, budget, 1, 1, sms, 0, &p);
@@ -721,6 +737,14 @@ flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, s
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;
+    if (!cfg->vocab_parallel) {
+        flce_plan own, again;
+        const size_t exact = flce_layout(cfg, p.chunk, p.vocab_tile, p.dw_accumulator, sms, 0, &own);
+        if (exact < p.total) {
+            flce_make_plan(cfg, exact, 1, 1, sms, 0, &again);
+            if (flce_same_plan(&again, &p) && again.total <= exact) *bytes = exact;
+        }
+    }
     return FLCE_OK;
 }
 

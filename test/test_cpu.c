@@ -1769,6 +1769,35 @@ static void test_hopper_stat_tiles(void) {
     flce_dev_set_plan_sms(0);
 }
 
+// The workspace is the plan's own layout where a plan made from that size is the same: where
+// the planner took a shorter chunk for whole waves (16384 x 4096 x 151936 in 1 GiB: 2048 tokens
+// where the largest that fits is ~2816) it no longer sizes the workspace for the largest. Every
+// case: a plan made from the workspace is the budget's, and needs no more than it.
+static void test_hopper_exact_workspace(void) {
+    flce_dev_set_plan_sms(132);
+    struct { int64_t N, H, V; size_t mib, most; } cases[] = {
+        {16384, 4096, 151936, 1024, 700}, {16384, 3072, 128256, 1024, 800}, {32768, 2048, 128256, 1536, 1100},
+        {32768, 896, 151936, 1536, 1300}, {65536, 1024, 176256, 1024, 1024}, {65536, 1024, 176256, 160, 160},
+        {32768, 1536, 151936, 160, 160},  {8192, 768, 50304, 1024, 1024}};
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        flce_config c;
+        flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
+        const size_t budget = cases[i].mib << 20;
+        size_t ws = 0;
+        const flce_status st = flce_workspace_size(&c, budget, &ws);
+        flce_plan p, q;
+        flce_make_plan(&c, budget, 1, 1, 132, 0, &p);
+        flce_make_plan(&c, ws, 1, 1, 132, 0, &q);
+        test_check(st == FLCE_OK && ws <= (cases[i].most << 20) && q.chunk == p.chunk &&
+                       q.vocab_tile == p.vocab_tile && q.dh_parts == p.dh_parts && q.lt_backward == p.lt_backward &&
+                       q.dw_direct == p.dw_direct && q.off_logits == p.off_logits && q.total <= ws,
+                   "lib: Hopper workspace at %lld x %lld x %lld in %zu MiB: %.1f MiB for chunks of %lld x %lld tile(s), "
+                   "the same plan from it", (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab,
+                   cases[i].mib, (double)ws / 1048576.0, (long long)q.chunk, (long long)q.n_vtiles);
+    }
+    flce_dev_set_plan_sms(0);
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -1844,6 +1873,7 @@ int main(int argc, char **argv) {
     test_hopper_plans();
     test_hopper_plan_choices();
     test_hopper_stat_tiles();
+    test_hopper_exact_workspace();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif
