@@ -75,6 +75,9 @@ Method
              energy of a call (median W x median ms). Under a sustained load the H200 sits at
              its power cap, where a call's time follows its energy: two peers at one power
              differ in their clock or in the clocks a call takes.
+  equal memory  the report also sets each other peer beside flce's fastest row (flce, flce-mem)
+             whose extra MiB is no more than the peer's: a longer chunk buys every chunked peer
+             speed with memory, so the comparison at equal memory is the one that tells them apart.
   --time-limit  seconds from the start after which the remaining peers are reported as "not
              run"; the report (-o) and the chart (--png) are rewritten after each row, so a run
              stopped from outside still leaves what it measured.
@@ -208,6 +211,7 @@ PEERS = [
      "quack.linear_cross_entropy.chunked_linear_cross_entropy(h, W, t, chunk_size=--quack-chunk)"),
 ]
 PEER_KEYS = [p[0] for p in PEERS]
+FLCE_KEYS = ("flce", "flce-mem")  # flce's rows: the same call under two workspace budgets
 PEER_LABEL = {p[0]: p[1] for p in PEERS}
 VERSION_DISTS = ["torch", "triton", "liger-kernel", "cut-cross-entropy", "quack-kernels", "nvidia-cutlass-dsl",
                  "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-cu13", "apache-tvm-ffi", "verl",
@@ -544,6 +548,7 @@ class Report:
                     else:
                         cells.append(cell(short_status(r), 60))
                 L.append("| %s | %s |" % (PEER_LABEL[k], " | ".join(cells)))
+        L += self.same_memory()
         krows = [r for r in self.rows if r.get("kernels")]
         if krows:
             L += ["", "## Kernels per call (torch.profiler, the mean of 3 fwd+bwd calls)", "",
@@ -584,6 +589,38 @@ class Report:
         if self.notes:
             L += [""] + ["- " + n for n in self.notes]
         return "\n".join(L) + "\n"
+
+    def same_memory(self):
+        """Each other peer against flce's fastest row that took no more memory than it (flce's rows
+        differ in their workspace budget): the comparison at equal memory, since a longer chunk
+        buys speed with memory in every chunked peer."""
+        flce_keys = [k for k in self.peers if k in FLCE_KEYS]
+        others = [k for k in self.peers if k not in FLCE_KEYS]
+        if not flce_keys or not others:
+            return []
+        by = {(r["shape"], r["key"]): r for r in self.rows if r["status"] == "ok"}
+        lines = []
+        for s in self.shapes:
+            for k in others:
+                o = by.get((s, k))
+                if o is None:
+                    continue
+                fit = [by[(s, f)] for f in flce_keys if (s, f) in by and by[(s, f)]["extra_mib"] <= o["extra_mib"]]
+                if not fit:
+                    lines.append("| %s | %s | %.2f | %.0f | (every flce row took more memory) | | | |" % (
+                        shape_str(s), PEER_LABEL[k], o["ms"], o["extra_mib"]))
+                    continue
+                f = min(fit, key=lambda r: r["ms"])
+                lines.append("| %s | %s | %.2f | %.0f | %s | %.2f | %.0f | %+.1f%% |" % (
+                    shape_str(s), PEER_LABEL[k], o["ms"], o["extra_mib"], PEER_LABEL[f["key"]], f["ms"],
+                    f["extra_mib"], 100.0 * (o["ms"] / f["ms"] - 1.0)))
+        if not lines:
+            return []
+        return ["", "## At equal memory: each peer against flce's fastest row within its memory", "",
+                "flce's rows differ only in the workspace budget; the last column is how much longer the peer "
+                "took than that flce row (negative: the peer was faster).", "",
+                "| N x H x V | peer | ms | extra MiB | flce row | ms | extra MiB | peer slower by |",
+                "|---|---|---:|---:|---|---:|---:|---:|"] + lines
 
     def flush(self):
         if self.args.output:

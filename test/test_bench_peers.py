@@ -71,6 +71,25 @@ def main():
     check("c\\|d" in md, "a '|' in a kernel name is escaped")
     check("| (all 3 kernels) | 7 | 4.50 | |" in md, "the total row over all kernels")
 
+    # the comparison at equal memory: each other peer against flce's fastest row within its memory
+    rep = bp.Report(args, [shape, (16384, 2048, 128256)], ["flce", "flce-mem", "quack", "liger"])
+    base = dict(status="ok", loss_err=1e-6, dh_err=1e-3, dw_err=1e-3, runs=5, spread=0.01, note="")
+    for sh, key, ms, mib in ((shape, "flce", 2.5, 1400.0), (shape, "flce-mem", 2.3, 1550.0),
+                             (shape, "quack", 2.4, 1560.0), (shape, "liger", 3.0, 170.0),
+                             ((16384, 2048, 128256), "flce", 40.0, 1400.0), ((16384, 2048, 128256), "quack", 39.0, 1500.0)):
+        rep.rows.append(dict(base, shape=sh, key=key, ms=ms, x_floor=1.2, extra_mib=mib))
+    rep.rows.append(dict(shape=(16384, 2048, 128256), key="flce-mem", status="error", error="x"))
+    md = rep.markdown()
+    check("## At equal memory" in md, "the report compares the peers at equal memory")
+    check("| 8192x768x50304 | QuACK | 2.40 | 1560 | flce (binding, --flce-mem MiB) | 2.30 | 1550 | +4.3% |" in md,
+          "the fastest flce row within the peer's memory (the larger budget's)")
+    check("| 8192x768x50304 | Liger | 3.00 | 170 | (every flce row took more memory) |" in md,
+          "a peer in less memory than every flce row: said so")
+    check("| 16384x2048x128256 | QuACK | 39.00 | 1500 | flce (binding) | 40.00 | 1400 | -2.5% |" in md,
+          "a faster peer: a negative difference; a failed flce row left out")
+    check("## At equal memory" not in bp.Report(args, [shape], ["flce", "flce-mem"]).markdown(),
+          "no other peer: no comparison")
+
     # --power's sampler on a stand-in that prints nvidia-smi's lines (and one it cannot read)
     fake = ("import sys, time\n"
             "for w, c in ((600.5, 1500), (650.0, 1600), (700.0, 1700)): print('%s, %d' % (w, c), flush=True)\n"
