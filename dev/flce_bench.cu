@@ -627,9 +627,18 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     // a context when it is destroyed) reports each configuration on its own
     flce_destroy(g_flce);
     g_flce = NULL;
-    fprintf(stderr, "flce config: %lldx%lldx%lld, %s, budget %.0f MiB, chunk %lld%s, %s logits\n",
+    // the Hopper plan's gradient route, for sweeps of the planner's choices (--chunk, --dh-parts)
+    char route[96] = "";
+    if (flce_hopper_default()) {
+        flce_plan pl;
+        flce_make_plan(&w->cfg, bytes, 1, 1, flce_device_hopper_sms(), 0, &pl);
+        if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
+        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
+                      pl.dw_direct ? ", d_W by cuBLASLt on E" : "");
+    }
+    fprintf(stderr, "flce config: %lldx%lldx%lld, %s, budget %.0f MiB (workspace %.0f), chunk %lld%s%s, %s logits\n",
             (long long)P->N, (long long)P->H, (long long)P->V, path, (double)budget / 1048576.0,
-            (long long)chunk, tiles, bf16_logits ? "bf16" : "fp32");
+            (double)bytes / 1048576.0, (long long)chunk, tiles, route, bf16_logits ? "bf16" : "fp32");
     flce_new_context();
     snprintf(w->note, sizeof(w->note), "%s, budget %.0f MiB: chunk %lld tokens (%lld chunks)%s%s", path,
              (double)budget / 1048576.0, (long long)chunk, (long long)(chunk > 0 ? ceil_div(P->N, chunk) : 0),
