@@ -666,7 +666,9 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     int64_t max_vtile = span - 1;
     if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
     if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
-    for (int64_t c = 1; !(sms > 0 && g_plan_chunk > 0 && p->chunk > 0); c = c * 2 < max_chunk ? c * 2 : max_chunk) {
+    // (flce_dev_set_plan_chunk: not where the chunk schedule fits)
+    const int tiles_too = !(sms > 0 && g_plan_chunk > 0 && p->chunk > 0);
+    for (int64_t c = 1; tiles_too; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, entropy_grad, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
