@@ -712,15 +712,10 @@ static int flce_default_sms(const flce_config *cfg) {
     return flce_device_hopper_sms();
 }
 
-// Whether two plans run the same schedule in the same layout (their totals aside).
+// Whether two plans of one config and path run the same schedule in the same layout (their
+// totals aside): a layout follows from the chunk, the tile and the d_W accumulator alone.
 static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
-    return a->chunk == b->chunk && a->n_chunks == b->n_chunks && a->vocab_tile == b->vocab_tile &&
-           a->n_vtiles == b->n_vtiles && a->ldl == b->ldl && a->logits_size == b->logits_size &&
-           a->dw_accumulator == b->dw_accumulator && a->dh_accumulator == b->dh_accumulator &&
-           a->sm90 == b->sm90 && a->dh_parts == b->dh_parts && a->lt_backward == b->lt_backward &&
-           a->dw_direct == b->dw_direct && a->lt_bytes == b->lt_bytes && a->dh_ws_bytes == b->dh_ws_bytes &&
-           a->grad_cols == b->grad_cols && a->stat_tile == b->stat_tile && a->off_lt == b->off_lt &&
-           a->off_dh_ws == b->off_dh_ws && a->off_logits == b->off_logits;
+    return a->chunk == b->chunk && a->vocab_tile == b->vocab_tile && a->dw_accumulator == b->dw_accumulator;
 }
 
 // The planned workspace for budget on the path of sms (flce_make_plan), or the minimum with

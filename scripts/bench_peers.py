@@ -815,8 +815,8 @@ def run(args, shapes, peers):
         W = W0.detach().requires_grad_(True)
 
         if args.mode in ("all", "peers"):
-            def failed(e):
-                """A peer's exception as its row's error text; a CUDA error that breaks the
+            def failed(e, key):
+                """Peer key's exception as its row's error text; a CUDA error that breaks the
                 context stops the rest (broken)."""
                 nonlocal broken
                 if isinstance(e, torch.cuda.OutOfMemoryError):
@@ -828,7 +828,7 @@ def run(args, shapes, peers):
                         torch.cuda.synchronize()
                     except Exception:  # noqa: BLE001
                         broken = "not run: the CUDA context broke in %s at %s (%s)" % (
-                            PEER_LABEL[row_key], shape_str(shape), err[:120])
+                            PEER_LABEL[key], shape_str(shape), err[:120])
                 return err
 
             def scored(row, fn, res):
@@ -870,7 +870,6 @@ def run(args, shapes, peers):
             alone = args.sequential or args.power
             ready = []  # (row, fn, ms of its last warm-up) for the interleaved runs
             for k in peers:
-                row_key = k
                 if deadline and time.time() > deadline - 15:
                     rep.add(dict(shape=shape, key=k, status="not run", error="--time-limit reached"))
                     continue
@@ -894,7 +893,7 @@ def run(args, shapes, peers):
                             continue
                         scored(row, fn, finish(torch, fn, h, W, t, args, [last], True))
                 except Exception as e:  # noqa: BLE001 - every failure is the row's text
-                    err = failed(e)
+                    err = failed(e, k)
                 fn = None
                 reported(row, err)
             if ready:
@@ -903,17 +902,16 @@ def run(args, shapes, peers):
                 calls = [(lambda fn=fn: fwd_bwd_ms(torch, fn, h, W, t)) for _, fn, _ in ready]
                 times, errors = interleave(calls, reps)
                 for i, (row, fn, _) in enumerate(ready):
-                    row_key = row["key"]
                     err = None
                     if broken:
                         row.update(status="not run", error=broken)
                     elif i in errors:
-                        err = failed(errors[i])
+                        err = failed(errors[i], row["key"])
                     else:
                         try:
                             scored(row, fn, finish(torch, fn, h, W, t, args, times[i], False))
                         except Exception as e:  # noqa: BLE001
-                            err = failed(e)
+                            err = failed(e, row["key"])
                     reported(row, err)
                 ready = calls = None
             rep.chart()
