@@ -617,7 +617,21 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     flceCheck(st, NULL);
     WORK_ALLOC(w->flce_ws, void *, bytes);
     w->flce_ws_bytes = bytes;
-    const int64_t chunk = flce_chunk_tokens(&w->cfg, bytes), vtile = flce_vocab_tile(&w->cfg, bytes);
+    int64_t chunk = flce_chunk_tokens(&w->cfg, bytes), vtile = flce_vocab_tile(&w->cfg, bytes);
+    // the Hopper plan's gradient route, for sweeps of the planner's choices (--chunk, --dh-parts),
+    // as the calls make it (the plain gradients under --dw-scaled 0 keep the statistics apart)
+    char route[128] = "";
+    if (flce_hopper_default()) {
+        flce_plan pl;
+        flce_make_plan(&w->cfg, bytes, 1, 1, flce_device_hopper_sms(), g_switches.dw_scaled == 0 ? FLCE_CALL_PLAIN : 0,
+                       &pl);
+        chunk = pl.chunk;
+        vtile = pl.chunk > 0 ? pl.vocab_tile : 0;
+        if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
+        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
+                      pl.dw_direct ? ", d_W by cuBLASLt on E" : "",
+                      pl.stats_shared ? ", statistics in the d_h region" : "");
+    }
     const char *path = flce_hopper_default() ? "Hopper GEMMs" : "cuBLASLt";
     char tiles[96] = "";
     if (vtile < P->V)
@@ -627,15 +641,6 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     // a context when it is destroyed) reports each configuration on its own
     flce_destroy(g_flce);
     g_flce = NULL;
-    // the Hopper plan's gradient route, for sweeps of the planner's choices (--chunk, --dh-parts)
-    char route[96] = "";
-    if (flce_hopper_default()) {
-        flce_plan pl;
-        flce_make_plan(&w->cfg, bytes, 1, 1, flce_device_hopper_sms(), 0, &pl);
-        if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
-        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
-                      pl.dw_direct ? ", d_W by cuBLASLt on E" : "");
-    }
     fprintf(stderr, "flce config: %lldx%lldx%lld, %s, budget %.0f MiB (workspace %.0f), chunk %lld%s%s, %s logits\n",
             (long long)P->N, (long long)P->H, (long long)P->V, path, (double)budget / 1048576.0,
             (double)bytes / 1048576.0, (long long)chunk, tiles, route, bf16_logits ? "bf16" : "fp32");

@@ -408,9 +408,11 @@ static flce_status flce_run(flce_context *ctx, const flce_config *cfg, const flc
 // (its config, workspace, outputs and path the same): a plan is ~40-50 us of host time before
 // the call's first kernel, time that an idle GPU waits. An entropy gradient takes the Hopper
 // path's dlogits pass (flce_plan.c's flce_sm90_lt_backward) where its plan fits the workspace,
-// sized from the config alone.
+// sized from the config alone, and else the fused GEMMs' general transform (the plain
+// gradients' layout).
 static void flce_call_plan(flce_context *ctx, const flce_config *cfg, size_t workspace_bytes, int needs_dw,
                            int backward, int sms, int entropy_grad, flce_plan *plan) {
+    const int call = (entropy_grad ? FLCE_CALL_ENTROPY_GRAD : 0) | (ctx->dw_scaled ? 0 : FLCE_CALL_PLAIN);
     flce_plan_key key;
     memset(&key, 0, sizeof(key));
     memcpy(&key.cfg, cfg, sizeof(*cfg));
@@ -418,14 +420,16 @@ static void flce_call_plan(flce_context *ctx, const flce_config *cfg, size_t wor
     key.needs_dw = needs_dw;
     key.backward = backward;
     key.sms = sms;
-    key.entropy_grad = entropy_grad;
+    key.call = call;
     key.switches = flce_plan_switches();
     if (ctx->has_plan && memcmp(&key, &ctx->plan_key, sizeof(key)) == 0) {
         *plan = ctx->plan;
         return;
     }
-    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, entropy_grad, plan);
-    if (plan->chunk == 0 && entropy_grad) flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, 0, plan);
+    flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms, call, plan);
+    if (plan->chunk == 0 && entropy_grad)
+        flce_make_plan(cfg, workspace_bytes, needs_dw, backward, sms,
+                       (call & ~FLCE_CALL_ENTROPY_GRAD) | FLCE_CALL_PLAIN, plan);
     memcpy(&ctx->plan_key, &key, sizeof(key));
     ctx->plan = *plan;
     ctx->has_plan = plan->chunk > 0;

@@ -210,15 +210,16 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
 
 // Workspace bytes a call needs when the module may use at most budget_bytes (0 = 1 GiB): the
 // planner's schedule (chunks, or chunks x vocabulary tiles) for that budget on the GEMM path a
-// new context takes on the current device (see flce_set_hopper). The other path runs in it
-// too, in chunks it plans within it. *bytes <= budget_bytes unless even one token with one
+// new context takes on the current device (see flce_set_hopper), for a call with d_weight. The
+// other path, and a call without d_weight, run in it too, in chunks planned within it. *bytes <= budget_bytes unless even one token with one
 // tile of the narrowest width does not fit, in which case *bytes is that minimum and
 // FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 
-// The number of tokens per chunk a call with this workspace will use (0 if too small). On the
-// Hopper path a call with an entropy gradient (grad_entropy) may plan other chunks: its
-// gradients take another route (see flce_set_hopper), planned within the same workspace.
+// The number of tokens per chunk a call with d_weight and this workspace will use (0 if too
+// small). On the Hopper path a call with an entropy gradient (grad_entropy) or without d_weight
+// may plan other chunks: its gradients take another route (see flce_set_hopper), planned within
+// the same workspace.
 int64_t flce_chunk_tokens(const flce_config *cfg, size_t workspace_bytes);
 
 // The vocabulary columns per tile that call will use: Vp for the chunk schedule (0 if the

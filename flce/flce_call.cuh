@@ -24,7 +24,7 @@ enum { FLCE_T_PREPARE, FLCE_T_LOGITS, FLCE_T_ROWS, FLCE_T_DHIDDEN, FLCE_T_DWEIGH
 typedef struct {
     flce_config cfg;
     size_t workspace_bytes;
-    int needs_dw, backward, sms, entropy_grad;
+    int needs_dw, backward, sms, call;  // (call: FLCE_CALL_* flags)
     unsigned switches;  // flce_plan_switches()
 } flce_plan_key;
 

@@ -54,6 +54,9 @@ extern "C" {
 static inline int flce_sm90_scaled_plan(const flce_config *cfg, int dw_accumulator) {
     return cfg->label_smoothing == 0.0f && (dw_accumulator || cfg->d_weight_dtype != FLCE_BF16);
 }
+// the scaled d_W's target kernel (flce_sm90.cuh): its shared memory, a column group's fp32 rows of
+// H; the scaled gradients run where one column fits (H up to 51,200)
+#define FLCE_DW_TARGET_SMEM (200 * 1024)
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)
@@ -130,18 +133,27 @@ typedef struct {
     int64_t stat_tile;   // columns per statistics tile (FLCE_SM90_STAT_WIDE or _FULL); vocabulary
                          // tiles are multiples of it
     int64_t n_stat;      // statistics tiles over the V real classes
+    int stats_shared;    // the fp32 statistics (max and sum; no sum of z) in the d_h parts'
+                         // region, after q: the call's gradients are the scaled ones (flce_layout)
     size_t off_lt, off_scalars, off_token_loss, off_token_lse, off_target_logit, off_db32,
         off_dw32, off_ones, off_dh32, off_tile_stats, off_tile_grad, off_stat, off_stat16, off_rec,
         off_dh_part, off_stat_q, off_vp, off_logits, total;
 } flce_plan;
 
+// What a call asks of its plan beyond the config (flce_make_plan's `call`, 0 or these or'ed):
+//   FLCE_CALL_ENTROPY_GRAD: an entropy gradient (its dz needs the general transform:
+//     flce_sm90_lt_backward)
+//   FLCE_CALL_PLAIN: not the scaled gradients where the plan has them (flce_dev_set_dw_scaled
+//     off); a call with gradients and no d_weight is planned so whatever it passes
+#define FLCE_CALL_ENTROPY_GRAD 1
+#define FLCE_CALL_PLAIN 2
+
 // The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the
 // call produces d_weight; backward: it produces gradients at all; sms: 0 for the cuBLASLt
-// path, else the Hopper path on a GPU of that many multiprocessors; entropy_grad: the call has
-// an entropy gradient (its dz needs the general transform: flce_sm90_lt_backward). p->chunk =
-// 0: nothing fits.
+// path, else the Hopper path on a GPU of that many multiprocessors; call: FLCE_CALL_* flags.
+// p->chunk = 0: nothing fits.
 FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
-                                int entropy_grad, flce_plan *p);
+                                int call, flce_plan *p);
 
 // How many times a dev switch that changes plans (flce_dev_set_plan_sms, _lt_backward,
 // _wide_stats, _plan_chunk) was set: a plan kept from before (a context's, flce.cu) is made again.

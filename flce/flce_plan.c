@@ -296,7 +296,7 @@ then form each element's dz from a log2 and a dozen FMAs in the products' regist
 once at memory speed: a softcap's call 73.0 -> 47.2 ms at 16384 x 2048 x 128256 and 127.8 -> 88.1 at
 32768 x 1536 x 151936 (the plain call 40.1 and 71.3; Liger 0.8.5 49.6 and 96.8). An entropy
 gradient, a call's argument rather than the config's, does the same through flce_make_plan's
-entropy_grad (the call's plan, within a workspace sized without it). Known from those and whether
+FLCE_CALL_ENTROPY_GRAD (the call's plan, within a workspace sized without it). Known from those and whether
 the plan has vocabulary tiles. flce_dev_set_lt_backward (flce_internal.h) forces either, for dev/
 and the tests (read when a plan is made: the layouts differ).
 */
@@ -365,7 +365,7 @@ static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
 // size_t can count). sms: 0 for the cuBLASLt path, else the Hopper path on a GPU of that many
 // multiprocessors (its tiles are multiples of the statistics tile over the V real classes).
 static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, int dw_accumulator, int sms,
-                          int entropy_grad, flce_plan *p) {
+                          int call, flce_plan *p) {
     const int64_t V = cfg->vocab, Vp = cfg->vocab_padded;
     size_t es = flce_dtype_size(cfg->dtype), n = (size_t)cfg->n_tokens;
     size_t o = 0;
@@ -380,8 +380,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // shares saw them: the last rank's fewer real classes may fit one tile)
     const int scaled = flce_sm90_scaled_plan(cfg, dw_accumulator);  // the scaled gradients may run
     p->grad_cols = p->sm90 ? flce_sm90_grad_cols(cfg, dw_accumulator) : FLCE_SM90_BN;
-    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span), entropy_grad,
-                                                      p->grad_cols, scaled, chunk);
+    p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span),
+                                                      call & FLCE_CALL_ENTROPY_GRAD, p->grad_cols, scaled, chunk);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
@@ -419,8 +419,17 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // (vocab_parallel's cuBLASLt chunks run the tile schedule's row passes over one tile)
     p->off_tile_stats = o;    o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_stats), 1) : 0);
     p->off_tile_grad = o;     o = flce_append(o, (tiled || vp) && !p->sm90 ? flce_bytes(C, sizeof(flce_row_grad), 1) : 0);
-    // (three arrays: the tiles' max, sum and sum of z; the fourth, the entropy's q, below)
-    p->off_stat = o;          o = flce_append(o, flce_bytes(3 * (size_t)p->n_stat, ldc, 4));
+    // The row statistics: three arrays, the tiles' max, sum and sum of z (the fourth, the
+    // entropy's q, below). Where the call's gradients are the scaled ones (flce_sm90.cu's
+    // flce_sm90_scaled: no softcap or entropy gradient, whose general transform reads them, and
+    // no label smoothing, the one reader of the sum of z) and there is no bias (d_b reads the
+    // tiles' scales), the merge is their last reader: the max and sum then share the d_h parts'
+    // region below, 31 MB at 16384 x 2048 x 128256 in chunks of 4096.
+    p->stats_shared = p->sm90 && !vp && !(call & (FLCE_CALL_ENTROPY_GRAD | FLCE_CALL_PLAIN)) && scaled &&
+                      !p->lt_backward && !cfg->has_bias && cfg->softcap == 0.0f &&
+                      cfg->hidden <= FLCE_DW_TARGET_SMEM / 4;
+    const size_t stats = flce_bytes((p->stats_shared ? 2 : 3) * (size_t)p->n_stat, ldc, 4);
+    p->off_stat = o;          o = flce_append(o, p->stats_shared ? 0 : stats);
     // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row; or the
     // scaled gradients' exponents per tile and two row factors)
     p->off_stat16 = o;        o = flce_append(o, p->sm90 ? flce_bytes(2 * (size_t)p->n_stat + 5, ldc, 2) : 0);
@@ -429,13 +438,15 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // entropy: the config does not say) is written by the logits GEMM and last read by the
     // merge, before the chunk's d_h parts and the scaled d_W's operand use this region (one
     // stream orders them): on the fused route they share it, which at 65536 x 1024 x 176256 in
-    // 1 GiB is the 10 MB between chunks of 2688 and 2816 tokens.
+    // 1 GiB is the 10 MB between chunks of 2688 and 2816 tokens. The shared statistics follow q.
     {
         const size_t parts = p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0;
         const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
-        const size_t region = parts > q ? parts : q;
+        const size_t qs = p->stats_shared ? flce_append(flce_append(0, q), stats) : q;
+        const size_t region = parts > qs ? parts : qs;
         p->off_dh_part = o;
         p->off_stat_q = o;
+        if (p->stats_shared) p->off_stat = o + flce_append(0, q);
         // The scaled d_W by cuBLASLt on E: its B operand v' h, then cuBLASLt's workspace in
         // what the region has left (the d_h parts are summed by then): at least v' h's size, as
         // the parts are fp32 (28 MB at 65536 x 1024 x 176256 in 1 GiB, where 5 MB more would
@@ -465,12 +476,12 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
 // Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
 // one token fits. The layout grows with the chunk, so a binary search finds it exactly.
 static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
-                              int dw_accumulator, int sms, int entropy_grad) {
+                              int dw_accumulator, int sms, int call) {
     flce_plan p;
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, entropy_grad, &p), budget)) lo = mid;
+        if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, call, &p), budget)) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -479,13 +490,13 @@ static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi,
 // Largest vocabulary tile (a multiple of `unit`, <= hi) for chunks of `chunk` tokens that
 // fits budget; 0 if none.
 static int64_t flce_fit_vtile(const flce_config *cfg, size_t budget, int64_t chunk, int64_t hi,
-                              int dw_accumulator, int sms, int entropy_grad, int64_t unit) {
+                              int dw_accumulator, int sms, int call, int64_t unit) {
     flce_plan p;
     int64_t lo = 0;
     hi /= unit;  // in units
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, entropy_grad, &p);
+        const size_t bytes = flce_layout(cfg, chunk, mid * unit, dw_accumulator, sms, call, &p);
         if (flce_fits(bytes, budget)) lo = mid;
         else hi = mid - 1;
     }
@@ -508,11 +519,11 @@ static int64_t flce_balance(int64_t n, int64_t c, int64_t multiple) {
 // falls short of whole waves of tiles), so the balanced form of the largest chunk that fits
 // can overshoot the budget (65536 x 768 x 50304 in 1 GiB did, by 34 MB): step down until it fits.
 static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t c, int64_t vtile, int dw_accumulator,
-                                 int sms, int entropy_grad) {
+                                 int sms, int call) {
     flce_plan p;
     while (c > 0) {
         const int64_t cb = flce_balance(cfg->n_tokens, c, FLCE_CHUNK_MULTIPLE);
-        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, entropy_grad, &p), budget)) return cb;
+        if (flce_fits(flce_layout(cfg, cb, vtile, dw_accumulator, sms, call, &p), budget)) return cb;
         c = cb > FLCE_CHUNK_MULTIPLE ? cb - FLCE_CHUNK_MULTIPLE : cb - 1;
     }
     return 0;
@@ -598,10 +609,12 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
 
 // needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
 // it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
-// (flce_layout). The chunk schedule is taken whenever a chunk fits and the model does not
-// find a tile schedule faster; max_chunk_tokens and max_vocab_tile bound both.
-void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms, int entropy_grad,
+// (flce_layout); call: FLCE_CALL_* (a call with gradients and no d_weight takes the plain
+// ones). The chunk schedule is taken whenever a chunk fits and the model does not find a tile
+// schedule faster; max_chunk_tokens and max_vocab_tile bound both.
+void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms, int call,
                     flce_plan *p) {
+    if (backward && !needs_dw) call |= FLCE_CALL_PLAIN;
     if (cfg->vocab_parallel && cfg->vocab < cfg->vocab_padded) {
         // Every rank must cut the tokens into the same chunks (each chunk's collectives count
         // its rows), and the ranks' real classes differ where the last shard holds the padding:
@@ -610,10 +623,10 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         // so that a workspace sized by it gives every rank the same chunks again.
         flce_config pc = *cfg;
         pc.vocab = pc.vocab_padded;
-        flce_make_plan(&pc, budget, needs_dw, backward, sms, entropy_grad, p);
+        flce_make_plan(&pc, budget, needs_dw, backward, sms, call, p);
         if (p->chunk > 0) {
             const size_t all_real = p->total;
-            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, entropy_grad, p);
+            flce_layout(cfg, p->chunk, p->vocab_tile, p->dw_accumulator, sms, call, p);
             if (p->total < all_real) p->total = all_real;
         }
         return;
@@ -627,19 +640,19 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
     double best_cost = 0.0;
     flce_plan cand;
-    flce_layout(cfg, 0, span, 0, sms, entropy_grad, p);  // chunk 0: nothing fits (yet)
+    flce_layout(cfg, 0, span, 0, sms, call, p);  // chunk 0: nothing fits (yet)
     // the chunk schedule: the whole vocabulary per chunk
     if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
-        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms, entropy_grad);
+        int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms, call);
         int dw_acc = 0;
         if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
             // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
             dw_acc = 1;
-            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms, entropy_grad);
+            c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms, call);
         }
-        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms, entropy_grad) : 0;
+        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms, call) : 0;
         if (c > 0) {
-            flce_layout(cfg, c, span, dw_acc, sms, entropy_grad, p);
+            flce_layout(cfg, c, span, dw_acc, sms, call, p);
             best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         }
         if (c > 0 && sms > 0 && backward && !p->lt_backward && g_plan_chunk == 0) {
@@ -651,7 +664,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             for (int64_t c2 = c - FLCE_CHUNK_MULTIPLE; c2 >= c - c / 4 && c2 > 0; c2 -= FLCE_CHUNK_MULTIPLE) {
                 const int64_t cb = flce_balance(N, c2, FLCE_CHUNK_MULTIPLE);
                 if (cb >= p->chunk || cb <= 0) continue;
-                flce_layout(cfg, cb, span, dw_acc, sms, entropy_grad, &cand);
+                flce_layout(cfg, cb, span, dw_acc, sms, call, &cand);
                 const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
                 if (flce_fits(cand.total, budget) && cost < best_cost * 0.99) {
                     *p = cand;
@@ -670,9 +683,9 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     const int tiles_too = !(sms > 0 && g_plan_chunk > 0 && p->chunk > 0);
     for (int64_t c = 1; tiles_too; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
-        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, entropy_grad, unit);
+        const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, call, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
-        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms, entropy_grad) : 0;
+        const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms, call) : 0;
         // On the Hopper path also a few narrower tiles, which may fill the GEMMs' waves better;
         // the plan's total stays the widest tile's, so that a plan made again from that size (a
         // call's) chooses the same tile.
@@ -681,7 +694,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         for (int64_t n = widest; cb > 0 && n <= widest + (sms ? 8 : 0); n++) {
             const int64_t vt = n == widest ? vb : flce_round_up((span + n - 1) / n, unit);
             if (n > widest && (vt >= vb || (span + vt - 1) / vt != n)) continue;
-            flce_layout(cfg, cb, vt, dw_acc, sms, entropy_grad, &cand);
+            flce_layout(cfg, cb, vt, dw_acc, sms, call, &cand);
             if (n == widest) widest_total = cand.total;
             if (!flce_fits(cand.total, budget)) continue;
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
@@ -712,25 +725,29 @@ static int flce_default_sms(const flce_config *cfg) {
     return flce_device_hopper_sms();
 }
 
-// Whether two plans of one config and path run the same schedule in the same layout (their
-// totals aside): a layout follows from the chunk, the tile and the d_W accumulator alone.
+// Whether two plans of one config, path and call run the same schedule in the same layout
+// (their totals aside): a layout follows from the chunk, the tile and the d_W accumulator alone.
 static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
     return a->chunk == b->chunk && a->vocab_tile == b->vocab_tile && a->dw_accumulator == b->dw_accumulator;
 }
 
-// The planned workspace for budget on the path of sms (flce_make_plan), or the minimum with
-// FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of the narrowest width (or the
-// whole vocabulary when it is no wider), with the accumulator a bf16 d_weight then needs.
+// The planned workspace for budget on the path of sms (flce_make_plan, for a call with every
+// gradient), or the minimum with FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of
+// the narrowest width (or the whole vocabulary when it is no wider), with the accumulator a bf16
+// d_weight then needs, and the statistics apart (what the plain gradients need: then every call
+// fits, in chunks of its own).
 // The plan's own layout where a plan made from that size is the same one: the planner keeps
 // the largest chunk's (or widest tile's) size where it took a shorter chunk (or narrower tile)
 // for whole waves, which at 16384 x 4096 x 151936 in 1 GiB is 894 MiB for a chunk that needs
 // 650. (Not under vocab_parallel, whose ranks must plan the same chunks from their own sizes.)
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
+    const int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
+    const size_t least = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms,
+                                     FLCE_CALL_PLAIN, &p);
     flce_make_plan(cfg, budget, 1, 1, sms, 0, &p);
-    if (p.chunk == 0) {
-        int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-        *bytes = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms, 0, &p);
+    if (p.chunk == 0 || least > budget) {
+        *bytes = least;
         return FLCE_ERR_WORKSPACE;
     }
     *bytes = p.total;
@@ -742,6 +759,7 @@ flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, s
             if (flce_same_plan(&again, &p) && again.total <= exact) *bytes = exact;
         }
     }
+    if (*bytes < least) *bytes = least;  // (a few MB: a budget that the plain gradients' one token fills)
     return FLCE_OK;
 }
 

@@ -401,10 +401,12 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     const int tiled = p->n_vtiles > 1;
     flce_sm90_rows r;
     memset(&r, 0, sizeof(r));
+    // (q, and where the plan has the statistics shared the max and sum after it, in the d_h
+    // parts' region: flce_layout; the sum of z then is not kept)
     r.stat_m = (float *)(s->ws + p->off_stat);
     r.stat_s = r.stat_m + p->n_stat * p->ldc;
-    r.stat_sz = r.stat_s + p->n_stat * p->ldc;
-    r.stat_q = (float *)(s->ws + p->off_stat_q);  // (shares the d_h parts' region: flce_layout)
+    r.stat_sz = p->stats_shared ? NULL : r.stat_s + p->n_stat * p->ldc;
+    r.stat_q = (float *)(s->ws + p->off_stat_q);
     r.stat_hi = (__nv_bfloat16 *)(s->ws + p->off_stat16);
     r.stat_lo = r.stat_hi + p->n_stat * p->ldc;
     r.ncs = r.stat_lo + p->n_stat * p->ldc;
@@ -427,6 +429,10 @@ template <typename T, typename TL, typename Tgt> flce_status flce_run_hopper(flc
     r.xf = cfg->softcap > 0.0f || s->ra.grad_entropy != NULL || r.cw != NULL;
     r.sc = flce_sm90_scaled(s->ctx, cfg, p, s->t, r.xf);
     r.direct = flce_sm90_direct(s->ctx, p, r.sc, r.want_q);
+    // the shared statistics' last reader must be the merge (flce_make_plan's call flags say so)
+    if (p->stats_shared && s->backward && (!r.sc || s->t->d_bias != NULL))
+        return flce_fail(s->ctx->message, sizeof(s->ctx->message), FLCE_ERR_INVALID_VALUE,
+                         "internal: a plan with the statistics shared for a call without the scaled gradients");
     r.fix = r.untaken + 1;  // (ld ints, within the region: see flce_sm90_rows)
     r.scalars = (flce_call_scalars *)(s->ws + p->off_scalars);  // (ra.scalars is read-only)
     for (int64_t c0 = 0; c0 < N; c0 += C) {

@@ -87,7 +87,8 @@ typedef struct {
                           // under the scaled gradients the tile's reference (flce_sm90_reference)
     float *stat_s;        // (tiles, ld): sum of 2^(z2 - m); after the merge, the tile's scale
     float *stat_sz;       // (tiles, ld): sum of z2 (w_j z2 with class weights) over the real
-                          // classes (label smoothing); after the merge, under XF, the tile's u
+                          // classes (label smoothing); after the merge, under XF, the tile's u;
+                          // NULL where the plan shares the statistics (no smoothing, no XF)
     float *stat_q;        // (tiles, ld): sum of e (m - z2) (entropy)
     // after the merge, for the d_W GEMM's plain transform on bf16 pairs (flce_sm90_split):
     __nv_bfloat16 *stat_hi, *stat_lo;  // (tiles, ld): the tile's scale as hi + lo
@@ -326,13 +327,13 @@ __device__ __forceinline__ void flce_sm90_logits_block(const flce_sm90_logits_ar
         if (r0 < a.r.rows) {
             a.r.stat_m[base + r0] = m0;
             a.r.stat_s[base + r0] = s0;
-            a.r.stat_sz[base + r0] = z0;
+            if (a.r.stat_sz != NULL) a.r.stat_sz[base + r0] = z0;
             if (Q && a.r.want_q) a.r.stat_q[base + r0] = q0;
         }
         if (r1 < a.r.rows) {
             a.r.stat_m[base + r1] = m1;
             a.r.stat_s[base + r1] = s1;
-            a.r.stat_sz[base + r1] = z1;
+            if (a.r.stat_sz != NULL) a.r.stat_sz[base + r1] = z1;
             if (Q && a.r.want_q) a.r.stat_q[base + r1] = q1;
         }
     }
@@ -894,7 +895,7 @@ flce_sm90_merge_kernel(flce_rows_args<T, Tgt> a, flce_sm90_rows r, int n_tiles, 
             if (r.want_q) q = flce_q_rescale(q, s, m, mx, fa) + fb * (r.stat_q[k] + st * (mx - mt));
             s = s * fa + st * fb;
             m = mx;
-            z += r.stat_sz[k];
+            if (r.stat_sz != NULL) z += r.stat_sz[k];
         }
     }
     part_m[w][lane] = m;
@@ -1182,7 +1183,6 @@ __global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, in
 // + gridDim.x, ...: in the common case (no term left) the launch is that many blocks that
 // return at once, not one a column group (3,526 at V = 176256, H = 1024).
 #define FLCE_DW_TARGET_THREADS 256
-#define FLCE_DW_TARGET_SMEM (200 * 1024)
 #define FLCE_DW_TARGET_COLS(H) ((int)min((int64_t)64, (int64_t)FLCE_DW_TARGET_SMEM / (4 * (int64_t)(H))))
 template <typename T>
 __global__ void __launch_bounds__(FLCE_DW_TARGET_THREADS)

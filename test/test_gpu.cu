@@ -65,7 +65,7 @@ typedef struct {
     float *token_loss, *token_lse, *d_h, *d_W, *d_b;
     float *token_entropy, *token_logprob;
     flce_status status;
-    int d_poison_left;  // forward-only runs: gradient buffers still hold the poison
+    int d_poison_left;  // forward-only runs: gradient buffers still hold the poison (no_dw: d_W does)
 } Result;
 
 static void result_free(Result *r) {
@@ -132,6 +132,7 @@ typedef struct {
     int calls;         // 2: the second call with every accumulate_* = 1
     size_t budget;     // workspace budget (0 = flce default)
     int graph;         // capture the call in a CUDA graph and replay it
+    int no_dw;         // d_weight NULL (a frozen head): d_W neither written nor compared
 } RunMode;
 
 // A problem's per-token upstream gradients and class weights (cw_host: the V this call sees)
@@ -239,7 +240,7 @@ static Result run_flce(const Problem *pb, RunMode mode) {
     size_t ws_bytes = 0;
     void *ws = NULL;
     r.status = dev_workspace(&cfg, mode.budget, &ws, &ws_bytes);
-    flce_tensors t = dev_tensors(h, W, bias, targets, loss, tl, tlse, dh, dW, db, &x);
+    flce_tensors t = dev_tensors(h, W, bias, targets, loss, tl, tlse, dh, mode.no_dw ? NULL : dW, db, &x);
     for (int call = 0; call < mode.calls && r.status == FLCE_OK; call++) {
         if (call == 1) cfg.accumulate_d_hidden = cfg.accumulate_d_weight = cfg.accumulate_d_bias = 1;
         if (mode.graph) {
@@ -271,7 +272,8 @@ static Result run_flce(const Problem *pb, RunMode mode) {
         r.d_poison_left = all_poison(dh, N * H * dh_es) && all_poison(dW, Vp * H * dw_es);
     } else {
         r.d_h = dev_download(dh, N * H, cfg.d_hidden_dtype);
-        r.d_W = dev_download(dW, Vp * H, cfg.d_weight_dtype);
+        if (mode.no_dw) r.d_poison_left = all_poison(dW, Vp * H * dw_es);
+        else r.d_W = dev_download(dW, Vp * H, cfg.d_weight_dtype);
         if (db) r.d_b = dev_download(db, Vp, cfg.d_bias_dtype);
     }
     cudaFree(h); cudaFree(W); cudaFree(bias); cudaFree(targets); cudaFree(loss);
@@ -353,13 +355,18 @@ static void compare(const char *label, const Problem *pb, const Result *r, const
     float *tmp = (float *)malloc((Vp * H > N * H ? Vp * H : N * H) * sizeof(float));
     scaled(tmp, ex->d_h, N * H, grad_mult);
     double eh = rel_l2_f32(r->d_h, tmp, N * H);
-    scaled(tmp, ex->d_W, Vp * H, grad_mult);
-    double ew = rel_l2_f32(r->d_W, tmp, Vp * H);
-    // rows V..Vp of d_W must be exactly zero
-    int pad_zero = 1;
-    for (size_t k = (size_t)c->vocab * H; k < Vp * H; k++) pad_zero &= r->d_W[k] == 0.0f;
+    // (a call without d_weight: its buffer left as it was)
+    double ew = 0.0;
+    int pad_zero = r->d_W != NULL || r->d_poison_left;
+    if (r->d_W != NULL) {
+        scaled(tmp, ex->d_W, Vp * H, grad_mult);
+        ew = rel_l2_f32(r->d_W, tmp, Vp * H);
+        // rows V..Vp of d_W must be exactly zero
+        for (size_t k = (size_t)c->vocab * H; k < Vp * H; k++) pad_zero &= r->d_W[k] == 0.0f;
+    }
     test_check(eh <= tol_grad && ew <= tol_grad && pad_zero,
-               "%s: d_h rel L2 %.2e, d_W %.2e, d_W pad rows zero %d", label, eh, ew, pad_zero);
+               "%s: d_h rel L2 %.2e, d_W %.2e, d_W pad rows zero %d%s", label, eh, ew, pad_zero,
+               r->d_W != NULL ? "" : " (no d_weight: d_W untouched)");
     if (c->has_bias) {
         scaled(tmp, ex->d_b, Vp, grad_mult);
         double eb = rel_l2_f32(r->d_b, tmp, Vp);
@@ -434,7 +441,7 @@ static int test_fixtures(const char *dir) {
             flce_dtype dt = dti == 0 ? FLCE_FP32 : FLCE_BF16;
             for (int variant = 0; variant < 7; variant++) {
                 Problem pb = fixture_problem(&f, dt);
-                RunMode mode = {1, 1, 0, 0};
+                RunMode mode = {1, 1, 0, 0, 0};
                 const char *vname = "one chunk";
                 if (variant == 1) {
                     // many chunks, a short last one; bf16 d_W through the fp32 accumulator
@@ -639,7 +646,7 @@ static void test_random_shapes(void) {
                      : shapes[k].options == 4 ? " shifted logits"
                                               : "",
                      (long long)flce_chunk_tokens(&rc.pb.cfg, budget));
-            Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+            Result r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
             compare(label, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
             if (g_hopper && g_lt_backward != 1 && g_dw_direct != 0 && (k == 0 || k == 2 || k == 5 || k == 6)) {
                 // where the direct d_W runs, its d_h GEMM's other routes (flce_dev_set_dh_direct):
@@ -654,7 +661,7 @@ static void test_random_shapes(void) {
                 for (int m = 0; m < 2; m++) {
                     if (!test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (d_h route)")) break;
                     flce_dev_set_dh_direct(g_ctx, modes[m]);
-                    Result r3 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                    Result r3 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
                     char label3[400];
                     snprintf(label3, sizeof(label3), "%s; the direct d_W's d_h by %s", label,
                              m == 0 ? "the scaled GEMM" : "cuBLASLt");
@@ -671,15 +678,22 @@ static void test_random_shapes(void) {
                         // vocabulary tiles at k = 2, each adding to the last), twice: accumulated
                         rc.pb.cfg.d_hidden_dtype = FLCE_FP32;
                         snprintf(label3, sizeof(label3), "%s; the direct d_W's d_h by cuBLASLt, fp32, two calls", label);
-                        run_and_compare(label3, &rc, (RunMode){1, 2, budget, 0}, 2.0f);
+                        run_and_compare(label3, &rc, (RunMode){1, 2, budget, 0, 0}, 2.0f);
                         rc.pb.cfg.d_hidden_dtype = dt;
                     }
                     flce_destroy(g_ctx);
                 }
                 g_ctx = dflt;
             }
+            if (dt == FLCE_BF16 && (k == 0 || k == 2 || k == 10)) {
+                // a frozen head (no d_weight: the plain gradients, whose plan keeps the row
+                // statistics apart) in the workspace sized for a call with d_weight
+                char label2[400];
+                snprintf(label2, sizeof(label2), "%s; no d_weight", label);
+                run_and_compare(label2, &rc, (RunMode){1, 1, budget, 0, 1}, 1.0f);
+            }
             if (k == 0 || k == 7) {  // the same call again: bitwise the same outputs
-                Result r2 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                Result r2 = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
                 const int64_t N = shapes[k].N, H = shapes[k].H, Vp = shapes[k].Vp;
                 test_check(r.status == FLCE_OK && r2.status == FLCE_OK && memcmp(&r.loss, &r2.loss, 4) == 0 &&
                                memcmp(r.token_loss, r2.token_loss, N * 4) == 0 &&
@@ -696,7 +710,7 @@ static void test_random_shapes(void) {
                     flce_set_autotune(g_ctx, 0);
                     char label2[400];
                     snprintf(label2, sizeof(label2), "%s; autotune off", label);
-                    r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                    r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
                     compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
                     result_free(&r);
                     flce_destroy(g_ctx);
@@ -711,7 +725,7 @@ static void test_random_shapes(void) {
                 snprintf(label2, sizeof(label2), "%s; tiles of %lld x %lld", label,
                          (long long)flce_chunk_tokens(&rc.pb.cfg, budget),
                          (long long)flce_vocab_tile(&rc.pb.cfg, budget));
-                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
                 compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
                 result_free(&r);
                 rc.pb.cfg.max_vocab_tile = 0;
@@ -723,7 +737,7 @@ static void test_random_shapes(void) {
                 rc.pb.cfg.bf16_logits = 1;
                 char label2[300];
                 snprintf(label2, sizeof(label2), "%s, bf16 logits", label);
-                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0});
+                r = run_flce(&rc.pb, (RunMode){1, 1, budget, 0, 0});
                 compare(label2, &rc.pb, &r, &rc.ex, 1, 1.0f, 5e-3);
                 result_free(&r);
                 rc.pb.cfg.bf16_logits = 0;
@@ -738,12 +752,12 @@ static void test_random_shapes(void) {
                 rc.pb.cfg.max_vocab_tile = tiles ? 512 : 0;
                 rc.pb.cfg.max_chunk_tokens = 100;
                 snprintf(label, sizeof(label), "accumulate twice %s%s (grads double)", dname, sched);
-                run_and_compare(label, &rc, (RunMode){1, 2, budget, 0}, 2.0f);
+                run_and_compare(label, &rc, (RunMode){1, 2, budget, 0, 0}, 2.0f);
                 snprintf(label, sizeof(label), "forward only %s%s", dname, sched);
-                run_and_compare(label, &rc, (RunMode){0, 1, budget, 0}, 1.0f);
+                run_and_compare(label, &rc, (RunMode){0, 1, budget, 0, 0}, 1.0f);
                 rc.pb.cfg.max_chunk_tokens = 0;
                 snprintf(label, sizeof(label), "CUDA graph replay %s%s", dname, sched);
-                run_and_compare(label, &rc, (RunMode){1, 1, budget, 1}, 1.0f);
+                run_and_compare(label, &rc, (RunMode){1, 1, budget, 1, 0}, 1.0f);
             }
             rc.pb.cfg.max_vocab_tile = 0;
         }
@@ -838,7 +852,7 @@ static void test_options(void) {
             for (int variant = 0; variant < 4; variant++) {
                 rc.pb.cfg = base;
                 rc.pb.cfg.dtype = rc.pb.cfg.d_hidden_dtype = dt;
-                RunMode mode = {1, 1, 0, 0};
+                RunMode mode = {1, 1, 0, 0, 0};
                 const char *vname = "one chunk";
                 if (variant == 1) {
                     rc.pb.cfg.max_chunk_tokens = 100;
@@ -871,13 +885,13 @@ static void test_options(void) {
         OptionSet o = {"", 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1};
         options_case(&rc, &o, 4243);
         rc.pb.cfg.has_class_weights = 0;
-        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0, 0});
         test_check(r.status == FLCE_ERR_INVALID_VALUE && strstr(flce_last_error(g_ctx), "class_weights") != NULL,
                    "class_weights without has_class_weights refused: %s", flce_last_error(g_ctx));
         result_free(&r);
         rc.pb.cfg.has_class_weights = 1;
         rc.pb.class_weights = NULL;
-        r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0, 0});
         test_check(r.status == FLCE_ERR_NULL_POINTER && strstr(flce_last_error(g_ctx), "class_weights") != NULL,
                    "has_class_weights without class_weights refused: %s", flce_last_error(g_ctx));
         result_free(&r);
@@ -896,7 +910,7 @@ static void test_bad_inputs(void) {
     for (int b = 0; b < 3; b++) {
         rc.targets[123] = bad_values[b];
         rc.targets[200] = bad_values[b];
-        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0, 0});
         const char *msg = flce_last_error(g_ctx);
         char want[64];
         snprintf(want, sizeof(want), "target[123] = %d", bad_values[b]);
@@ -1003,8 +1017,8 @@ static void test_large_offsets(void) {
     pb.cfg = cfg; pb.h = hh; pb.W = hw; pb.targets = ht;
     size_t big = (size_t)12 << 30;
     int64_t chunk_big = flce_chunk_tokens(&cfg, big);
-    Result a = run_flce(&pb, (RunMode){1, 1, big, 0});
-    Result b = run_flce(&pb, (RunMode){1, 1, (size_t)200 << 20, 0});
+    Result a = run_flce(&pb, (RunMode){1, 1, big, 0, 0});
+    Result b = run_flce(&pb, (RunMode){1, 1, (size_t)200 << 20, 0, 0});
     int ok = a.status == FLCE_OK && b.status == FLCE_OK;
     double el = ok ? fabs((double)a.loss - b.loss) : 1.0;
     double et = ok ? rel_l2_f32(a.token_loss, b.token_loss, N) : 1.0;
@@ -1191,7 +1205,7 @@ static void vp_gpu_check(const char *label, RandomCase *rc, int P, const int *de
     one.d_bias_dtype = FLCE_FP32;
     Problem pb1 = *pb;
     pb1.cfg = one;
-    Result r1 = run_flce(&pb1, (RunMode){1, 1, budget, 0});
+    Result r1 = run_flce(&pb1, (RunMode){1, 1, budget, 0, 0});
     if (ok && r1.status == FLCE_OK) {
         // bf16: the ranks' GEMMs and tiles round differently from the single GPU's; on the Hopper
         // path an entropy gradient takes z back from each run's bf16 E (compare()'s 5e-3 against
@@ -1306,7 +1320,7 @@ static void test_vocab_parallel(void) {
         rc.pb.cfg.vocab_parallel = 1;
         rc.pb.cfg.vocab_offset = 0;
         rc.pb.cfg.vocab_total = 2000;
-        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0});
+        Result r = run_flce(&rc.pb, (RunMode){1, 1, 0, 0, 0});
         test_check(r.status == FLCE_ERR_COMM && strstr(flce_last_error(g_ctx), "flce_set_comm") != NULL,
                    "vocab parallel without a communicator: %s (%s)", flce_status_string(r.status),
                    flce_last_error(g_ctx));
