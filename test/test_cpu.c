@@ -1871,6 +1871,72 @@ static void test_hopper_stats_shared(void) {
     flce_dev_set_plan_sms(0);
 }
 
+// The Hopper path's layout over random configs, budgets and calls: what each buffer holds lies
+// before the next one, the statistics where the plan says (apart, or in the d_h parts' region
+// after q, not on it), the region holds the d_h parts and the direct d_W's and d_h's
+// workspaces, E ends within the total; and every call fits the workspace sized for the config.
+static void test_hopper_layout_sweep(void) {
+    flce_dev_set_plan_sms(132);
+    const int64_t Hs[] = {64, 768, 896, 1024, 1536, 2048, 3072, 4096};
+    const int64_t Vs[] = {193, 5003, 32000, 50304, 128256, 151936, 176256};
+    const int64_t Ns[] = {1, 100, 1000, 4096, 16384, 65536};
+    const size_t mibs[] = {40, 160, 300, 1024, 1536};
+    uint64_t seed = 20261205;
+    int bad = 0, plans = 0, shared = 0;
+    char first[256] = "";
+    for (int i = 0; i < 600; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t x = seed >> 11;
+        flce_config c;
+        flce_config_init(&c, Ns[x % 6], Hs[(x / 6) % 8], Vs[(x / 48) % 7]);
+        const int opt = (int)((x / 336) % 8);
+        c.has_bias = opt == 1;
+        c.softcap = opt == 2 ? 30.0f : 0.0f;
+        c.label_smoothing = opt == 3 ? 0.1f : 0.0f;
+        if (opt == 4) c.d_weight_dtype = FLCE_BF16;
+        if (opt == 5) c.vocab_padded = (c.vocab + 127) / 128 * 128;
+        const size_t budget = mibs[(x / 2688) % 5] << 20;
+        size_t ws = 0;
+        if (flce_workspace_size(&c, budget, &ws) != FLCE_OK) continue;
+        const int calls[4][3] = {{1, 1, 0}, {1, 1, FLCE_CALL_PLAIN}, {0, 1, 0}, {1, 1, FLCE_CALL_ENTROPY_GRAD}};
+        for (int k = 0; k < 4; k++) {
+            flce_plan p;
+            flce_make_plan(&c, ws, calls[k][0], calls[k][1], 132, calls[k][2], &p);
+            if (p.chunk == 0 && k == 3) flce_make_plan(&c, ws, 1, 1, 132, FLCE_CALL_PLAIN, &p);  // flce.cu's fallback
+            plans++;
+            shared += p.stats_shared;
+            const size_t ldc = (size_t)p.ldc, ns = (size_t)p.n_stat, C = (size_t)p.chunk, H = (size_t)c.hidden;
+            const size_t q = ns * ldc * 4, stats = (p.stats_shared ? 2 : 3) * ns * ldc * 4;
+            const size_t region_end = p.off_vp;
+            int ok = p.chunk > 0 && p.total <= ws;
+            ok &= p.off_stat16 + (2 * ns + 5) * ldc * 2 <= p.off_rec;
+            ok &= p.off_stat_q == p.off_dh_part && p.off_stat_q + q <= region_end;
+            if (p.stats_shared)
+                ok &= p.off_stat >= p.off_stat_q + q && p.off_stat + stats <= region_end && k != 1 && k != 2 &&
+                      !c.has_bias && c.softcap == 0.0f && c.label_smoothing == 0.0f && !p.lt_backward;
+            else
+                ok &= p.off_stat + stats <= p.off_stat16;
+            if (!p.lt_backward) ok &= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 <= region_end;
+            if (p.dw_direct) {
+                ok &= p.off_lt >= p.off_dh_part + C * H * 2 && p.off_lt + p.lt_bytes <= region_end;
+                ok &= p.dh_ws_bytes == 0 || (p.off_dh_ws >= p.off_dh_part + C * H * 4 &&
+                                             p.off_dh_ws + p.dh_ws_bytes <= region_end);
+            }
+            ok &= p.off_logits >= region_end && p.off_logits + C * (size_t)p.ldl * 2 <= p.total;
+            if (!ok && !bad)
+                snprintf(first, sizeof(first), "%lld x %lld x %lld (Vp %lld) option %d in %zu MiB, call %d",
+                         (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, (long long)c.vocab_padded,
+                         opt, budget >> 20, k);
+            bad += !ok;
+        }
+    }
+    test_check(bad == 0 && plans > 1000 && shared > 100,
+               "lib: Hopper layouts of %d plans (%d with the statistics shared) over random configs, budgets and "
+               "calls: every buffer in its place, every call fits%s%s", plans, shared, bad ? "; first bad: " : "",
+               first);
+    flce_dev_set_plan_sms(0);
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -1948,6 +2014,7 @@ int main(int argc, char **argv) {
     test_hopper_stat_tiles();
     test_hopper_exact_workspace();
     test_hopper_stats_shared();
+    test_hopper_layout_sweep();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif
