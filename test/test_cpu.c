@@ -1416,6 +1416,15 @@ static void test_library_host(char **paths, int n_paths) {
     }
 }
 
+// A config of N x H x V with a softcap and label smoothing (0: off).
+static flce_config config_with(int64_t N, int64_t H, int64_t V, float cap, float eps) {
+    flce_config c;
+    flce_config_init(&c, N, H, V);
+    c.softcap = cap;
+    c.label_smoothing = eps;
+    return c;
+}
+
 // A lower bound of the workspace a plan with chunks of C tokens and tiles of T columns holds,
 // in long double (no wrap-around): its logits buffer (fp32 logits, the stride T rounded up to
 // 64), its per-token arrays, and the fp32 accumulator of a bf16 d_W split over chunks.
@@ -1565,10 +1574,7 @@ static void test_hopper_plan_choices(void) {
                                                          {0.0f, 0.0f, 0, 1, 1}, {0.0f, 0.1f, 0, 0, 0},
                                                          {0.0f, 0.0f, 1, 0, 0}};
     for (unsigned i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
-        flce_config c;
-        flce_config_init(&c, 16384, 2048, 128256);
-        c.softcap = opts[i].cap;
-        c.label_smoothing = opts[i].eps;
+        flce_config c = config_with(16384, 2048, 128256, opts[i].cap, opts[i].eps);
         c.has_class_weights = opts[i].cw;
         size_t ws = 0;
         const flce_status st = flce_workspace_size(&c, (size_t)1 << 30, &ws);
@@ -1844,11 +1850,8 @@ static void test_hopper_stats_shared(void) {
         {"a bf16 d_W in one chunk", 0, 0, 1, 0, 0.0f, 0.0f},
         {"vocab_parallel", 0, 0, 0, 1, 0.0f, 0.0f}};
     for (unsigned i = 0; i < sizeof(apart) / sizeof(apart[0]); i++) {
-        flce_config c;
-        flce_config_init(&c, 4096, 2048, 128256);
+        flce_config c = config_with(4096, 2048, 128256, apart[i].cap, apart[i].eps);
         c.has_bias = apart[i].bias;
-        c.softcap = apart[i].cap;
-        c.label_smoothing = apart[i].eps;
         if (apart[i].bf16_dw) c.d_weight_dtype = FLCE_BF16;
         if (apart[i].vp) {
             c.vocab_parallel = 1;
