@@ -424,7 +424,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // flce_sm90_scaled: no softcap or entropy gradient, whose general transform reads them, and
     // no label smoothing, the one reader of the sum of z) and there is no bias (d_b reads the
     // tiles' scales), the merge is their last reader: the max and sum then share the d_h parts'
-    // region below, 31 MB at 16384 x 2048 x 128256 in chunks of 4096.
+    // region below, 31 MiB at 16384 x 2048 x 128256 in chunks of 4096.
     p->stats_shared = p->sm90 && !vp && !(call & (FLCE_CALL_ENTROPY_GRAD | FLCE_CALL_PLAIN)) && scaled &&
                       !p->lt_backward && !cfg->has_bias && cfg->softcap == 0.0f &&
                       cfg->hidden <= FLCE_DW_TARGET_SMEM / 4;
