@@ -617,11 +617,14 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     flceCheck(st, NULL);
     WORK_ALLOC(w->flce_ws, void *, bytes);
     w->flce_ws_bytes = bytes;
-    int64_t chunk = flce_chunk_tokens(&w->cfg, bytes), vtile = flce_vocab_tile(&w->cfg, bytes);
+    int64_t chunk = 0, vtile = 0;
     // the Hopper plan's gradient route, for sweeps of the planner's choices (--chunk, --dh-parts),
     // as the calls make it (the plain gradients under --dw-scaled 0 keep the statistics apart)
     char route[128] = "";
-    if (flce_hopper_default()) {
+    if (!flce_hopper_default()) {
+        chunk = flce_chunk_tokens(&w->cfg, bytes);
+        vtile = flce_vocab_tile(&w->cfg, bytes);
+    } else {
         flce_plan pl;
         flce_make_plan(&w->cfg, bytes, 1, 1, flce_device_hopper_sms(), g_switches.dw_scaled == 0 ? FLCE_CALL_PLAIN : 0,
                        &pl);

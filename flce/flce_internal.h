@@ -57,6 +57,14 @@ static inline int flce_sm90_scaled_plan(const flce_config *cfg, int dw_accumulat
 // the scaled d_W's target kernel (flce_sm90.cuh): its shared memory, a column group's fp32 rows of
 // H; the scaled gradients run where one column fits (H up to 51,200)
 #define FLCE_DW_TARGET_SMEM (200 * 1024)
+// What of the scaled gradients' conditions the config and plan decide, with the kernels' own
+// limits (no softcap, whose dz is not a row factor; one target column's rows of H in the target
+// kernel's shared memory): flce_sm90.cu's flce_sm90_scaled adds the call's, flce_layout's shared
+// statistics rely on it.
+static inline int flce_sm90_scaled_config(const flce_config *cfg, int dw_accumulator) {
+    return flce_sm90_scaled_plan(cfg, dw_accumulator) && cfg->softcap == 0.0f &&
+           cfg->hidden <= FLCE_DW_TARGET_SMEM / 4;
+}
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)

@@ -425,9 +425,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // no label smoothing, the one reader of the sum of z) and there is no bias (d_b reads the
     // tiles' scales), the merge is their last reader: the max and sum then share the d_h parts'
     // region below, 31 MiB at 16384 x 2048 x 128256 in chunks of 4096.
-    p->stats_shared = p->sm90 && !vp && !(call & (FLCE_CALL_ENTROPY_GRAD | FLCE_CALL_PLAIN)) && scaled &&
-                      !p->lt_backward && !cfg->has_bias && cfg->softcap == 0.0f &&
-                      cfg->hidden <= FLCE_DW_TARGET_SMEM / 4;
+    p->stats_shared = p->sm90 && !vp && !(call & (FLCE_CALL_ENTROPY_GRAD | FLCE_CALL_PLAIN)) &&
+                      flce_sm90_scaled_config(cfg, dw_accumulator) && !p->lt_backward && !cfg->has_bias;
     const size_t stats = flce_bytes((p->stats_shared ? 2 : 3) * (size_t)p->n_stat, ldc, 4);
     p->off_stat = o;          o = flce_append(o, p->stats_shared ? 0 : stats);
     // (the Hopper d_W GEMM's bf16 copies: each tile's scale as hi + lo, and -cs per row; or the

@@ -39,9 +39,7 @@ dev/ comparisons.
 static int flce_sm90_scaled(const flce_context *ctx, const flce_config *cfg, const flce_plan *p,
                             const flce_tensors *t, int xf) {
     if (!ctx->dw_scaled) return 0;
-    // (the target's term sums a column's rows in shared memory: H up to 51,200)
-    return !xf && flce_sm90_scaled_plan(cfg, p->dw_accumulator) && !p->lt_backward && t->d_weight != NULL &&
-           FLCE_DW_TARGET_COLS(cfg->hidden) >= 1;
+    return !xf && flce_sm90_scaled_config(cfg, p->dw_accumulator) && !p->lt_backward && t->d_weight != NULL;
 }
 
 /*
