@@ -65,6 +65,31 @@ static inline int flce_sm90_scaled_config(const flce_config *cfg, int dw_accumul
     return flce_sm90_scaled_plan(cfg, dw_accumulator) && cfg->softcap == 0.0f &&
            cfg->hidden <= FLCE_DW_TARGET_SMEM / 4;
 }
+// The Hopper d_h GEMM of a chunk of `rows` tokens in two launches: the first *full_cols output
+// columns (whole tiles of `cols`, their tiles within one wave of the `sms` multiprocessors) at
+// full K, then the rest in *rest_parts K parts, where that takes 2% fewer full-K tile times than
+// all of them in `parts` K parts and its products fit theirs (the plan's region is sized for
+// `parts`: the layout and the plan stay as they are). 16384 x 2048 x 128256 in chunks of 3328 on
+// 132 SMs: 26 x 8 tiles in 3 parts are 5 waves of thirds, 1.67 tile times; 26 x 5 tiles at full
+// K, then 26 x 3 in 5 parts, 1 + 3 fifths = 1.6, in 5/6 of the parts' bytes. 0: one launch.
+static inline int flce_sm90_dh_split(int64_t rows, int64_t H, int64_t cols, int sms, int parts, int64_t *full_cols,
+                                     int *rest_parts) {
+    const int64_t rt = (rows + FLCE_SM90_BM - 1) / FLCE_SM90_BM, ct = (H + cols - 1) / cols;
+    if (sms <= 0 || parts <= 0) return 0;
+    double best = 0.98 * (double)((rt * ct * parts + sms - 1) / sms) / parts;
+    int found = 0;
+    for (int64_t ft = 1; ft < ct && rt * ft <= sms; ft++)
+        for (int pb = 1; pb <= 8 && pb * (H - ft * cols) + ft * cols <= parts * H; pb++) {
+            const double t = (double)((rt * ft + sms - 1) / sms) + (double)((rt * (ct - ft) * pb + sms - 1) / sms) / pb;
+            if (t < best - 1e-9) {
+                best = t;
+                *full_cols = ft * cols;
+                *rest_parts = pb;
+                found = 1;
+            }
+        }
+    return found;
+}
 // columns per statistics tile: the logits GEMM's tile width, 192 on its wide schedule (128 x 192
 // a warpgroup) where there is no bias, softcap or weighted smoothing, else 256 (flce_plan.c's
 // flce_sm90_stat_tile)
@@ -127,6 +152,8 @@ typedef struct {
     // the Hopper path (flce_sm90.cuh): the logits buffer is E (bf16, row stride ldl), and
     int sm90;            // the multiprocessors the plan is for (0: the cuBLASLt path)
     int dh_parts;        // K parts of the d_h GEMM (fp32 partials, summed in order)
+    int dh_split;        // a chunk's d_h may run as whole tiles at full K first, the rest in K
+                         // parts (flce_sm90_dh_split decides per chunk, within the parts' bytes)
     int lt_backward;     // the gradients from dlogits written over E, by cuBLASLt (flce_sm90_lt_backward)
     int dw_direct;       // the scaled d_W may run as cuBLASLt's GEMM on E itself (flce_sm90.cu's
                          // flce_sm90_direct): off_lt is then its workspace, in the d_h parts'

@@ -402,6 +402,9 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->dh_parts = chunk <= 0 || p->lt_backward ? 1
                       : g_dh_parts > 0             ? g_dh_parts
                                                    : flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms);
+        // (not over vocabulary tiles, whose d_h the GEMM may add to the accumulator itself, nor
+        // where a sweep sets the parts)
+        p->dh_split = chunk > 0 && !p->lt_backward && !tiled && !p->dh_accumulator && g_dh_parts == 0;
     }
     const size_t ldc = (size_t)p->ldc;
     p->lt_bytes = p->sm90 && !p->lt_backward ? 0 : FLCE_LT_WORKSPACE;

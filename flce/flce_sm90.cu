@@ -173,6 +173,22 @@ static cudaError_t flce_sm90_scaled_gemm(const sm90_problem &q, const flce_sm90_
                : sm90_gemm_launch<P<false, SM90_BN>, float, TRANS_A, 1>(q, a, stream);
 }
 
+// The fused d_h GEMM of q by the call's route: where the direct d_W runs our plain GEMM on E
+// (dh_e), else the scaled transform (sc), the general one (xf) or the plain one; added to its
+// output where add.
+static cudaError_t flce_hopper_dh_gemm(const sm90_problem &q, const flce_sm90_grad_args &a, int dh_e, int add,
+                                       int cols, cudaStream_t stream) {
+    if (a.r.sc && dh_e)
+        return add ? sm90_gemm_launch<flce_sm90_dh_e<true>, float, 0, 1>(q, a, stream)
+                   : sm90_gemm_launch<flce_sm90_dh_e<false>, float, 0, 1>(q, a, stream);
+    if (a.r.sc) return flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, cols, stream);
+    if (a.r.xf)
+        return add ? sm90_gemm_launch<flce_sm90_dh<true, true>, float, 0, 1>(q, a, stream)
+                   : sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, stream);
+    return add ? sm90_gemm_launch<flce_sm90_dh<false, true>, float, 0, 1>(q, a, stream)
+               : sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, stream);
+}
+
 // d_W's padding rows (V .. Vp), where cuBLASLt's d_W GEMM covers the real classes alone: zeroed
 // by the chunk that writes the last tile's rows first (the first; nothing to add to).
 template <typename T, typename TL, typename Tgt>
@@ -245,9 +261,34 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         // where the direct d_W runs: d_h by cuBLASLt on E into part, or our plain GEMM on E
         const int dh_lt = r->direct && ctx->dh_direct == FLCE_DH_LT && !p->dh_accumulator;
         const int dh_e = r->direct && ctx->dh_direct == FLCE_DH_E && p->grad_cols == SM90_BN;
+        // whole tiles at full K first where the K parts fill their waves worse (flce_sm90_dh_split):
+        // the rest's K parts (rows x H - fc each) at part, the full columns' product after them,
+        // within the parts' bytes
+        int64_t fc = 0;
+        int pb = 0;
+        const int split = !dh_lt && !direct && p->dh_split &&
+                          flce_sm90_dh_split(rows, H, p->grad_cols, p->sm90, parts, &fc, &pb);
+        sm90_problem q_full = q, q_rest = q;
+        float *full = NULL;
+        int rest_parts = parts;
+        if (split) {
+            q_rest.b = {w_tile + fc, w, H - fc, H};
+            q_rest.N = H - fc;
+            q_rest.d = {part, rows, H - fc, H - fc};
+            q_rest.splits = pb;
+            rest_parts = sm90_make_shape(q_rest).splits;
+            full = part + (size_t)rest_parts * (size_t)rows * (size_t)(H - fc);
+            q_full.b = {w_tile, w, fc, H};
+            q_full.N = fc;
+            q_full.d = {full, rows, fc, fc};
+            q_full.splits = 1;
+        }
         FLCE_PHASE(ctx, s->stream, FLCE_T_DHIDDEN, {
             FLCE_HOPPER_TRY("d_hidden GEMM", sm90_gemm_check(q, 4));
-            cudaError_t err;
+            if (split) {
+                FLCE_HOPPER_TRY("d_hidden GEMM (full columns)", sm90_gemm_check(q_full, 4));
+                FLCE_HOPPER_TRY("d_hidden GEMM (the rest in K parts)", sm90_gemm_check(q_rest, 4));
+            }
             if (dh_lt) {
                 // part (rows x H) = E (rows x w) @ W[tile] (w x H) by cuBLASLt, then v per row
                 // and an untaken target's term on the way out (one rounding)
@@ -265,27 +306,31 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                     flce_sm90_dh_rows_kernel<T, __nv_bfloat16><<<(unsigned)rows, 256, 0, s->stream>>>(
                         *r, w_tile, (int)H, (int)w, part, (__nv_bfloat16 *)dh, dh_add);
                 FLCE_HOPPER_TRY("d_hidden rows kernel", cudaGetLastError());
-            } else if (r->sc) {
-                if (dh_e)
-                    err = add ? sm90_gemm_launch<flce_sm90_dh_e<true>, float, 0, 1>(q, a, s->stream)
-                              : sm90_gemm_launch<flce_sm90_dh_e<false>, float, 0, 1>(q, a, s->stream);
-                else
-                    err = flce_sm90_scaled_gemm<flce_sm90_dh_sc, 0>(q, a, add, p->grad_cols, s->stream);
-                FLCE_HOPPER_TRY("d_hidden GEMM", err);
-                flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(*r, w_tile, (int)H,
-                                                                                                (int)w, out);
-                FLCE_HOPPER_TRY("d_hidden target kernel", cudaGetLastError());
-            } else if (r->xf) {
-                err = add ? sm90_gemm_launch<flce_sm90_dh<true, true>, float, 0, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dh<true>, float, 0, 1>(q, a, s->stream);
-                FLCE_HOPPER_TRY("d_hidden GEMM", err);
             } else {
-                err = add ? sm90_gemm_launch<flce_sm90_dh<false, true>, float, 0, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dh<false>, float, 0, 1>(q, a, s->stream);
-                FLCE_HOPPER_TRY("d_hidden GEMM", err);
+                if (split) {
+                    FLCE_HOPPER_TRY("d_hidden GEMM (full columns)",
+                                    flce_hopper_dh_gemm(q_full, a, dh_e, 0, (int)p->grad_cols, s->stream));
+                    FLCE_HOPPER_TRY("d_hidden GEMM (the rest in K parts)",
+                                    flce_hopper_dh_gemm(q_rest, a, dh_e, 0, (int)p->grad_cols, s->stream));
+                } else {
+                    FLCE_HOPPER_TRY("d_hidden GEMM", flce_hopper_dh_gemm(q, a, dh_e, add, (int)p->grad_cols, s->stream));
+                }
+                if (r->sc) {
+                    flce_sm90_dh_target_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, s->stream>>>(
+                        *r, w_tile, (int)H, (int)w, out, (int)fc, full);
+                    FLCE_HOPPER_TRY("d_hidden target kernel", cudaGetLastError());
+                }
             }
             if (dh_lt) {
                 // (written above)
+            } else if (split) {  // (no accumulator: one vocabulary tile)
+                if (cfg->d_hidden_dtype == FLCE_FP32)
+                    flce_sm90_sum_split_kernel<float><<<grid, 256, 0, s->stream>>>(
+                        part, rest_parts, full, rows, (int)H, (int)fc, (float *)dh, cfg->accumulate_d_hidden);
+                else
+                    flce_sm90_sum_split_kernel<__nv_bfloat16><<<grid, 256, 0, s->stream>>>(
+                        part, rest_parts, full, rows, (int)H, (int)fc, (__nv_bfloat16 *)dh, cfg->accumulate_d_hidden);
+                FLCE_HOPPER_TRY("d_hidden sum", cudaGetLastError());
             } else if (p->dh_accumulator) {  // bf16 d_h over several tiles (or over the ranks): fp32, rounded once
                 if (!direct) {
                     flce_sm90_sum_parts_kernel<float><<<grid, 256, 0, s->stream>>>(part, parts, n, dh32, v0 > 0);

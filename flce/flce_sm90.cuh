@@ -1158,9 +1158,11 @@ __global__ void flce_sm90_xs_kernel(const T *h, flce_sm90_rows r, int H, __nv_bf
 // the term is then still non-zero): the first K part's partial (or the d_h accumulator the GEMM
 // added to) of row i gains dz_y W[y_i] for the chunk's rows whose target is in the tile's columns
 // [voff, voff + w), a warp a row (each row's own, in place: deterministic). w_tile: W's rows of
-// the tile.
+// the tile. A split d_h (fc > 0, flce_sm90_dh_split): columns [0, fc) in the full columns'
+// product `full` (rows x fc), the rest in the first part (rows x H - fc).
 template <typename T>
-__global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, int H, int w, float *part) {
+__global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, int H, int w, float *part, int fc,
+                                           float *full) {
     if (*r.untaken == 0) return;  // (the common case: every term went into E)
     const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (i >= r.rows) return;
@@ -1168,8 +1170,11 @@ __global__ void flce_sm90_dh_target_kernel(flce_sm90_rows r, const T *w_tile, in
     const float ct = r.coef[flce_sm90_coef(i, FLCE_COEF_CT)];
     if (y < r.voff || y >= r.voff + w || ct == 0.0f) return;
     const T *x = w_tile + (int64_t)(y - r.voff) * H;
-    float *d = part + (int64_t)i * H;
-    for (int c = lane; c < H; c += 32) d[c] -= ct * to_float(x[c]);
+    float *d = part + (int64_t)i * (H - fc), *f = full + (int64_t)i * fc;
+    for (int c = lane; c < H; c += 32) {
+        if (c < fc) f[c] -= ct * to_float(x[c]);
+        else d[c - fc] -= ct * to_float(x[c]);
+    }
 }
 
 // The scaled d_W's target term where flce_sm90_xs_kernel could not move it into E (rare: the
@@ -1234,6 +1239,39 @@ __global__ void flce_sm90_sum_parts_kernel(const float *part, int parts, int64_t
         for (int p = 1; p < parts; p++) {
             const float4 x = *reinterpret_cast<const float4 *>(part + (int64_t)p * n + k);
             acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+        }
+        float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (accumulate) v[e] += to_float(out[k + e]);
+            out[k + e] = from_float<TO>(v[e]);
+        }
+    }
+}
+
+// The split d_h (flce_sm90_dh_split): out (rows x H, bf16 or fp32) (+)= the full columns'
+// product (rows x fc) in columns [0, fc), the sum of the rest's `parts` fp32 partials (rows x
+// H - fc each, part stride rows (H - fc)), in order, in [fc, H); 4 elements per thread (H and fc
+// multiples of 4: no 4 straddle a row or fc).
+template <typename TO>
+__global__ void flce_sm90_sum_split_kernel(const float *part, int parts, const float *full, int64_t rows, int H,
+                                           int fc, TO *out, int accumulate) {
+    const int hb = H - fc;
+    const int64_t n = rows * H, stride = rows * hb;
+    for (int64_t k = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); k < n;
+         k += 4 * (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = k / H;
+        const int c = (int)(k - i * H);
+        float4 acc;
+        if (c < fc) {
+            acc = *reinterpret_cast<const float4 *>(full + i * fc + c);
+        } else {
+            const float *x0 = part + i * hb + (c - fc);
+            acc = *reinterpret_cast<const float4 *>(x0);
+            for (int p = 1; p < parts; p++) {
+                const float4 x = *reinterpret_cast<const float4 *>(x0 + (int64_t)p * stride);
+                acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+            }
         }
         float v[4] = {acc.x, acc.y, acc.z, acc.w};
 #pragma unroll

@@ -1940,6 +1940,38 @@ static void test_hopper_layout_sweep(void) {
     flce_dev_set_plan_sms(0);
 }
 
+// The Hopper d_h GEMM's split (flce_sm90_dh_split): whole tiles at full K first, the rest in K
+// parts, only where that takes 2% fewer full-K tile times than the plan's K parts and its products
+// fit theirs: at 16384 x 2048's chunks of 3328 on 132 SMs 5 columns of tiles, then 5 parts (1.6
+// against 1.67); not at 2816 (4 whole waves in 3 parts) nor at H = 1024; and over a grid of rows,
+// H and parts every split it takes keeps to those bounds.
+static void test_hopper_dh_split(void) {
+    int64_t fc = 0;
+    int pb = 0;
+    const int at3328 = flce_sm90_dh_split(3328, 2048, 256, 132, 3, &fc, &pb) && fc == 1280 && pb == 5;
+    const int64_t fc3328 = fc;
+    const int pb3328 = pb;
+    const int not2816 = !flce_sm90_dh_split(2816, 2048, 256, 132, 3, &fc, &pb);
+    const int not1024 = !flce_sm90_dh_split(2816, 1024, 256, 132, 3, &fc, &pb);
+    int bad = 0, splits = 0;
+    for (int64_t rows = 128; rows <= 8192; rows += 128)
+        for (int64_t H = 768; H <= 8192; H += 256)
+            for (int parts = 1; parts <= 4; parts++)
+                for (int cols = 224; cols <= 256; cols += 32) {
+                    if (!flce_sm90_dh_split(rows, H, cols, 132, parts, &fc, &pb)) continue;
+                    splits++;
+                    const int64_t rt = (rows + 127) / 128, ct = (H + cols - 1) / cols, ft = fc / cols;
+                    const double uniform = (double)((rt * ct * parts + 131) / 132) / parts;
+                    const double t = (double)((rt * ft + 131) / 132) + (double)((rt * (ct - ft) * pb + 131) / 132) / pb;
+                    bad += fc % cols != 0 || fc <= 0 || fc >= H || rt * ft > 132 || pb < 1 || pb > 8 ||
+                           t > 0.98 * uniform + 1e-9 || pb * (H - fc) + fc > parts * H;
+                }
+    test_check(at3328 && not2816 && not1024 && bad == 0 && splits > 0,
+               "lib: the Hopper d_h split: 3328 x 2048 on 132 SMs %lld columns at full K, then %d K parts; none at "
+               "2816 x 2048 (%d) nor 2816 x 1024 (%d); %d splits over rows, H and parts within the bounds (%d not)",
+               (long long)fc3328, pb3328, not2816, not1024, splits, bad);
+}
+
 static void test_library_limits(void) {
     const size_t budgets[] = {(size_t)1 << 30, (size_t)1 << 40, (size_t)1 << 50, SIZE_MAX / 2, SIZE_MAX};
     const char *budget_names[] = {"1 GiB", "1 TiB", "1 PiB", "SIZE_MAX / 2", "SIZE_MAX"};
@@ -2018,6 +2050,7 @@ int main(int argc, char **argv) {
     test_hopper_exact_workspace();
     test_hopper_stats_shared();
     test_hopper_layout_sweep();
+    test_hopper_dh_split();
 #else
     printf("  (library host checks skipped: built without -DFLCE_HAVE_LIB)\n");
 #endif

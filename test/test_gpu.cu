@@ -176,11 +176,16 @@ static void dev_extras_free(DevExtras *x) {
     memset(x, 0, sizeof(*x));
 }
 
-// The workspace flce_workspace_size gives for budget, allocated and poisoned (NULL on an error).
+// Bytes added to the workspaces below (test_dh_split: room for the plain gradients' chunk).
+static size_t g_ws_extra;
+
+// The workspace flce_workspace_size gives for budget (and g_ws_extra), allocated and poisoned
+// (NULL on an error).
 static flce_status dev_workspace(const flce_config *c, size_t budget, void **ws, size_t *bytes) {
     *ws = NULL;
     *bytes = 0;
     const flce_status st = flce_workspace_size(c, budget, bytes);
+    *bytes += g_ws_extra;
     if (st == FLCE_OK) {
         cudaCheck(cudaMalloc(ws, *bytes));
         cudaCheck(cudaMemset(*ws, 0xff, *bytes));
@@ -1036,6 +1041,88 @@ static void test_large_offsets(void) {
 }
 
 // ----------------------------------------------------------------------------------------
+// 7b. the Hopper d_h GEMM in two launches (flce_sm90_dh_split): a chunk of 3328 x 2048 is 26 x 8
+// d_h tiles, on 132 SMs 5 columns of tiles at full K, then the other 3 in 5 K parts, against the
+// same call with its K parts set (flce_dev_set_plan_chunk: one launch in 3; both in one chunk of
+// every token): the loss and d_W bitwise the same, d_h to the bf16 floor in bf16 and to fp32's in
+// fp32 (its sums in another order); on each d_h route: the default's (our plain GEMM on E), the
+// scaled GEMM's, the plain transform's (the scaled transform off), and without d_weight.
+
+static void test_dh_split(void) {
+    const int64_t N = 3328, H = 2048, V = 4099;
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Problem pb;
+    memset(&pb, 0, sizeof(pb));
+    flce_config_init(&pb.cfg, N, H, V);
+    size_t ws = 0;
+    flce_workspace_size(&pb.cfg, 0, &ws);
+    flce_plan pl;
+    flce_make_plan(&pb.cfg, ws, 1, 1, sms, 0, &pl);
+    int64_t fc = 0;
+    int parts = 0;
+    const int split = pl.dh_split && flce_sm90_dh_split(pl.chunk, H, pl.grad_cols, sms, pl.dh_parts, &fc, &parts);
+    if (sms != 132 && !split) {
+        printf("  (d_h split: not planned on %d SMs, skipped)\n", sms);
+        return;
+    }
+    if (!test_check(split && pl.chunk == N, "d_h split planned at %lld x %lld on %d SMs: %lld columns at full K, "
+                                            "the rest in %d K parts (chunk %lld, %d parts)",
+                    (long long)N, (long long)H, sms, (long long)fc, parts, (long long)pl.chunk, pl.dh_parts))
+        return;
+    float *hh = (float *)malloc(N * H * 4), *hw = (float *)malloc(V * H * 4);
+    int32_t *ht = (int32_t *)malloc(N * 4);
+    uint64_t s = 11;
+    const float scale = 2.0f / sqrtf(sqrtf((float)H));
+    fill_uniform(hh, N * H, scale, &s);
+    fill_uniform(hw, V * H, scale, &s);
+    for (int64_t i = 0; i < N * H; i++) hh[i] = bf16_bits_to_f32(f32_to_bf16_bits(hh[i]));
+    for (int64_t i = 0; i < V * H; i++) hw[i] = bf16_bits_to_f32(f32_to_bf16_bits(hw[i]));
+    for (int64_t i = 0; i < N; i++) ht[i] = i % 13 == 5 ? -100 : (int32_t)((i * 7919) % V);
+    pb.h = hh; pb.W = hw; pb.targets = ht;
+    static const struct { const char *route; int dh, scaled, no_dw, fp32; } cases[] = {
+        {"the default route", FLCE_DH_E, 1, 0, 0},        {"the default route", FLCE_DH_E, 1, 0, 1},
+        {"the scaled d_h GEMM", FLCE_DH_SCALED, 1, 0, 0}, {"the plain transform", FLCE_DH_E, 0, 0, 0},
+        {"no d_weight", FLCE_DH_E, 1, 1, 0}};
+    flce_context *dflt = g_ctx;
+    for (unsigned k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        pb.cfg.d_hidden_dtype = cases[k].fp32 ? FLCE_FP32 : FLCE_BF16;
+        if (!test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (d_h split)")) break;
+        flce_dev_set_dh_direct(g_ctx, cases[k].dh);
+        flce_dev_set_dw_scaled(g_ctx, cases[k].scaled);
+        flce_dev_set_plan_chunk(N, 0);
+        // (the plain gradients keep the statistics apart: 16 MB more than the workspace sized for
+        // the default call holds, where their chunk would be shorter)
+        g_ws_extra = (size_t)16 << 20;
+        flce_plan pk;
+        flce_make_plan(&pb.cfg, ws + g_ws_extra, !cases[k].no_dw, 1, sms, cases[k].scaled ? 0 : FLCE_CALL_PLAIN, &pk);
+        const int splits = pk.dh_split && flce_sm90_dh_split(pk.chunk, H, pk.grad_cols, sms, pk.dh_parts, &fc, &parts);
+        Result a = run_flce(&pb, (RunMode){1, 1, 0, 0, cases[k].no_dw});
+        flce_dev_set_plan_chunk(N, pk.dh_parts);
+        Result b = run_flce(&pb, (RunMode){1, 1, 0, 0, cases[k].no_dw});
+        flce_dev_set_plan_chunk(0, 0);
+        g_ws_extra = 0;
+        const int ok = a.status == FLCE_OK && b.status == FLCE_OK;
+        const double eh = ok ? rel_l2_f32(a.d_h, b.d_h, N * H) : 1.0;
+        int finite = ok;
+        for (int64_t i = 0; ok && i < N * H; i++) finite &= isfinite(a.d_h[i]);
+        const int same = ok && memcmp(&a.loss, &b.loss, 4) == 0 && memcmp(a.token_loss, b.token_loss, N * 4) == 0 &&
+                         (cases[k].no_dw ? a.d_poison_left && b.d_poison_left : memcmp(a.d_W, b.d_W, V * H * 4) == 0);
+        test_check(splits && same && finite && eh <= (cases[k].fp32 ? 1e-5 : 1e-3),
+                   "d_h split at %lld x %lld (%s, %s d_h; split %d) against one launch in %d K parts: loss, token "
+                   "losses and d_W bitwise the same %d, d_h rel L2 %.2e",
+                   (long long)N, (long long)H, cases[k].route, cases[k].fp32 ? "fp32" : "bf16", splits, pk.dh_parts,
+                   same, eh);
+        result_free(&a);
+        result_free(&b);
+        flce_destroy(g_ctx);
+        g_ctx = dflt;
+    }
+    free(hh); free(hw); free(ht);
+}
+
+// ----------------------------------------------------------------------------------------
 // 9. vocabulary parallelism
 
 // the emulated communicator's copies of device buffers (vp_comm.h), ordered on the call's stream
@@ -1521,6 +1608,7 @@ int main(int argc, char **argv) {
         test_options();
         test_bad_inputs();
         test_large_offsets();
+        if (g_hopper && g_lt_backward != 1) test_dh_split();
         test_vocab_parallel();
         flce_destroy(g_ctx);
     }
