@@ -1229,24 +1229,34 @@ flce_sm90_dw_target_kernel(flce_sm90_rows r, const T *h, int H, int w, float *dw
     }
 }
 
+// The sum of `parts` fp32 partials x, x + stride, ... at 4 consecutive elements, in order.
+__device__ __forceinline__ float4 flce_sm90_sum4(const float *x, int parts, int64_t stride) {
+    float4 acc = *reinterpret_cast<const float4 *>(x);
+    for (int p = 1; p < parts; p++) {
+        const float4 y = *reinterpret_cast<const float4 *>(x + (int64_t)p * stride);
+        acc.x += y.x; acc.y += y.y; acc.z += y.z; acc.w += y.w;
+    }
+    return acc;
+}
+
+// out[k .. k + 3] (+)= acc, rounded once to TO.
+template <typename TO>
+__device__ __forceinline__ void flce_sm90_out4(TO *out, int64_t k, float4 acc, int accumulate) {
+    float v[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (accumulate) v[e] += to_float(out[k + e]);
+        out[k + e] = from_float<TO>(v[e]);
+    }
+}
+
 // out (rows x H, bf16 or fp32) (+)= the sum of `parts` fp32 partials (rows x H each, part
 // stride rows * H), in order; 4 elements per thread (H is a multiple of 4 for these).
 template <typename TO>
 __global__ void flce_sm90_sum_parts_kernel(const float *part, int parts, int64_t n, TO *out, int accumulate) {
     for (int64_t k = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); k < n;
-         k += 4 * (int64_t)gridDim.x * blockDim.x) {
-        float4 acc = *reinterpret_cast<const float4 *>(part + k);
-        for (int p = 1; p < parts; p++) {
-            const float4 x = *reinterpret_cast<const float4 *>(part + (int64_t)p * n + k);
-            acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
-        }
-        float v[4] = {acc.x, acc.y, acc.z, acc.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            if (accumulate) v[e] += to_float(out[k + e]);
-            out[k + e] = from_float<TO>(v[e]);
-        }
-    }
+         k += 4 * (int64_t)gridDim.x * blockDim.x)
+        flce_sm90_out4(out, k, flce_sm90_sum4(part + k, parts, n), accumulate);
 }
 
 // The split d_h (flce_sm90_dh_split): out (rows x H, bf16 or fp32) (+)= the full columns'
@@ -1262,23 +1272,9 @@ __global__ void flce_sm90_sum_split_kernel(const float *part, int parts, const f
          k += 4 * (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = k / H;
         const int c = (int)(k - i * H);
-        float4 acc;
-        if (c < fc) {
-            acc = *reinterpret_cast<const float4 *>(full + i * fc + c);
-        } else {
-            const float *x0 = part + i * hb + (c - fc);
-            acc = *reinterpret_cast<const float4 *>(x0);
-            for (int p = 1; p < parts; p++) {
-                const float4 x = *reinterpret_cast<const float4 *>(x0 + (int64_t)p * stride);
-                acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
-            }
-        }
-        float v[4] = {acc.x, acc.y, acc.z, acc.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            if (accumulate) v[e] += to_float(out[k + e]);
-            out[k + e] = from_float<TO>(v[e]);
-        }
+        const float4 acc = c < fc ? *reinterpret_cast<const float4 *>(full + i * fc + c)
+                                  : flce_sm90_sum4(part + i * hb + (c - fc), parts, stride);
+        flce_sm90_out4(out, k, acc, accumulate);
     }
 }
 
