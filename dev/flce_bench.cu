@@ -620,7 +620,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     int64_t chunk = 0, vtile = 0;
     // the Hopper plan's gradient route, for sweeps of the planner's choices (--chunk, --dh-parts),
     // as the calls make it (the plain gradients under --dw-scaled 0 keep the statistics apart)
-    char route[128] = "";
+    char route[192] = "";
     if (!flce_hopper_default()) {
         chunk = flce_chunk_tokens(&w->cfg, bytes);
         vtile = flce_vocab_tile(&w->cfg, bytes);
@@ -630,9 +630,16 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
                        &pl);
         chunk = pl.chunk;
         vtile = pl.chunk > 0 ? pl.vocab_tile : 0;
+        // (a full chunk's d_h in two launches: flce_sm90_dh_split)
+        int64_t fc = 0;
+        int pb = 0;
+        char split[64] = "";
+        if (pl.chunk > 0 && pl.dh_split &&
+            flce_sm90_dh_split(pl.chunk, P->H, pl.grad_cols, pl.sm90, pl.dh_parts, &fc, &pb))
+            snprintf(split, sizeof(split), " (%lld columns at full K, the rest in %d)", (long long)fc, pb);
         if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
-        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
-                      pl.dw_direct ? ", d_W by cuBLASLt on E" : "",
+        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
+                      split, pl.dw_direct ? ", d_W by cuBLASLt on E" : "",
                       pl.stats_shared ? ", statistics in the d_h region" : "");
     }
     const char *path = flce_hopper_default() ? "Hopper GEMMs" : "cuBLASLt";
