@@ -634,8 +634,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
         int64_t fc = 0;
         int pb = 0;
         char split[64] = "";
-        if (pl.chunk > 0 && pl.dh_split &&
-            flce_sm90_dh_split(pl.chunk, P->H, pl.grad_cols, pl.sm90, pl.dh_parts, &fc, &pb))
+        if (pl.chunk > 0 && flce_plan_dh_split(&pl, pl.chunk, P->H, pl.dh_parts, &fc, &pb))
             snprintf(split, sizeof(split), " (%lld columns at full K, the rest in %d)", (long long)fc, pb);
         if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
         else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",

@@ -175,6 +175,13 @@ typedef struct {
         off_dh_part, off_stat_q, off_vp, off_logits, total;
 } flce_plan;
 
+// Whether a chunk of `rows` tokens runs its d_h GEMM split (flce_sm90_dh_split) under plan p, its
+// d_h in `parts` K parts: the plan allows it and the split fills the waves better.
+static inline int flce_plan_dh_split(const flce_plan *p, int64_t rows, int64_t H, int parts, int64_t *full_cols,
+                                     int *rest_parts) {
+    return p->dh_split && flce_sm90_dh_split(rows, H, p->grad_cols, p->sm90, parts, full_cols, rest_parts);
+}
+
 // What a call asks of its plan beyond the config (flce_make_plan's `call`, 0 or these or'ed):
 //   FLCE_CALL_ENTROPY_GRAD: an entropy gradient (its dz needs the general transform:
 //     flce_sm90_lt_backward)

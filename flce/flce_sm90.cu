@@ -266,8 +266,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         // within the parts' bytes
         int64_t fc = 0;
         int pb = 0;
-        const int split = !dh_lt && !direct && p->dh_split &&
-                          flce_sm90_dh_split(rows, H, p->grad_cols, p->sm90, parts, &fc, &pb);
+        const int split = !dh_lt && !direct && flce_plan_dh_split(p, rows, H, parts, &fc, &pb);
         sm90_problem q_full = q, q_rest = q;
         float *full = NULL;
         int rest_parts = parts;

@@ -1062,7 +1062,7 @@ static void test_dh_split(void) {
     flce_make_plan(&pb.cfg, ws, 1, 1, sms, 0, &pl);
     int64_t fc = 0;
     int parts = 0;
-    const int split = pl.dh_split && flce_sm90_dh_split(pl.chunk, H, pl.grad_cols, sms, pl.dh_parts, &fc, &parts);
+    const int split = flce_plan_dh_split(&pl, pl.chunk, H, pl.dh_parts, &fc, &parts);
     if (sms != 132 && !split) {
         printf("  (d_h split: not planned on %d SMs, skipped)\n", sms);
         return;
@@ -1097,7 +1097,7 @@ static void test_dh_split(void) {
         g_ws_extra = (size_t)16 << 20;
         flce_plan pk;
         flce_make_plan(&pb.cfg, ws + g_ws_extra, !cases[k].no_dw, 1, sms, cases[k].scaled ? 0 : FLCE_CALL_PLAIN, &pk);
-        const int splits = pk.dh_split && flce_sm90_dh_split(pk.chunk, H, pk.grad_cols, sms, pk.dh_parts, &fc, &parts);
+        const int splits = flce_plan_dh_split(&pk, pk.chunk, H, pk.dh_parts, &fc, &parts);
         Result a = run_flce(&pb, (RunMode){1, 1, 0, 0, cases[k].no_dw});
         flce_dev_set_plan_chunk(N, pk.dh_parts);
         Result b = run_flce(&pb, (RunMode){1, 1, 0, 0, cases[k].no_dw});
