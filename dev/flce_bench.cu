@@ -35,6 +35,7 @@ targets (ignore_index -100):
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
              [--dw-direct 0|1] [--dh-direct 0|1|2] [--wide-stats 0|1] [--budget MiB]
+             [--chunk tokens] [--dh-parts P]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
@@ -46,7 +47,9 @@ an A/B (flce.h's flce_set_autotune, flce_internal.h's dev switches): cuBLASLt's 
 instead of autotuning, per-phase times (printed to stderr per configuration), the Hopper
 logits GEMM's schedule, the Hopper path's gradients from cuBLASLt's GEMMs (1) or the fused
 ones (0), the scaled d_W transform off (0); --budget sets the workspace budget of the rows
-that take 1 GiB by default (larger chunks: fewer d_W accumulations and W reads per call).
+that take 1 GiB by default (larger chunks: fewer d_W accumulations and W reads per call);
+--chunk and --dh-parts set the Hopper plan's chunk and d_h K parts, for sweeps of the
+planner's choices.
 
 Benchmark mode, per shape, in one process: random inputs (h, W uniform with std H^-1/4 so
 the logits are ~N(0, 1); targets uniform, ~5% ignored), a GPU reference (fp32 GEMMs on the
@@ -67,10 +70,6 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 #include <math.h>
 #include <mma.h>
 #include <stdarg.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-#include <math.h>
-#include <mma.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
