@@ -84,6 +84,7 @@ typedef struct {
     int align_bias, align_aux;
     int align_c;  // C's alignment: align_d unless gemm_lt_c reads a separate C
     size_t ws_bytes;  // the workspace the algorithm was chosen within (a call with less cannot run it)
+    int sm_target;    // gemm_cache.sm_target when it was chosen
 } gemm_key;
 
 typedef struct {
@@ -102,6 +103,10 @@ typedef struct {
     int autotune;        // 1: a new key times the heuristic's candidates (gemm_entry_tune)
     int tuned, retuned;  // keys timed, and of those where a candidate other than the first won
     FILE *report;        // with autotune: one line per key timed (shape, epilogue, the pick's and the best ms)
+    // 0, or the SMs a GEMM is to run on (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: its heuristic and
+    // persistent grids for that many, while another stream's kernel has the rest); set around
+    // such a call
+    int sm_target;
 } gemm_cache;
 
 // the largest power of two (<= 256) that divides p's address
@@ -169,6 +174,11 @@ static cublasStatus_t gemm_entry_build(gemm_cache *c, gemm_entry *e, const gemm_
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (key->sm_target > 0) {
+        int32_t sms = key->sm_target;
+        st = cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms));
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
     if (key->epilogue != 0) {
         // the pointers of this first call are set too: the heuristic reads their alignment
         // (every call sets its own before the matmul)
@@ -352,6 +362,7 @@ static inline cublasStatus_t gemm_lt_c(gemm_cache *c, cudaStream_t stream, const
     gemm_key key = gemm_make_key(p);
     key.align_c = gemm_alignment(C);
     key.ws_bytes = ws_bytes;
+    key.sm_target = c->sm_target;
     if (ep != NULL && ep->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         const cublasLtEpilogue_t epi = ep->epilogue;
         const int uses_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;

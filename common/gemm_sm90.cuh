@@ -440,6 +440,7 @@ typedef struct {
     int tiles_m, tiles_n;  // output tiles per split
     int bm;                // output rows per tile: SM90_BM, or 64 for a ping-pong policy
     int bn;                // output columns per tile: SM90_BN, or 192 for a wide policy
+    int ctas;              // at most this many CTAs (0: one an SM): an SM share for a GEMM beside another
     int group_m;           // row tiles per raster group (the same rows either way)
 } sm90_shape;
 
@@ -1031,12 +1032,15 @@ static inline int sm90_aligned(const void *p, int64_t ld, int elem) {
 //   group_rows: the output rows of a raster group (0, as in a zeroed problem: SM90_GROUP_M
 //     tiles of SM90_BM). A group sweeps all of B, so B is read from DRAM once per group: a short
 //     A (a few MB) in one group reads B once in all.
+//   ctas: at most this many persistent CTAs (0, as in a zeroed problem: one an SM), so that
+//     another stream's kernel has the other SMs
 typedef struct {
     sm90_matrix a, b, d, x;
     int trans_a, trans_b;
     int64_t M, N, K;
     int splits;
     int64_t group_rows;
+    int ctas;
 } sm90_problem;
 
 // cudaSuccess if the kernel can run p (sizes, alignment, 32-bit coordinates), else why not.
@@ -1059,6 +1063,7 @@ static inline sm90_shape sm90_make_shape(const sm90_problem &p, int bm = SM90_BM
     s.bm = bm;
     s.bn = bn;
     s.group_m = p.group_rows > 0 ? (int)((p.group_rows + bm - 1) / bm) : SM90_GROUP_M * SM90_BM / bm;
+    s.ctas = p.ctas > 0 ? p.ctas : 0;
     s.tiles_m = (int)((p.M + bm - 1) / bm);
     s.tiles_n = (int)((p.N + bn - 1) / bn);
     const int k_tiles = (int)((p.K + SM90_BK - 1) / SM90_BK);
@@ -1095,6 +1100,7 @@ static cudaError_t sm90_gemm_run(const CUtensorMap &ma, const CUtensorMap &mb, c
         sh.group_m += sh.group_m & 1;
     }
     const long long tiles = (long long)sh.tiles_m * sh.tiles_n * sh.splits;
+    if (sh.ctas > 0 && sh.ctas < sms) sms = sh.ctas;
     unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
     if (P::CLUSTER_M == 2) {
         cudaLaunchConfig_t cfg = {};

@@ -35,7 +35,7 @@ targets (ignore_index -100):
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
              [--dw-direct 0|1] [--dh-direct 0|1|2] [--wide-stats 0|1] [--budget MiB]
-             [--chunk tokens] [--dh-parts P]
+             [--chunk tokens] [--dh-parts P] [--side S]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
@@ -103,6 +103,7 @@ static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1, -1, -1};
 static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
 static int64_t g_chunk = 0;   // --chunk, --dh-parts: the Hopper path's chunks (flce_dev_set_plan_chunk)
 static int g_dh_parts = 0;
+static int g_side = -1;       // --side: the direct gradients side by side, d_h on this many SMs (0: never)
 
 // ----------------------------------------------------------------------------------------
 // row kernels of verl's split schedule (the whole-row kernel, ce_row_kernel, is common.cuh's)
@@ -637,7 +638,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
             snprintf(split, sizeof(split), " (%lld columns at full K, the rest in %d)", (long long)fc, pb);
         if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
         else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
-                      split, pl.dw_direct ? ", d_W by cuBLASLt on E" : "",
+                      split, pl.dw_direct ? (pl.side_sms ? ", d_W by cuBLASLt on E beside d_h" : ", d_W by cuBLASLt on E") : "",
                       pl.stats_shared ? ", statistics in the d_h region" : "");
     }
     const char *path = flce_hopper_default() ? "Hopper GEMMs" : "cuBLASLt";
@@ -739,7 +740,9 @@ static void usage(const char *prog) {
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n"
             "  --chunk T          the Hopper path's chunks: at most T tokens, the largest that fits (no\n"
             "                     shorter one for whole waves), the chunk schedule wherever one fits\n"
-            "  --dh-parts P       the Hopper path's fused d_h GEMM in P K parts (1..%d)\n",
+            "  --dh-parts P       the Hopper path's fused d_h GEMM in P K parts (1..%d)\n"
+            "  --side S           the direct gradients side by side on two streams, d_h on S SMs\n"
+            "                     in every chunk; 0 never (default: in chunks of up to 1024 tokens)\n",
             prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES, FLCE_DEV_MAX_DH_PARTS);
 }
 
@@ -767,7 +770,8 @@ static int parse_number(int argc, char **argv, int *i) {
     static const struct {
         const char *name;
         long long lo, hi;
-    } names[] = {{"budget", 1, 1ll << 20}, {"chunk", 1, 1ll << 24}, {"dh-parts", 1, FLCE_DEV_MAX_DH_PARTS}};
+    } names[] = {{"budget", 1, 1ll << 20}, {"chunk", 1, 1ll << 24}, {"dh-parts", 1, FLCE_DEV_MAX_DH_PARTS},
+                 {"side", 0, 1024}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -780,7 +784,8 @@ static int parse_number(int argc, char **argv, int *i) {
         if (eq == NULL) ++*i;
         if (k == 0) g_budget = (size_t)x << 20;
         else if (k == 1) g_chunk = x;
-        else g_dh_parts = (int)x;
+        else if (k == 2) g_dh_parts = (int)x;
+        else g_side = (int)x;
         return 1;
     }
     return 0;
@@ -889,6 +894,7 @@ int main(int argc, char **argv) {
     if (g_switches.lt_backward >= 0) flce_dev_set_lt_backward(g_switches.lt_backward);  // (process-wide)
     if (g_switches.wide_stats >= 0) flce_dev_set_wide_stats(g_switches.wide_stats);
     if (g_chunk > 0 || g_dh_parts > 0) flce_dev_set_plan_chunk(g_chunk, g_dh_parts);
+    if (g_side >= 0) flce_dev_set_side(g_side);
     flce_new_context();
     const int rc = check ? run_check(&a, s) : run_bench(&a, s);
     flce_destroy(g_flce);

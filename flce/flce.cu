@@ -149,6 +149,9 @@ void flce_destroy(flce_context *ctx) {
     }
     if (ctx->t_start != NULL) cudaEventDestroy(ctx->t_start);
     if (ctx->t_stop != NULL) cudaEventDestroy(ctx->t_stop);
+    if (ctx->side_fork != NULL) cudaEventDestroy(ctx->side_fork);
+    if (ctx->side_join != NULL) cudaEventDestroy(ctx->side_join);
+    if (ctx->side_stream != NULL) cudaStreamDestroy(ctx->side_stream);
     gemm_cache_release(&ctx->gemm);
     cublasLtDestroy(ctx->gemm.handle);
     cudaFreeHost((void *)ctx->host_status);

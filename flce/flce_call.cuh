@@ -41,6 +41,10 @@ struct flce_context {
     int dw_scaled;    // 1: the scaled d_W transform where it applies; 0: never
     int dw_direct;    // 1: the scaled d_W by cuBLASLt's GEMM on E where the plan allows; 0: never
     int dh_direct;    // where the direct d_W runs, its d_h GEMM (FLCE_DH_SCALED, _E, _LT)
+    // the second stream of the direct gradients side by side (flce_plan.side_sms), made the
+    // first time: it waits for fork on the call's stream, which waits for join after
+    cudaStream_t side_stream;
+    cudaEvent_t side_fork, side_join;
     int timing;       // 1: every phase timed (t_start, t_stop made)
     cudaEvent_t t_start, t_stop;
     double t_ms[FLCE_T_COUNT];

@@ -160,6 +160,10 @@ typedef struct {
                          // region after the d_W's B operand
     size_t lt_bytes;     // cuBLASLt's workspace at off_lt (FLCE_LT_WORKSPACE, or on the direct
                          // d_W what that region leaves, up to it)
+    int side_sms;        // 0, or the direct gradients side by side (flce_dev_set_side): the d_h
+                         // GEMM on this many SMs, cuBLASLt's d_W on the others, on a second stream
+    size_t off_xs;       // the direct d_W's B operand v' h (in the d_h parts' region, after the
+                         // parts where the two GEMMs run side by side)
     size_t off_dh_ws, dh_ws_bytes;  // the direct d_h's (cuBLASLt's GEMM on E, a dev switch):
                          // its workspace in the d_h parts' region after its fp32 product
     int grad_cols;       // the fused gradient GEMMs' tile width: FLCE_SM90_BN_NARROW where the
@@ -249,6 +253,12 @@ void flce_dev_set_wide_stats(int mode);
 //   FLCE_DEV_MAX_DH_PARTS). 0 for either: the planner's choice (the default).
 #define FLCE_DEV_MAX_DH_PARTS 8
 void flce_dev_set_plan_chunk(int64_t chunk, int dh_parts);
+//   Where the direct gradients run (cuBLASLt's d_W on E, our d_h GEMM on E), the two GEMMs of a
+//   chunk side by side on two streams (their buffers then all live at once: a larger d_h parts'
+//   region): dh_sms > 0 in every chunk, the d_h GEMM's CTAs on dh_sms SMs and cuBLASLt targeting
+//   the others; 0 never; -1 (the default): flce_plan.c's rule (half the SMs each, in chunks of
+//   up to 1024 tokens).
+void flce_dev_set_side(int dh_sms);
 
 // Per context, for its calls from then on:
 //   The Hopper logits GEMM's schedule on 256-column statistics tiles (flce_plan.c's

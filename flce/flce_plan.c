@@ -355,6 +355,30 @@ void flce_dev_set_plan_chunk(int64_t chunk, int dh_parts) {
     g_plan_switches++;
 }
 
+/*
+The direct gradients side by side: where the chunk is short, cuBLASLt's d_W GEMM on E reads and
+writes the fp32 d_W (8 bytes an element) for few products (2 C flops an element), more bytes
+than its FLOPs take time for, while our d_h GEMM on E is bound by its products. Run one after the
+other, the d_W leaves the tensor cores idle for its traffic; side by side on two streams, the
+d_h GEMM's CTAs on half the SMs and cuBLASLt targeting the other half, the traffic runs under
+the d_h's products. Measured on an H100 (dev/RESULTS.md): 5-9% off a call in chunks of 512 to
+1024 tokens, level at 1408 and 1536, 5-10% slower in chunks of 2816 and 3328 (the 1 GiB plans),
+where the d_W has products enough to hide its traffic; so up to FLCE_SIDE_MAX_CHUNK. Not under
+vocab_parallel (its d_h is summed over the ranks beside the d_W: not measured).
+*/
+#define FLCE_SIDE_MAX_CHUNK 1024
+static int g_side_sms = -1;  // flce_dev_set_side: -1 the rule above, 0 never, else d_h's SMs
+
+void flce_dev_set_side(int dh_sms) {
+    g_side_sms = dh_sms >= 0 ? dh_sms : -1;
+    g_plan_switches++;
+}
+
+static int flce_side_sms(const flce_config *cfg, int64_t chunk, int sms) {
+    if (g_side_sms >= 0) return g_side_sms < sms ? g_side_sms : 0;
+    return !cfg->vocab_parallel && chunk <= FLCE_SIDE_MAX_CHUNK ? sms / 2 : 0;
+}
+
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
     const int logit = cfg->has_bias || flce_general_dz(cfg);
     return logit || g_wide_stats == 0 ? FLCE_SM90_STAT_FULL : FLCE_SM90_STAT_WIDE;
@@ -445,9 +469,10 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         const size_t parts = p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0;
         const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
         const size_t qs = p->stats_shared ? flce_append(flce_append(0, q), stats) : q;
-        const size_t region = parts > qs ? parts : qs;
+        size_t region = parts > qs ? parts : qs;
         p->off_dh_part = o;
         p->off_stat_q = o;
+        p->off_xs = o;
         if (p->stats_shared) p->off_stat = o + flce_append(0, q);
         // The scaled d_W by cuBLASLt on E: its B operand v' h, then cuBLASLt's workspace in
         // what the region has left (the d_h parts are summed by then): at least v' h's size, as
@@ -458,6 +483,16 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
             p->off_lt = o + xs;
             p->lt_bytes = region - xs < FLCE_LT_WORKSPACE ? region - xs : FLCE_LT_WORKSPACE;
+            p->side_sms = flce_side_sms(cfg, chunk, p->sm90);
+            if (p->side_sms) {
+                // side by side: the d_h parts, v' h and cuBLASLt's workspace (as much as one
+                // after the other has) all live at once
+                const size_t pa = flce_append(0, parts);
+                p->off_xs = o + pa;
+                p->off_lt = o + pa + xs;
+                const size_t side = flce_append(flce_append(pa, xs), p->lt_bytes);
+                if (side > region) region = side;
+            }
             const size_t prod = flce_append(0, flce_bytes(C, H, 4));  // the direct d_h's product
             p->off_dh_ws = o + (prod < region ? prod : region);
             p->dh_ws_bytes = prod >= region                       ? 0

@@ -192,7 +192,8 @@ static cudaError_t flce_hopper_dh_gemm(const sm90_problem &q, const flce_sm90_gr
 // d_W's padding rows (V .. Vp), where cuBLASLt's d_W GEMM covers the real classes alone: zeroed
 // by the chunk that writes the last tile's rows first (the first; nothing to add to).
 template <typename T, typename TL, typename Tgt>
-static flce_status flce_hopper_zero_dw_padding(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t v0, int64_t w) {
+static flce_status flce_hopper_zero_dw_padding(flce_call_state<T, TL, Tgt> *s, int64_t c0, int64_t v0, int64_t w,
+                                               cudaStream_t stream) {
     const flce_config *cfg = s->cfg;
     const int64_t V = cfg->vocab, Vp = cfg->vocab_padded, H = cfg->hidden;
     const int acc = s->p->dw_accumulator;
@@ -202,7 +203,18 @@ static flce_status flce_hopper_zero_dw_padding(flce_call_state<T, TL, Tgt> *s, i
     char *dw = acc ? s->ws + s->p->off_dw32 : (char *)s->t->d_weight;
     flce_context *ctx = s->ctx;
     FLCE_HOPPER_TRY("d_weight padding rows",
-                    cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es, s->stream));
+                    cudaMemsetAsync(dw + (size_t)V * H * es, 0, (size_t)(Vp - V) * H * es, stream));
+    return FLCE_OK;
+}
+
+// The context's second stream and its two events (flce_plan.side_sms), made the first time.
+static flce_status flce_side_stream(flce_context *ctx, int64_t c0) {
+    if (ctx->side_stream == NULL)
+        FLCE_HOPPER_TRY("the side stream", cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking));
+    if (ctx->side_fork == NULL)
+        FLCE_HOPPER_TRY("the side stream's event", cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming));
+    if (ctx->side_join == NULL)
+        FLCE_HOPPER_TRY("the side stream's event", cudaEventCreateWithFlags(&ctx->side_join, cudaEventDisableTiming));
     return FLCE_OK;
 }
 
@@ -238,6 +250,18 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("target kernel", cudaGetLastError());
         });
     }
+    // side by side (flce_plan.side_sms): d_W's kernels on the second stream, from here until the
+    // call's stream waits for them after its d_h (not under the phase timing, which waits for
+    // each phase)
+    const int side = p->side_sms && r->direct && ctx->dh_direct == FLCE_DH_E && p->grad_cols == SM90_BN &&
+                     t->d_hidden != NULL && t->d_weight != NULL && !ctx->timing;
+    cudaStream_t dws = s->stream;
+    if (side) {
+        FLCE_TRY(flce_side_stream(ctx, c0));
+        FLCE_HOPPER_TRY("the side stream's fork", cudaEventRecord(ctx->side_fork, s->stream));
+        FLCE_HOPPER_TRY("the side stream's fork", cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0));
+        dws = ctx->side_stream;
+    }
     if (t->d_hidden != NULL) {
         // d_h[chunk] (rows x H) = dlogits (rows x w) @ W[tile] (w x H), in K parts, summed in order;
         // in one part over vocabulary tiles, the GEMM adds to the fp32 accumulator itself (each
@@ -249,6 +273,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         q.d = {part, rows, H, H};
         q.trans_a = 0; q.trans_b = 1;
         q.M = rows; q.N = H; q.K = w; q.splits = p->dh_parts;
+        q.ctas = side ? p->side_sms : 0;
         flce_sm90_grad_args a;
         a.r = *r;
         void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
@@ -266,7 +291,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         // within the parts' bytes
         int64_t fc = 0;
         int pb = 0;
-        const int split = !dh_lt && !direct && flce_plan_dh_split(p, rows, H, parts, &fc, &pb);
+        const int split = !dh_lt && !direct && !side && flce_plan_dh_split(p, rows, H, parts, &fc, &pb);
         sm90_problem q_full = q, q_rest = q;
         float *full = NULL;
         int rest_parts = parts;
@@ -356,7 +381,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         char *dw = (acc ? s->ws + p->off_dw32 : (char *)t->d_weight) + (size_t)v0 * H * (bf16_out ? 2 : 4);
         const int add = c0 > 0 || (!acc && cfg->accumulate_d_weight);
         // the scaled d_W: its B operand v' h in the d_h parts' buffer (free once they are summed)
-        __nv_bfloat16 *xs = (__nv_bfloat16 *)(s->ws + p->off_dh_part);
+        __nv_bfloat16 *xs = (__nv_bfloat16 *)(s->ws + p->off_xs);
         sm90_problem q = {};
         q.a = E;
         q.b = {r->sc ? (const void *)xs : (const void *)h_chunk, rows, H, H};
@@ -365,11 +390,11 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         q.M = rows_w; q.N = H; q.K = rows; q.splits = 1;
         flce_sm90_grad_args a;
         a.r = *r;
-        FLCE_PHASE(ctx, s->stream, FLCE_T_DWEIGHT, {
+        FLCE_PHASE(ctx, dws, FLCE_T_DWEIGHT, {
             FLCE_HOPPER_TRY("d_weight GEMM", sm90_gemm_check(q, bf16_out ? 2 : 4));
             cudaError_t err = cudaSuccess;  // (the direct d_W's GEMM is checked where it runs)
             if (r->sc) {
-                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, s->stream>>>(h_chunk, *r, (int)H, xs);
+                flce_sm90_xs_kernel<T><<<(unsigned)rows, 128, 0, dws>>>(h_chunk, *r, (int)H, xs);
                 FLCE_HOPPER_TRY("d_weight operand kernel", cudaGetLastError());
                 if (r->direct) {
                     // d_W[tile] (w x H) (+)= E^T (w x rows) @ xs (rows x H), over the real
@@ -377,11 +402,14 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                     const gemm_problem gp = {0, 1, H, w, rows, {xs, CUDA_R_16BF, H},
                                              {E.ptr, CUDA_R_16BF, p->ldl}, {dw, CUDA_R_32F, H},
                                              1.0f, add ? 1.0f : 0.0f};
-                    FLCE_GEMM_TRY("d_weight", gemm_split(&ctx->gemm, s->stream, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
-                                                         s->ws + p->off_lt, p->lt_bytes));
-                    FLCE_TRY(flce_hopper_zero_dw_padding(s, c0, v0, w));
+                    ctx->gemm.sm_target = side ? p->sm90 - p->side_sms : 0;
+                    const cublasStatus_t st = gemm_split(&ctx->gemm, dws, &gp, GEMM_SPLIT_N, flce_vocab_cut(w),
+                                                         s->ws + p->off_lt, p->lt_bytes);
+                    ctx->gemm.sm_target = 0;
+                    FLCE_GEMM_TRY("d_weight", st);
+                    FLCE_TRY(flce_hopper_zero_dw_padding(s, c0, v0, w, dws));
                 } else {
-                    err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, s->stream);
+                    err = flce_sm90_scaled_gemm<flce_sm90_dw_sc, 1>(q, a, add, p->grad_cols, dws);
                     FLCE_HOPPER_TRY("d_weight GEMM", err);
                 }
                 const int cols = FLCE_DW_TARGET_COLS(H);
@@ -392,19 +420,23 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
                 // one block an SM (the plan's count), each over its groups of columns
                 const int64_t groups = (w + cols - 1) / cols, sms = p->sm90;
                 flce_sm90_dw_target_kernel<T><<<(unsigned)(groups < sms ? groups : sms), FLCE_DW_TARGET_THREADS,
-                                                smem, s->stream>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
+                                                smem, dws>>>(*r, h_chunk, (int)H, (int)w, (float *)dw);
                 FLCE_HOPPER_TRY("d_weight target kernel", cudaGetLastError());
             } else if (bf16_out)
-                err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream)
-                            : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, s->stream);
+                err = r->xf ? sm90_gemm_launch<flce_sm90_dw<false, true, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, dws)
+                            : sm90_gemm_launch<flce_sm90_dw<false, false, __nv_bfloat16>, __nv_bfloat16, 1, 1>(q, a, dws);
             else if (r->xf)
-                err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, s->stream);
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, true>, float, 1, 1>(q, a, dws)
+                          : sm90_gemm_launch<flce_sm90_dw<false, true>, float, 1, 1>(q, a, dws);
             else
-                err = add ? sm90_gemm_launch<flce_sm90_dw<true, false>, float, 1, 1>(q, a, s->stream)
-                          : sm90_gemm_launch<flce_sm90_dw<false, false>, float, 1, 1>(q, a, s->stream);
+                err = add ? sm90_gemm_launch<flce_sm90_dw<true, false>, float, 1, 1>(q, a, dws)
+                          : sm90_gemm_launch<flce_sm90_dw<false, false>, float, 1, 1>(q, a, dws);
             FLCE_HOPPER_TRY("d_weight GEMM", err);
         });
+    }
+    if (side) {
+        FLCE_HOPPER_TRY("the side stream's join", cudaEventRecord(ctx->side_join, ctx->side_stream));
+        FLCE_HOPPER_TRY("the side stream's join", cudaStreamWaitEvent(s->stream, ctx->side_join, 0));
     }
     return FLCE_OK;
 }
@@ -428,7 +460,7 @@ static flce_status flce_hopper_backward_lt(flce_call_state<T, TL, Tgt> *s, const
         FLCE_HOPPER_TRY("dlogits kernel", cudaGetLastError());
     });
     FLCE_TRY(flce_tile_backward(s, c0, r->rows, v0, w, 0));
-    return flce_hopper_zero_dw_padding(s, c0, v0, w);
+    return flce_hopper_zero_dw_padding(s, c0, v0, w, s->stream);
 }
 
 // Per chunk: the logits GEMM (statistics and E), the merge, the gradient GEMMs. With

@@ -1885,7 +1885,7 @@ static void test_hopper_layout_sweep(void) {
     const int64_t Ns[] = {1, 100, 1000, 4096, 16384, 65536};
     const size_t mibs[] = {40, 160, 300, 1024, 1536};
     uint64_t seed = 20261205;
-    int bad = 0, plans = 0, shared = 0;
+    int bad = 0, plans = 0, shared = 0, side = 0;
     char first[256] = "";
     for (int i = 0; i < 600; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -1920,6 +1920,14 @@ static void test_hopper_layout_sweep(void) {
             else
                 ok &= p.off_stat + stats <= p.off_stat16;
             if (!p.lt_backward) ok &= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 <= region_end;
+            // side by side (flce_plan.c's rule: half the SMs, chunks of up to 1024 tokens): the d_h
+            // parts, v' h and cuBLASLt's workspace apart; else v' h at the region's start
+            if (p.side_sms)
+                ok &= p.dw_direct && p.side_sms == 66 && C <= 1024 && !c.vocab_parallel &&
+                      p.off_xs >= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 && p.off_xs + C * H * 2 <= p.off_lt;
+            else
+                ok &= p.off_xs == p.off_dh_part && (!p.dw_direct || C > 1024);
+            side += p.side_sms > 0;
             if (p.dw_direct) {
                 ok &= p.off_lt >= p.off_dh_part + C * H * 2 && p.off_lt + p.lt_bytes <= region_end;
                 ok &= p.dh_ws_bytes == 0 || (p.off_dh_ws >= p.off_dh_part + C * H * 4 &&
@@ -1933,10 +1941,10 @@ static void test_hopper_layout_sweep(void) {
             bad += !ok;
         }
     }
-    test_check(bad == 0 && plans > 1000 && shared > 100,
-               "lib: Hopper layouts of %d plans (%d with the statistics shared) over random configs, budgets and "
-               "calls: every buffer in its place, every call fits%s%s", plans, shared, bad ? "; first bad: " : "",
-               first);
+    test_check(bad == 0 && plans > 1000 && shared > 100 && side > 100,
+               "lib: Hopper layouts of %d plans (%d with the statistics shared, %d with the gradients side by side) "
+               "over random configs, budgets and calls: every buffer in its place, every call fits%s%s",
+               plans, shared, side, bad ? "; first bad: " : "", first);
     flce_dev_set_plan_sms(0);
 }
 

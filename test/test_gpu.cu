@@ -1123,6 +1123,84 @@ static void test_dh_split(void) {
 }
 
 // ----------------------------------------------------------------------------------------
+// 7c. the direct gradients side by side (flce_plan.side_sms): in chunks of up to 1024 tokens the
+// d_h GEMM runs on half the SMs while cuBLASLt's d_W runs on the other half, on a second stream.
+// At 2125 x 1024 x 4099 in chunks of at most 512 (several chunks, the last shorter), against the
+// same calls one after the other (flce_dev_set_side(0)): the loss and token losses bitwise the
+// same, d_W to fp32's floor (cuBLASLt may pick another algorithm for half the SMs), d_h to the
+// bf16 floor; a second call and one captured in a CUDA graph bitwise the first.
+
+static void test_side_by_side(void) {
+    const int64_t N = 2125, H = 1024, V = 4099;
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Problem pb;
+    memset(&pb, 0, sizeof(pb));
+    flce_config_init(&pb.cfg, N, H, V);
+    flce_dev_set_plan_chunk(512, 0);
+    size_t ws = 0;
+    flce_workspace_size(&pb.cfg, 0, &ws);
+    flce_plan pl;
+    flce_make_plan(&pb.cfg, ws, 1, 1, sms, 0, &pl);
+    if (!test_check(pl.chunk > 0 && pl.chunk <= 512 && pl.dw_direct && pl.side_sms == sms / 2,
+                    "side by side planned at %lld x %lld x %lld in chunks of %lld on %d SMs: d_h on %d",
+                    (long long)N, (long long)H, (long long)V, (long long)pl.chunk, sms, pl.side_sms)) {
+        flce_dev_set_plan_chunk(0, 0);
+        return;
+    }
+    float *hh = (float *)malloc(N * H * 4), *hw = (float *)malloc(V * H * 4);
+    int32_t *ht = (int32_t *)malloc(N * 4);
+    uint64_t s = 17;
+    const float scale = 2.0f / sqrtf(sqrtf((float)H));
+    fill_uniform(hh, N * H, scale, &s);
+    fill_uniform(hw, V * H, scale, &s);
+    for (int64_t i = 0; i < N * H; i++) hh[i] = bf16_bits_to_f32(f32_to_bf16_bits(hh[i]));
+    for (int64_t i = 0; i < V * H; i++) hw[i] = bf16_bits_to_f32(f32_to_bf16_bits(hw[i]));
+    for (int64_t i = 0; i < N; i++) ht[i] = i % 11 == 3 ? -100 : (int32_t)((i * 7919) % V);
+    pb.h = hh; pb.W = hw; pb.targets = ht;
+    flce_context *dflt = g_ctx;
+    if (test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (side by side)")) {
+        Result a = run_flce(&pb, (RunMode){1, 1, 0, 0, 0});
+        Result c = run_flce(&pb, (RunMode){1, 1, 0, 0, 0});
+        Result g = run_flce(&pb, (RunMode){1, 1, 0, 1, 0});
+        flce_dev_set_side(0);
+        flce_plan p0;
+        flce_make_plan(&pb.cfg, ws, 1, 1, sms, 0, &p0);
+        Result b = run_flce(&pb, (RunMode){1, 1, 0, 0, 0});
+        flce_dev_set_side(-1);
+        const int ok = a.status == FLCE_OK && b.status == FLCE_OK && c.status == FLCE_OK && g.status == FLCE_OK;
+        int finite = ok;
+        for (int64_t i = 0; ok && i < N * H; i++) finite &= isfinite(a.d_h[i]);
+        for (int64_t i = 0; ok && i < V * H; i++) finite &= isfinite(a.d_W[i]);
+        const double eh = ok ? rel_l2_f32(a.d_h, b.d_h, N * H) : 1.0, ew = ok ? rel_l2_f32(a.d_W, b.d_W, V * H) : 1.0;
+        const int fwd = ok && memcmp(&a.loss, &b.loss, 4) == 0 && memcmp(a.token_loss, b.token_loss, N * 4) == 0;
+        int again = ok, graph = ok;
+        const Result *rs[2] = {&c, &g};
+        for (int k = 0; k < 2 && ok; k++) {
+            const int same = memcmp(&a.loss, &rs[k]->loss, 4) == 0 && memcmp(a.token_loss, rs[k]->token_loss, N * 4) == 0 &&
+                             memcmp(a.d_h, rs[k]->d_h, N * H * 4) == 0 && memcmp(a.d_W, rs[k]->d_W, V * H * 4) == 0;
+            if (k == 0) again = same;
+            else graph = same;
+        }
+        test_check(ok && p0.side_sms == 0 && fwd && finite && eh <= 1e-3 && ew <= 1e-5 && again && graph,
+                   "side by side at %lld x %lld x %lld (chunks of %lld, d_h on %d SMs) against one after the other: "
+                   "loss and token losses bitwise %d, d_h rel L2 %.2e, d_W %.2e; a second call bitwise %d, "
+                   "a CUDA graph's %d",
+                   (long long)N, (long long)H, (long long)V, (long long)pl.chunk, pl.side_sms, fwd, eh, ew, again,
+                   graph);
+        result_free(&a);
+        result_free(&b);
+        result_free(&c);
+        result_free(&g);
+        flce_destroy(g_ctx);
+    }
+    g_ctx = dflt;
+    flce_dev_set_plan_chunk(0, 0);
+    free(hh); free(hw); free(ht);
+}
+
+// ----------------------------------------------------------------------------------------
 // 9. vocabulary parallelism
 
 // the emulated communicator's copies of device buffers (vp_comm.h), ordered on the call's stream
@@ -1609,6 +1687,7 @@ int main(int argc, char **argv) {
         test_bad_inputs();
         test_large_offsets();
         if (g_hopper && g_lt_backward != 1) test_dh_split();
+        if (g_hopper && g_lt_backward != 1) test_side_by_side();
         test_vocab_parallel();
         flce_destroy(g_ctx);
     }
