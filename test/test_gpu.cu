@@ -1040,6 +1040,23 @@ static void test_large_offsets(void) {
     free(hh); free(hw); free(ht);
 }
 
+// h and W of pb.cfg's shape uniform with std ~H^-1/4, rounded to bf16, and targets (i * 7919) mod
+// V with every m-th token from r on ignored (-100); into pb, the host arrays to free in *hh, *hw, *ht
+static void bf16_inputs(Problem *pb, uint64_t seed, int m, int r, float **hh, float **hw, int32_t **ht) {
+    const int64_t N = pb->cfg.n_tokens, H = pb->cfg.hidden, V = pb->cfg.vocab;
+    *hh = (float *)malloc(N * H * 4);
+    *hw = (float *)malloc(V * H * 4);
+    *ht = (int32_t *)malloc(N * 4);
+    uint64_t s = seed;
+    const float scale = 2.0f / sqrtf(sqrtf((float)H));
+    fill_uniform(*hh, N * H, scale, &s);
+    fill_uniform(*hw, V * H, scale, &s);
+    for (int64_t i = 0; i < N * H; i++) (*hh)[i] = bf16_bits_to_f32(f32_to_bf16_bits((*hh)[i]));
+    for (int64_t i = 0; i < V * H; i++) (*hw)[i] = bf16_bits_to_f32(f32_to_bf16_bits((*hw)[i]));
+    for (int64_t i = 0; i < N; i++) (*ht)[i] = i % m == r ? -100 : (int32_t)((i * 7919) % V);
+    pb->h = *hh; pb->W = *hw; pb->targets = *ht;
+}
+
 // ----------------------------------------------------------------------------------------
 // 7b. the Hopper d_h GEMM in two launches (flce_sm90_dh_split): a chunk of 3328 x 2048 is 26 x 8
 // d_h tiles, on 132 SMs 5 columns of tiles at full K, then the other 3 in 5 K parts, against the
@@ -1050,9 +1067,7 @@ static void test_large_offsets(void) {
 
 static void test_dh_split(void) {
     const int64_t N = 3328, H = 2048, V = 4099;
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = flce_device_hopper_sms();
     Problem pb;
     memset(&pb, 0, sizeof(pb));
     flce_config_init(&pb.cfg, N, H, V);
@@ -1071,16 +1086,9 @@ static void test_dh_split(void) {
                                             "the rest in %d K parts (chunk %lld, %d parts)",
                     (long long)N, (long long)H, sms, (long long)fc, parts, (long long)pl.chunk, pl.dh_parts))
         return;
-    float *hh = (float *)malloc(N * H * 4), *hw = (float *)malloc(V * H * 4);
-    int32_t *ht = (int32_t *)malloc(N * 4);
-    uint64_t s = 11;
-    const float scale = 2.0f / sqrtf(sqrtf((float)H));
-    fill_uniform(hh, N * H, scale, &s);
-    fill_uniform(hw, V * H, scale, &s);
-    for (int64_t i = 0; i < N * H; i++) hh[i] = bf16_bits_to_f32(f32_to_bf16_bits(hh[i]));
-    for (int64_t i = 0; i < V * H; i++) hw[i] = bf16_bits_to_f32(f32_to_bf16_bits(hw[i]));
-    for (int64_t i = 0; i < N; i++) ht[i] = i % 13 == 5 ? -100 : (int32_t)((i * 7919) % V);
-    pb.h = hh; pb.W = hw; pb.targets = ht;
+    float *hh, *hw;
+    int32_t *ht;
+    bf16_inputs(&pb, 11, 13, 5, &hh, &hw, &ht);
     static const struct { const char *route; int dh, scaled, no_dw, fp32; } cases[] = {
         {"the default route", FLCE_DH_E, 1, 0, 0},        {"the default route", FLCE_DH_E, 1, 0, 1},
         {"the scaled d_h GEMM", FLCE_DH_SCALED, 1, 0, 0}, {"the plain transform", FLCE_DH_E, 0, 0, 0},
@@ -1132,9 +1140,7 @@ static void test_dh_split(void) {
 
 static void test_side_by_side(void) {
     const int64_t N = 2125, H = 1024, V = 4099;
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = flce_device_hopper_sms();
     Problem pb;
     memset(&pb, 0, sizeof(pb));
     flce_config_init(&pb.cfg, N, H, V);
@@ -1149,16 +1155,9 @@ static void test_side_by_side(void) {
         flce_dev_set_plan_chunk(0, 0);
         return;
     }
-    float *hh = (float *)malloc(N * H * 4), *hw = (float *)malloc(V * H * 4);
-    int32_t *ht = (int32_t *)malloc(N * 4);
-    uint64_t s = 17;
-    const float scale = 2.0f / sqrtf(sqrtf((float)H));
-    fill_uniform(hh, N * H, scale, &s);
-    fill_uniform(hw, V * H, scale, &s);
-    for (int64_t i = 0; i < N * H; i++) hh[i] = bf16_bits_to_f32(f32_to_bf16_bits(hh[i]));
-    for (int64_t i = 0; i < V * H; i++) hw[i] = bf16_bits_to_f32(f32_to_bf16_bits(hw[i]));
-    for (int64_t i = 0; i < N; i++) ht[i] = i % 11 == 3 ? -100 : (int32_t)((i * 7919) % V);
-    pb.h = hh; pb.W = hw; pb.targets = ht;
+    float *hh, *hw;
+    int32_t *ht;
+    bf16_inputs(&pb, 17, 11, 3, &hh, &hw, &ht);
     flce_context *dflt = g_ctx;
     if (test_check(new_context(&g_ctx) == FLCE_OK, "flce_create (side by side)")) {
         Result a = run_flce(&pb, (RunMode){1, 1, 0, 0, 0});
