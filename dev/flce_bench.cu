@@ -49,7 +49,7 @@ logits GEMM's schedule, the Hopper path's gradients from cuBLASLt's GEMMs (1) or
 ones (0), the scaled d_W transform off (0); --budget sets the workspace budget of the rows
 that take 1 GiB by default (larger chunks: fewer d_W accumulations and W reads per call);
 --chunk and --dh-parts set the Hopper plan's chunk and d_h K parts, for sweeps of the
-planner's choices.
+planner's choices; --side the SMs of the d_h GEMM where the gradient GEMMs run side by side.
 
 Benchmark mode, per shape, in one process: random inputs (h, W uniform with std H^-1/4 so
 the logits are ~N(0, 1); targets uniform, ~5% ignored), a GPU reference (fp32 GEMMs on the

@@ -361,9 +361,10 @@ writes the fp32 d_W (8 bytes an element) for few products (2 C flops an element)
 than its FLOPs take time for, while our d_h GEMM on E is bound by its products. Run one after the
 other, the d_W leaves the tensor cores idle for its traffic; side by side on two streams, the
 d_h GEMM's CTAs on half the SMs and cuBLASLt targeting the other half, the traffic runs under
-the d_h's products. Measured on an H100 (dev/RESULTS.md): 5-9% off a call in chunks of 512 to
-1024 tokens, level at 1408 and 1536, 5-10% slower in chunks of 2816 and 3328 (the 1 GiB plans),
-where the d_W has products enough to hide its traffic; so up to FLCE_SIDE_MAX_CHUNK. Not under
+the d_h's products. Measured on an H100 (dev/RESULTS.md): 3-9% off a call in chunks of 512 to
+1024 tokens, 0-1% at 1408 and 1536, 5-8% slower in chunks of 3328 (a 1 GiB plan), where the d_W
+has products enough to hide its traffic and half the SMs are too few for them; half the SMs each
+was the best split (48 to 88 for d_h tried). So up to FLCE_SIDE_MAX_CHUNK. Not under
 vocab_parallel (its d_h is summed over the ranks beside the d_W: not measured).
 */
 #define FLCE_SIDE_MAX_CHUNK 1024
