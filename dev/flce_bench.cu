@@ -35,7 +35,7 @@ targets (ignore_index -100):
 ./flce_bench [-v version|all] [-s shapes] [-r repeats] [-w warmups] [-o path] [-c]
              [--autotune 0|1] [--timing] [--pingpong 0|1] [--lt-backward 0|1] [--dw-scaled 0|1]
              [--dw-direct 0|1] [--dh-direct 0|1|2] [--wide-stats 0|1] [--budget MiB]
-             [--chunk tokens] [--dh-parts P] [--side S]
+             [--chunk tokens] [--vtile columns] [--dh-parts P] [--side S]
 
 Shapes: -s takes NxHxV and the named sets "default" (the four below), "llama" (the LM heads of
 Llama-3.2-1B and 3B at 16384 tokens and of Qwen2.5-0.5B and 1.5B at 32768 tokens) and "all"
@@ -48,8 +48,9 @@ instead of autotuning, per-phase times (printed to stderr per configuration), th
 logits GEMM's schedule, the Hopper path's gradients from cuBLASLt's GEMMs (1) or the fused
 ones (0), the scaled d_W transform off (0); --budget sets the workspace budget of the rows
 that take 1 GiB by default (larger chunks: fewer d_W accumulations and W reads per call);
---chunk and --dh-parts set the Hopper plan's chunk and d_h K parts, for sweeps of the
-planner's choices; --side the SMs of the d_h GEMM where the gradient GEMMs run side by side.
+--chunk and --dh-parts set the Hopper plan's chunk and d_h K parts, --vtile the widest
+vocabulary tile (the config's max_vocab_tile: the tile schedule), for sweeps of the planner's
+choices; --side the SMs of the d_h GEMM where the gradient GEMMs run side by side.
 
 Benchmark mode, per shape, in one process: random inputs (h, W uniform with std H^-1/4 so
 the logits are ~N(0, 1); targets uniform, ~5% ignored), a GPU reference (fp32 GEMMs on the
@@ -103,6 +104,7 @@ static FlceSwitches g_switches = {-1, -1, -1, -1, -1, -1, -1, -1};
 static size_t g_budget = (size_t)1 << 30;  // --budget: the rows that take 1 GiB by default
 static int64_t g_chunk = 0;   // --chunk, --dh-parts: the Hopper path's chunks (flce_dev_set_plan_chunk)
 static int g_dh_parts = 0;
+static int64_t g_vtile = 0;   // --vtile: the config's max_vocab_tile (0: the planner's choice)
 static int g_side = -1;       // --side: the direct gradients side by side, d_h on this many SMs (0: never)
 
 // ----------------------------------------------------------------------------------------
@@ -606,6 +608,7 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
     if (cublaslt) flce_set_hopper_default(0);
     flce_config_init(&w->cfg, P->N, P->H, P->V);
     w->cfg.bf16_logits = bf16_logits;
+    w->cfg.max_vocab_tile = g_vtile;
     size_t bytes = 0;
     flce_status st = flce_workspace_size(&w->cfg, budget, &bytes);
     if (st == FLCE_ERR_WORKSPACE) {
@@ -740,6 +743,7 @@ static void usage(const char *prog) {
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n"
             "  --chunk T          the Hopper path's chunks: at most T tokens, the largest that fits (no\n"
             "                     shorter one for whole waves), the chunk schedule wherever one fits\n"
+            "  --vtile T          vocabulary tiles of at most T columns (the tile schedule)\n"
             "  --dh-parts P       the Hopper path's fused d_h GEMM in P K parts (1..%d)\n"
             "  --side S           the direct gradients side by side on two streams, d_h on S SMs\n"
             "                     in every chunk; 0 never (default: in chunks of up to 1024 tokens)\n",
@@ -764,14 +768,15 @@ static int expand_shapes(const char *list, char *out, size_t cap) {
     return 1;
 }
 
-// --NAME N or --NAME=N for the numeric options (--budget MiB, --chunk tokens, --dh-parts P);
+// --NAME N or --NAME=N for the numeric options (--budget MiB, --chunk tokens, --dh-parts P,
+// --side S, --vtile columns);
 // 0 if the argument is none of them or its value is out of range
 static int parse_number(int argc, char **argv, int *i) {
     static const struct {
         const char *name;
         long long lo, hi;
     } names[] = {{"budget", 1, 1ll << 20}, {"chunk", 1, 1ll << 24}, {"dh-parts", 1, FLCE_DEV_MAX_DH_PARTS},
-                 {"side", 0, 1024}};
+                 {"side", 0, 1024}, {"vtile", 1, 1ll << 30}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -785,7 +790,8 @@ static int parse_number(int argc, char **argv, int *i) {
         if (k == 0) g_budget = (size_t)x << 20;
         else if (k == 1) g_chunk = x;
         else if (k == 2) g_dh_parts = (int)x;
-        else g_side = (int)x;
+        else if (k == 3) g_side = (int)x;
+        else g_vtile = x;
         return 1;
     }
     return 0;
