@@ -284,8 +284,9 @@ transform left, and in the chunk schedule it is 2-6% faster than the pass at H =
 then runs the fused d_h, which at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short
 chunks: at 16384 x 3072 x 128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts
 take room) ran 4.5% slower than the pass's chunks of 1024, so the rule yields from
-FLCE_DIRECT_MIN_CHUNK tokens on. The tile schedule's rule at 2048 stands (not measured with the
-direct d_W). The pass also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
+FLCE_DIRECT_MIN_CHUNK tokens on. In the tile schedule the direct route beat the pass at H = 2048
+(on an H100, 16384 x 2048 x 128256 in chunks of 2048 tokens and 5 tiles: 51.1 against 52.3 ms;
+level in chunks of 4096 and 17 tiles), so there the rule yields to it below H = 3072. The pass also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
 tiles (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8%
 faster; on the 224-column tiles that the scaled GEMMs take there (flce_sm90_grad_cols: four whole
 tiles) the fused route is 2.5-3% faster than cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes
@@ -323,7 +324,7 @@ static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_
                                  int64_t chunk) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + cols - 1) / cols * cols;
-    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED
+    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED && !(direct && H < FLCE_LT_BACKWARD_MIN_H)
                            : H >= FLCE_LT_BACKWARD_MIN_H && !(direct && chunk >= FLCE_DIRECT_MIN_CHUNK);
     return entropy_grad || flce_general_dz(cfg) || by_h || (H >= 512 && (covered - H) * 10 > H);
 }
@@ -577,10 +578,15 @@ tile is short (a k or n of 128 halves the rate); the bytes the row passes and th
 move per logit; the fp32 d_W read and written again by every chunk after the first (with the
 Hopper path's cuBLASLt gradients only what their d_W GEMM's products do not cover: counted in
 full, they sent 16384 x 4096 x 151936 in 300 MiB to tiles that ran 5% slower than chunks of
-768 tokens); the fp32 d_h of a chunk read and written by every tile; and a fixed cost per
+768 tokens; and of a chunk under FLCE_DW_COVER_CHUNK tokens only that share of the products
+covers, as its few K steps leave each tile's fp32 read and write in the open: on an H100 the
+chunks of 512 tokens that this sends to tiles at 16384 x 2048 x 128256 and 32768 x 2048 x
+128256 in 160 MiB were 5.5% slower than the tiles, d_W alone there taking 3x its products'
+time); the fp32 d_h of a chunk read and written by every tile; and a fixed cost per
 launch.
 Only the comparison of two schedules matters, not the absolute value.
 */
+#define FLCE_DW_COVER_CHUNK 1024  // (the cost model below)
 static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
     const double bandwidth = 3.5e12, launch = 3e-6;
     const double N = (double)cfg->n_tokens, H = (double)cfg->hidden, Vp = (double)cfg->vocab_padded;
@@ -623,7 +629,8 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
             // the fp32 d_W read and written again by each chunk; cuBLASLt's d_W GEMM does that
             // behind its products (beta = 1): only what its product's time does not cover shows
             // (a chunk under ~800 tokens)
-            const double over = Vp * H * 8.0 / bandwidth - 2.0 * (double)p->chunk * V * H / rate;
+            const double cover = p->chunk < FLCE_DW_COVER_CHUNK ? (double)p->chunk / FLCE_DW_COVER_CHUNK : 1.0;
+            const double over = Vp * H * 8.0 / bandwidth - cover * 2.0 * (double)p->chunk * V * H / rate;
             if (fused_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
             else if (over > 0.0) t += ((double)p->n_chunks - 0.5) * over;
         }

@@ -1546,9 +1546,10 @@ static void test_hopper_plan_choices(void) {
                    "plain kernels)");
     }
     // (1 GiB: the chunk schedule, the direct d_W's fused route at every H; 160 MiB at H = 2048:
-    // chunks of 512 tokens and the whole vocabulary, the direct d_W's accumulation behind its
-    // products; at H = 3072 vocabulary tiles, whose rule takes cuBLASLt's gradients from 2048;
-    // 300 MiB at H = 3072: chunks too short for the direct route from H = 3072 on)
+    // vocabulary tiles on the direct route, whose d_W's accumulation a chunk of 512 tokens would
+    // not cover with its products; at H = 3072 vocabulary tiles, whose rule takes cuBLASLt's
+    // gradients from 3072 on where the direct route runs, else from 2048; 300 MiB at H = 3072:
+    // chunks too short for the direct route from H = 3072 on)
     struct { int64_t N, H, V, mib; int lt; } cases[] = {
         {32768, 896, 151936, 1024, 0},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
         {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 0}, {16384, 4096, 151936, 1024, 0},
@@ -1566,6 +1567,21 @@ static void test_hopper_plan_choices(void) {
                    "lib: Hopper plan at %lld x %lld x %lld in %lld MiB: %s gradients (%lld vocabulary tile(s))",
                    (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, (long long)cases[i].mib,
                    p.lt_backward ? "cuBLASLt's" : "fused", (long long)p.n_vtiles);
+    }
+    {
+        // at H = 2048 in 160 MiB: chunks of 1024 tokens in vocabulary tiles on the direct route;
+        // with label smoothing (no direct d_W) the tiles' rule by H takes cuBLASLt's gradients
+        flce_config c;
+        flce_config_init(&c, 16384, 2048, 128256);
+        flce_plan p, q;
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &p);
+        c.label_smoothing = 0.1f;
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &q);
+        test_check(p.n_vtiles > 1 && p.chunk >= 1024 && p.dw_direct && !p.lt_backward && q.lt_backward &&
+                       (q.n_vtiles > 1 || q.chunk < 1024),
+                   "lib: Hopper plan at 16384 x 2048 x 128256 in 160 MiB: chunks of %lld in %lld vocabulary tiles, "
+                   "d_W by cuBLASLt on E; with smoothing, cuBLASLt's gradients",
+                   (long long)p.chunk, (long long)p.n_vtiles);
     }
     // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
     // softcap, smoothing with class weights, a call's entropy gradient: within the workspace
