@@ -250,12 +250,14 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
             FLCE_HOPPER_TRY("target kernel", cudaGetLastError());
         });
     }
-    // where the direct d_W runs, d_h may be our plain GEMM on E
+    // where the direct d_W runs, d_h may be our plain GEMM on E (on 256-column tiles; on the
+    // 224-column ones the scaled GEMM, whose codes are all 1 there), or cuBLASLt's
     const int dh_e = r->direct && ctx->dh_direct == FLCE_DH_E && p->grad_cols == SM90_BN;
+    const int dh_lt = r->direct && ctx->dh_direct == FLCE_DH_LT && !p->dh_accumulator;
     // side by side (flce_plan.side_sms): d_W's kernels on the second stream, from here until the
-    // call's stream waits for them after its d_h (not under the phase timing, which waits for
-    // each phase)
-    const int side = p->side_sms && dh_e && t->d_hidden != NULL && t->d_weight != NULL && !ctx->timing;
+    // call's stream waits for them after its d_h, which is our GEMM (not under the phase timing,
+    // which waits for each phase)
+    const int side = p->side_sms && r->direct && !dh_lt && t->d_hidden != NULL && t->d_weight != NULL && !ctx->timing;
     cudaStream_t dws = s->stream;
     if (side) {
         FLCE_TRY(flce_side_stream(ctx, c0));
@@ -284,8 +286,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         float *out = direct ? dh32 : part;  // where the GEMM's product lands
         const int64_t n = rows * H;
         const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 4096 ? (n / 4 + 255) / 256 : 4096);
-        // where the direct d_W runs: d_h by cuBLASLt on E into part, or our plain GEMM on E (dh_e)
-        const int dh_lt = r->direct && ctx->dh_direct == FLCE_DH_LT && !p->dh_accumulator;
+        // where the direct d_W runs: d_h by cuBLASLt on E into part (dh_lt), or our GEMM on E
         // whole tiles at full K first where the K parts fill their waves worse (flce_sm90_dh_split):
         // the rest's K parts (rows x H - fc each) at part, the full columns' product after them,
         // within the parts' bytes

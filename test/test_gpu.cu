@@ -1138,8 +1138,10 @@ static void test_dh_split(void) {
 // same, d_W to fp32's floor (cuBLASLt may pick another algorithm for half the SMs), d_h to the
 // bf16 floor; a second call and one captured in a CUDA graph bitwise the first.
 
-static void test_side_by_side(void) {
-    const int64_t N = 2125, H = 1024, V = 4099;
+// (H = 1024: d_h our plain GEMM on E on 256-column tiles; H = 896: the scaled GEMM on 224-column
+// tiles)
+static void test_side_by_side(int64_t H) {
+    const int64_t N = 2125, V = 4099;
     const int sms = flce_device_hopper_sms();
     Problem pb;
     memset(&pb, 0, sizeof(pb));
@@ -1149,9 +1151,12 @@ static void test_side_by_side(void) {
     flce_workspace_size(&pb.cfg, 0, &ws);
     flce_plan pl;
     flce_make_plan(&pb.cfg, ws, 1, 1, sms, 0, &pl);
-    if (!test_check(pl.chunk > 0 && pl.chunk <= 512 && pl.dw_direct && pl.side_sms == sms / 2,
-                    "side by side planned at %lld x %lld x %lld in chunks of %lld on %d SMs: d_h on %d",
-                    (long long)N, (long long)H, (long long)V, (long long)pl.chunk, sms, pl.side_sms)) {
+    if (!test_check(pl.chunk > 0 && pl.chunk <= 512 && pl.dw_direct && pl.side_sms == sms / 2 &&
+                        pl.grad_cols == (H == 896 ? 224 : 256),
+                    "side by side planned at %lld x %lld x %lld in chunks of %lld on %d SMs: d_h on %d, on "
+                    "%lld-column tiles",
+                    (long long)N, (long long)H, (long long)V, (long long)pl.chunk, sms, pl.side_sms,
+                    (long long)pl.grad_cols)) {
         flce_dev_set_plan_chunk(0, 0);
         return;
     }
@@ -1686,7 +1691,10 @@ int main(int argc, char **argv) {
         test_bad_inputs();
         test_large_offsets();
         if (g_hopper && g_lt_backward != 1) test_dh_split();
-        if (g_hopper && g_lt_backward != 1) test_side_by_side();
+        if (g_hopper && g_lt_backward != 1) {
+            test_side_by_side(1024);
+            test_side_by_side(896);
+        }
         test_vocab_parallel();
         flce_destroy(g_ctx);
     }
