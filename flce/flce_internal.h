@@ -253,7 +253,7 @@ void flce_dev_set_wide_stats(int mode);
 //   FLCE_DEV_MAX_DH_PARTS). 0 for either: the planner's choice (the default).
 #define FLCE_DEV_MAX_DH_PARTS 8
 void flce_dev_set_plan_chunk(int64_t chunk, int dh_parts);
-//   Where the direct gradients run (cuBLASLt's d_W on E, our d_h GEMM on E), the two GEMMs of a
+//   Where the direct gradients run (cuBLASLt's d_W on E, a d_h GEMM of ours), the two GEMMs of a
 //   chunk side by side on two streams (their buffers then all live at once: a larger d_h parts'
 //   region): dh_sms > 0 in every chunk, the d_h GEMM's CTAs on dh_sms SMs and cuBLASLt targeting
 //   the others; 0 never; -1 (the default): flce_plan.c's rule (half the SMs each, in chunks of
