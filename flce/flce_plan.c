@@ -286,7 +286,8 @@ chunks: at 16384 x 3072 x 128256 in 300 MiB the direct route's chunks of 896 tok
 take room) ran 4.5% slower than the pass's chunks of 1024, so the rule yields from
 FLCE_DIRECT_MIN_CHUNK tokens on. In the tile schedule the direct route beat the pass at H = 2048
 (on an H100, 16384 x 2048 x 128256 in chunks of 2048 tokens and 5 tiles: 51.1 against 52.3 ms;
-level in chunks of 4096 and 17 tiles), so there the rule yields to it below H = 3072. The pass also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
+level in chunks of 4096 and 17 tiles), so there the rule yields to it below H = 3072. The pass
+also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
 tiles (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8%
 faster; on the 224-column tiles that the scaled GEMMs take there (flce_sm90_grad_cols: four whole
 tiles) the fused route is 2.5-3% faster than cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes
@@ -628,7 +629,7 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
         if (backward && needs_dw) {
             // the fp32 d_W read and written again by each chunk; cuBLASLt's d_W GEMM does that
             // behind its products (beta = 1): only what its product's time does not cover shows
-            // (a chunk under ~800 tokens)
+            // (in a chunk under FLCE_DW_COVER_CHUNK tokens, that share of the products covers)
             const double cover = p->chunk < FLCE_DW_COVER_CHUNK ? (double)p->chunk / FLCE_DW_COVER_CHUNK : 1.0;
             const double over = Vp * H * 8.0 / bandwidth - cover * 2.0 * (double)p->chunk * V * H / rate;
             if (fused_dw) bytes += ((double)p->n_chunks - 0.5) * Vp * H * 8.0;
