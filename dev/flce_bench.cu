@@ -743,11 +743,11 @@ static void usage(const char *prog) {
             "  --budget MiB       the workspace budget of the rows that take 1 GiB by default\n"
             "  --chunk T          the Hopper path's chunks: at most T tokens, the largest that fits (no\n"
             "                     shorter one for whole waves), the chunk schedule wherever one fits\n"
-            "  --vtile T          vocabulary tiles of at most T columns (the tile schedule)\n"
+            "  --vtile T          vocabulary tiles of at most T columns (>= %d: the tile schedule)\n"
             "  --dh-parts P       the Hopper path's fused d_h GEMM in P K parts (1..%d)\n"
             "  --side S           the direct gradients side by side on two streams, d_h on S SMs\n"
             "                     in every chunk; 0 never (default: in chunks of up to 1024 tokens)\n",
-            prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES, FLCE_DEV_MAX_DH_PARTS);
+            prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES, FLCE_VOCAB_ALIGN, FLCE_DEV_MAX_DH_PARTS);
 }
 
 // -s's list with the named sets replaced by their shapes, into out; 0 if it does not fit
@@ -776,7 +776,7 @@ static int parse_number(int argc, char **argv, int *i) {
         const char *name;
         long long lo, hi;
     } names[] = {{"budget", 1, 1ll << 20}, {"chunk", 1, 1ll << 24}, {"dh-parts", 1, FLCE_DEV_MAX_DH_PARTS},
-                 {"side", 0, 1024}, {"vtile", 1, 1ll << 30}};
+                 {"side", 0, 1024}, {"vtile", FLCE_VOCAB_ALIGN, 1ll << 30}};
     const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
     const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -887,6 +887,11 @@ int main(int argc, char **argv) {
         } else if (strncmp(arg, "--", 2) == 0 && (parse_number(argc, argv, &i) || parse_switch(argc, argv, &i))) {
             continue;
         } else {
+            // (the argument and, where it takes one, the value after it)
+            const char *next = i + 1 < argc && strchr(arg, '=') == NULL ? argv[i + 1] : NULL;
+            if (strcmp(arg, "-h") != 0)
+                fprintf(stderr, "%s: unknown option, a missing value or one out of range: %s%s%s\n", argv[0], arg,
+                        next != NULL ? " " : "", next != NULL ? next : "");
             usage(argv[0]);
             return strcmp(arg, "-h") == 0 ? 0 : 2;
         }
