@@ -653,6 +653,11 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
     return t;
 }
 
+// The tile schedule's chunks between powers of two: tried from this many tokens (measured at
+// 32768 x 1536 x 151936 in 160 MiB on an H100: 1280 tokens in 3 tiles 7% faster than 2048 in 7;
+// chunks of 896 in fewer tiles 8-13% slower than 1024 at H = 2048 to 4096, dev/RESULTS.md)
+#define FLCE_TILE_CHUNK_QUARTERS_FROM 1024
+
 // needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
 // it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
 // (flce_layout); call: FLCE_CALL_* (a call with gradients and no d_weight takes the plain
@@ -721,13 +726,21 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         }
     }
     // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the
-    // widest vocabulary tile that fits beside it
+    // widest vocabulary tile that fits beside it; on the Hopper path from
+    // FLCE_TILE_CHUNK_QUARTERS_FROM tokens also the quarters between two powers of two (1280,
+    // 1536 and 1792 after 1024): the chunk sets how often the fp32 d_W is read and written, the
+    // tile how many logits are computed twice, and a chunk between may cost less than both
     int64_t max_vtile = span - 1;
     if (cfg->max_vocab_tile > 0 && max_vtile > cfg->max_vocab_tile) max_vtile = cfg->max_vocab_tile;
     if (max_vtile < unit) max_vtile = unit;  // the Hopper path's narrowest tile
     // (flce_dev_set_plan_chunk: not where the chunk schedule fits)
     const int tiles_too = !(sms > 0 && g_plan_chunk > 0 && p->chunk > 0);
-    for (int64_t c = 1; tiles_too; c = c * 2 < max_chunk ? c * 2 : max_chunk) {
+    flce_plan between_best;  // the best of the chunks between powers of two
+    double between_cost = 0.0;
+    between_best.chunk = 0;
+    for (int64_t pow2 = 1, quarter = 0; tiles_too;) {
+        const int64_t c = pow2 + pow2 / 4 * quarter < max_chunk ? pow2 + pow2 / 4 * quarter : max_chunk;
+        const int between = quarter > 0 && c < max_chunk;
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, call, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
@@ -744,14 +757,25 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             if (n == widest) widest_total = cand.total;
             if (!flce_fits(cand.total, budget)) continue;
             const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
-            if (p->chunk == 0 || cost < best_cost) {
-                *p = cand;
-                if (p->total < widest_total) p->total = widest_total;
-                best_cost = cost;
+            flce_plan *best = between ? &between_best : p;
+            double *best_c = between ? &between_cost : &best_cost;
+            if (best->chunk == 0 || cost < *best_c) {
+                *best = cand;
+                if (best->total < widest_total) best->total = widest_total;
+                *best_c = cost;
             }
         }
         if (c == max_chunk) break;
+        if (sms > 0 && pow2 >= FLCE_TILE_CHUNK_QUARTERS_FROM && quarter < 3) {
+            quarter++;
+        } else {
+            pow2 *= 2;
+            quarter = 0;
+        }
     }
+    // (a chunk between never displaces a plan run side by side, whose gain of 4-9% over the
+    // same plan one GEMM after the other the model does not count)
+    if (between_best.chunk > 0 && (p->chunk == 0 || (between_cost < best_cost && !p->side_sms))) *p = between_best;
 }
 
 static int g_plan_sms = 0;  // flce_dev_set_plan_sms: 0, or the Hopper path for that many multiprocessors

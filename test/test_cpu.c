@@ -1583,6 +1583,25 @@ static void test_hopper_plan_choices(void) {
                    "d_W by cuBLASLt on E; with smoothing, cuBLASLt's gradients",
                    (long long)p.chunk, (long long)p.n_vtiles);
     }
+    {
+        // the tile schedule's chunks between powers of two: at 32768 x 1536 x 151936 in 160 MiB
+        // chunks of 1280 tokens in 3 tiles (not 2048 in 7), the same plan again from the workspace
+        // sized for it; in 100 MiB chunks of 1024 side by side, which no chunk between displaces
+        flce_config c;
+        flce_config_init(&c, 32768, 1536, 151936);
+        size_t ws = 0;
+        const flce_status st = flce_workspace_size(&c, (size_t)160 << 20, &ws);
+        flce_plan p, q, r;
+        flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &p);
+        flce_make_plan(&c, ws, 1, 1, 132, 0, &q);
+        flce_make_plan(&c, (size_t)100 << 20, 1, 1, 132, 0, &r);
+        test_check(st == FLCE_OK && p.chunk == 1280 && p.n_vtiles == 3 && q.chunk == p.chunk &&
+                       q.vocab_tile == p.vocab_tile && r.chunk == 1024 && r.side_sms > 0,
+                   "lib: Hopper plan at 32768 x 1536 x 151936 in 160 MiB: chunks of %lld in %lld vocabulary tiles "
+                   "(again from its %.1f MiB: %lld x %lld); in 100 MiB %lld side by side",
+                   (long long)p.chunk, (long long)p.n_vtiles, ws / 1048576.0, (long long)q.chunk,
+                   (long long)q.n_vtiles, (long long)r.chunk);
+    }
     // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
     // softcap, smoothing with class weights, a call's entropy gradient: within the workspace
     // sized without it); class weights or smoothing alone keep the rule by H
