@@ -739,8 +739,11 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     double between_cost = 0.0;
     between_best.chunk = 0;
     for (int64_t pow2 = 1, quarter = 0; tiles_too;) {
-        const int64_t c = pow2 + pow2 / 4 * quarter < max_chunk ? pow2 + pow2 / 4 * quarter : max_chunk;
-        const int between = quarter > 0 && c < max_chunk;
+        const int64_t step = pow2 + pow2 / 4 * quarter < max_chunk ? pow2 + pow2 / 4 * quarter : max_chunk;
+        const int between = quarter > 0 && step < max_chunk;
+        // (a chunk between as balanced over the tokens first, so that its widest tile is the one
+        // a plan made again from its workspace finds)
+        const int64_t c = between ? flce_balance(N, step, FLCE_CHUNK_MULTIPLE) : step;
         const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, call, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
@@ -765,7 +768,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
                 *best_c = cost;
             }
         }
-        if (c == max_chunk) break;
+        if (step == max_chunk) break;
         if (sms > 0 && pow2 >= FLCE_TILE_CHUNK_QUARTERS_FROM && quarter < 3) {
             quarter++;
         } else {
@@ -773,9 +776,15 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             quarter = 0;
         }
     }
-    // (a chunk between never displaces a plan run side by side, whose gain of 4-9% over the
-    // same plan one GEMM after the other the model does not count)
-    if (between_best.chunk > 0 && (p->chunk == 0 || (between_cost < best_cost && !p->side_sms))) *p = between_best;
+    // A chunk between never displaces a plan run side by side, whose gain of 4-9% over the same
+    // plan one GEMM after the other the model does not count. The plan's total stays at least
+    // the displaced plan's, so that a plan made again from that size (a call's) finds the same
+    // two and chooses the same.
+    if (between_best.chunk > 0 && (p->chunk == 0 || (between_cost < best_cost && !p->side_sms))) {
+        const size_t displaced = p->chunk > 0 ? p->total : 0;
+        *p = between_best;
+        if (p->total < displaced) p->total = displaced;
+    }
 }
 
 static int g_plan_sms = 0;  // flce_dev_set_plan_sms: 0, or the Hopper path for that many multiprocessors
