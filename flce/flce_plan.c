@@ -514,10 +514,14 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
 }
 
 // Largest chunk (<= hi) whose layout with tiles of vtile columns fits budget; 0 if not even
-// one token fits. The layout grows with the chunk, so a binary search finds it exactly.
+// one token fits. The layout grows with the chunk but for the Hopper path's d_h parts, chosen
+// per chunk, which can make a shorter chunk need more: hi itself is tried first (a call whose
+// tokens fit one chunk, given the workspace that chunk needs, bisected down to two), then a
+// binary search, which may settle a little below the largest.
 static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi, int64_t vtile,
                               int dw_accumulator, int sms, int call) {
     flce_plan p;
+    if (hi > 0 && flce_fits(flce_layout(cfg, hi, vtile, dw_accumulator, sms, call, &p), budget)) return hi;
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;

@@ -1815,15 +1815,18 @@ static void test_hopper_stat_tiles(void) {
 // The workspace is the plan's own layout where a plan made from that size is the same: where
 // the planner took a shorter chunk for whole waves (16384 x 4096 x 151936 in 1 GiB: 2048 tokens
 // where the largest that fits is ~2816) it no longer sizes the workspace for the largest. Every
-// case: a plan made from the workspace is the budget's, and needs no more than it (the last
-// three: the tile schedule's chunks between powers of two, 1280 and 1408 tokens).
+// case: a plan made from the workspace is the budget's, and needs no more than it (then three
+// of the tile schedule's chunks between powers of two, 1280 and 1408 tokens; and two whose
+// tokens fit one chunk, which a search for the largest fitting chunk must try first: the
+// layout is not monotonic in the chunk, and a bisection from the workspace found two chunks).
 static void test_hopper_exact_workspace(void) {
     flce_dev_set_plan_sms(132);
     struct { int64_t N, H, V; size_t mib, most; } cases[] = {
         {16384, 4096, 151936, 1024, 640}, {16384, 3072, 128256, 1024, 740}, {32768, 2048, 128256, 1536, 1050},
         {32768, 896, 151936, 1536, 1240}, {65536, 1024, 176256, 1024, 1000}, {65536, 1024, 176256, 160, 160},
         {32768, 1536, 151936, 160, 160},  {8192, 768, 50304, 1024, 1024},  {16384, 1536, 176256, 160, 160},
-        {4096, 1536, 151936, 160, 160},   {16384, 768, 176256, 200, 200}};
+        {4096, 1536, 151936, 160, 160},   {16384, 768, 176256, 200, 200},  {2048, 3072, 128256, 1024, 600},
+        {8192, 1024, 32000, 1024, 600}};
     for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         flce_config c;
         flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
