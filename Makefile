@@ -143,7 +143,7 @@ $(BUILD)/test_train_gpu: test/test_train_gpu.cu train_gpt.cu $(wildcard test/gpu
 	    $(BUILD)/libflce.a $(NVCC_LIBS) $(CJSON_LIBS)
 
 # --- dev/: the FLCE strategies side by side -------------------------------------------
-dev: $(BUILD)/flce_bench $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench $(KTRACE) \
+dev: $(BUILD)/flce_bench $(BUILD)/flce_plans $(BUILD)/gemm_algos $(BUILD)/gemm_sm90 $(BUILD)/attention_bench $(BUILD)/matmul_bench $(KTRACE) \
      $(if $(and $(NCCL_H),$(if $(NO_MULTI_GPU),,1)),$(BUILD)/flce_vp_bench)
 
 # a CUDA program's timeline at its own clocks (CUPTI, loaded with LD_PRELOAD): scripts/ktrace_report.py.
@@ -156,6 +156,10 @@ $(BUILD)/libktrace.so: dev/ktrace.c | $(BUILD)
 # vocab-parallel flce on the GPUs of one host (NCCL), against one GPU; built where nccl.h is found
 $(BUILD)/flce_vp_bench: dev/flce_vp_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ $< $(BUILD)/libflce.a $(NVCC_LIBS) -lnccl -lpthread
+
+# the planner's choices on any machine (no GPU): the planner's object alone
+$(BUILD)/flce_plans: dev/flce_plans.c $(BUILD)/flce_plan.o flce/flce.h flce/flce_internal.h | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ dev/flce_plans.c $(BUILD)/flce_plan.o -lm
 
 $(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)

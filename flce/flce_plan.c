@@ -657,6 +657,10 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
     return t;
 }
 
+double flce_plan_model_seconds(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
+    return flce_plan_cost(cfg, p, backward, needs_dw);
+}
+
 // The tile schedule's chunks between powers of two: tried from this many tokens (measured at
 // 32768 x 1536 x 151936 in 160 MiB on an H100: 1280 tokens in 3 tiles 7% faster than 2048 in 7;
 // chunks of 896 in fewer tiles 8-13% slower than 1024 at H = 2048 to 4096, dev/RESULTS.md)
