@@ -1,7 +1,7 @@
 /*
 flce_plans.c - the planner's choices on any machine, no GPU: for each shape and workspace
 budget, the plan flce's Hopper path takes on a GPU of --sms multiprocessors (132: an H100 or
-H200 SXM) for a call with every gradient (bf16 inputs, fp32 d_W): its chunk and vocabulary
+H200 SXM; 0: the cuBLASLt path's plan, any GPU) for a call with every gradient (bf16 inputs, fp32 d_W): its chunk and vocabulary
 tile, the workspace flce_workspace_size gives, the gradient route and the cost model's time.
 What a planner change does to every plan is the diff of this program's output before and after
 it; dev/flce_bench then measures the plans that moved.
@@ -12,7 +12,8 @@ it; dev/flce_bench then measures the plans that moved.
 call runs is the one made from the workspace it is given).
 
 It links flce_plan.o alone: the planner is plain C, and the GPU query it would make is answered
-by --sms (flce_dev_set_plan_sms), so flce_device_hopper_sms below is never asked.
+by --sms (flce_dev_set_plan_sms); with --sms 0 flce_device_hopper_sms below answers it: no
+Hopper GPU, the cuBLASLt path.
 */
 #define _POSIX_C_SOURCE 200809L  // strtok_r
 #include <stdio.h>
@@ -22,7 +23,7 @@ by --sms (flce_dev_set_plan_sms), so flce_device_hopper_sms below is never asked
 #include "flce.h"
 #include "flce_internal.h"
 
-int flce_device_hopper_sms(void) { return 0; }
+int flce_device_hopper_sms(void) { return 0; }  // (--sms 0)
 
 #define LLAMA_SHAPES "16384x2048x128256,16384x3072x128256,32768x896x151936,32768x1536x151936"
 #define DEFAULT_SHAPES "8192x768x50304,4096x4096x128256,16384x4096x151936,65535x1024x176245"
@@ -32,7 +33,7 @@ static void usage(const char *prog) {
             "usage: %s [-s NxHxV,...|llama|default] [-b MiB,...] [--sms N] [--check]\n"
             "  -s  shapes (default: llama and default, as dev/flce_bench names them)\n"
             "  -b  workspace budgets in MiB (default 160,300,512,1024)\n"
-            "  --sms   the Hopper GPU's multiprocessors the plans are for (default 132)\n"
+            "  --sms   the Hopper GPU's multiprocessors the plans are for (default 132; 0: the cuBLASLt path)\n"
             "  --check also plan from the workspace flce_workspace_size gives, and say where that differs\n",
             prog);
     exit(2);
@@ -53,6 +54,7 @@ static int expand_shapes(const char *arg, char *buf, size_t n) {
 }
 
 static const char *route(const flce_plan *p) {
+    if (!p->sm90) return "the cuBLASLt path";
     if (p->lt_backward) return "cuBLASLt on dlogits";
     if (p->side_sms) return "direct, side by side";
     return p->dw_direct ? "direct" : "fused";
@@ -69,7 +71,7 @@ int main(int argc, char **argv) {
             snprintf(budgets, sizeof(budgets), "%s", argv[++i]);
         } else if (strcmp(argv[i], "--sms") == 0 && i + 1 < argc) {
             sms = atoi(argv[++i]);
-            if (sms < 1 || sms > 1024) usage(argv[0]);
+            if (sms < 0 || sms > 1024) usage(argv[0]);
         } else if (strcmp(argv[i], "--check") == 0) {
             check = 1;
         } else {
