@@ -825,8 +825,8 @@ static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
 // fits, in chunks of its own).
 // The plan's own layout where a plan made from that size is the same one: the planner keeps
 // the largest chunk's (or widest tile's) size where it took a shorter chunk (or narrower tile)
-// for whole waves, which at 16384 x 4096 x 151936 in 1 GiB is 894 MiB for a chunk that needs
-// 650. (Not under vocab_parallel, whose ranks must plan the same chunks from their own sizes.)
+// for whole waves, which at 16384 x 4096 x 151936 in 1 GiB is 869 MiB for a chunk that needs
+// 632. (Not under vocab_parallel, whose ranks must plan the same chunks from their own sizes.)
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
     const int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
