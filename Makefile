@@ -158,10 +158,10 @@ $(BUILD)/flce_vp_bench: dev/flce_vp_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADER
 	$(NVCC) $(NVCC_FLAGS) -o $@ $< $(BUILD)/libflce.a $(NVCC_LIBS) -lnccl -lpthread
 
 # the planner's choices on any machine (no GPU): the planner's object alone
-$(BUILD)/flce_plans: dev/flce_plans.c $(BUILD)/flce_plan.o flce/flce.h flce/flce_internal.h | $(BUILD)
+$(BUILD)/flce_plans: dev/flce_plans.c dev/shapes.h $(BUILD)/flce_plan.o flce/flce.h flce/flce_internal.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ dev/flce_plans.c $(BUILD)/flce_plan.o -lm
 
-$(BUILD)/flce_bench: dev/flce_bench.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
+$(BUILD)/flce_bench: dev/flce_bench.cu dev/shapes.h $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/flce_bench.cu $(BUILD)/libflce.a $(NVCC_LIBS)
 
 $(BUILD)/gemm_algos: dev/gemm_algos.cu $(wildcard dev/*.cuh) $(FLCE_HEADERS) $(BUILD)/libflce.a

@@ -80,11 +80,8 @@ is checked too (rel L2 <= 1e-4, loss <= 1e-5); exit code 1 if any fails.
 #include "common.cuh"       // the FLCE harness: problem, inputs, references, the two modes
 #include "flce.h"
 #include "flce_internal.h"  // the library's dev switches (--pingpong, --lt-backward, ...)
+#include "shapes.h"         // DEFAULT_SHAPES, LLAMA_SHAPES, expand_shapes
 
-#define DEFAULT_SHAPES "8192x768x50304,4096x4096x128256,16384x4096x151936,65535x1024x176245"
-// -s llama: N x H x V of Llama-3.2-1B, Llama-3.2-3B (16384 tokens), Qwen2.5-0.5B, Qwen2.5-1.5B
-// (32768 tokens); their 3-GEMM floors add up to about the default four's
-#define LLAMA_SHAPES "16384x2048x128256,16384x3072x128256,32768x896x151936,32768x1536x151936"
 #define CHECK_SHAPES "300x64x1001,1000x128x5003,129x192x4099"
 #define VERL_SPLIT 9504          // verl's vocab split upstream
 #define FWD_TOKEN_TILE 4096      // fuse_MN's forward: token tiles, so its buffer stays small
@@ -748,24 +745,6 @@ static void usage(const char *prog) {
             "  --side S           the direct gradients side by side on two streams, d_h on S SMs\n"
             "                     in every chunk; 0 never (default: in chunks of up to 1024 tokens)\n",
             prog, DEFAULT_SHAPES, LLAMA_SHAPES, CHECK_SHAPES, FLCE_VOCAB_ALIGN, FLCE_DEV_MAX_DH_PARTS);
-}
-
-// -s's list with the named sets replaced by their shapes, into out; 0 if it does not fit
-static int expand_shapes(const char *list, char *out, size_t cap) {
-    char buf[2048];
-    snprintf(buf, sizeof(buf), "%s", list);
-    size_t used = 0;
-    out[0] = '\0';
-    for (char *tok = strtok(buf, ","); tok != NULL; tok = strtok(NULL, ",")) {
-        const char *add = tok;
-        if (strcmp(tok, "default") == 0) add = DEFAULT_SHAPES;
-        else if (strcmp(tok, "llama") == 0) add = LLAMA_SHAPES;
-        else if (strcmp(tok, "all") == 0) add = DEFAULT_SHAPES "," LLAMA_SHAPES;
-        const int n = snprintf(out + used, cap - used, "%s%s", used > 0 ? "," : "", add);
-        if (n < 0 || (size_t)n >= cap - used) return 0;
-        used += (size_t)n;
-    }
-    return 1;
 }
 
 // --NAME N or --NAME=N for the numeric options (--budget MiB, --chunk tokens, --dh-parts P,

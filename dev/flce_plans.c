@@ -6,7 +6,7 @@ tile, the workspace flce_workspace_size gives, the gradient route and the cost m
 What a planner change does to every plan is the diff of this program's output before and after
 it; dev/flce_bench then measures the plans that moved.
 
-  build/flce_plans [-s NxHxV,...|llama|default] [-b MiB,...] [--sms N] [--check]
+  build/flce_plans [-s NxHxV,...|llama|default|all] [-b MiB,...] [--sms N] [--check]
 
 --check adds whether a call given that workspace plans what the budget planned (the plan a
 call runs is the one made from the workspace it is given).
@@ -22,35 +22,19 @@ Hopper GPU, the cuBLASLt path.
 
 #include "flce.h"
 #include "flce_internal.h"
+#include "shapes.h"  // DEFAULT_SHAPES, LLAMA_SHAPES, expand_shapes
 
 int flce_device_hopper_sms(void) { return 0; }  // (--sms 0)
 
-#define LLAMA_SHAPES "16384x2048x128256,16384x3072x128256,32768x896x151936,32768x1536x151936"
-#define DEFAULT_SHAPES "8192x768x50304,4096x4096x128256,16384x4096x151936,65535x1024x176245"
-
 static void usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s [-s NxHxV,...|llama|default] [-b MiB,...] [--sms N] [--check]\n"
+            "usage: %s [-s NxHxV,...|llama|default|all] [-b MiB,...] [--sms N] [--check]\n"
             "  -s  shapes (default: llama and default, as dev/flce_bench names them)\n"
             "  -b  workspace budgets in MiB (default 160,300,512,1024)\n"
             "  --sms   the Hopper GPU's multiprocessors the plans are for (default 132; 0: the cuBLASLt path)\n"
             "  --check also plan from the workspace flce_workspace_size gives, and say where that differs\n",
             prog);
     exit(2);
-}
-
-// one shape or named set into buf (comma-separated), 0 on an unknown name
-static int expand_shapes(const char *arg, char *buf, size_t n) {
-    buf[0] = '\0';
-    char tmp[1024];
-    snprintf(tmp, sizeof(tmp), "%s", arg);
-    for (char *tok = strtok(tmp, ","); tok != NULL; tok = strtok(NULL, ",")) {
-        const char *add = strcmp(tok, "llama") == 0 ? LLAMA_SHAPES : strcmp(tok, "default") == 0 ? DEFAULT_SHAPES : tok;
-        if (strlen(buf) + strlen(add) + 2 > n) return 0;
-        if (buf[0] != '\0') strcat(buf, ",");
-        strcat(buf, add);
-    }
-    return 1;
 }
 
 static const char *route(const flce_plan *p) {
@@ -133,7 +117,7 @@ int main(int argc, char **argv) {
             }
             printf("| %s | %lld | %lld | %lld | %lld | %lld | %.1f | %d | %s | %.2f |", name, mib[k],
                    (long long)p.chunk, (long long)p.n_chunks, (long long)p.vocab_tile, (long long)p.n_vtiles,
-                   ws / 1048576.0, p.dh_parts, route(&p), 1e3 * flce_plan_model_seconds(&cfg, &p, 1, 1));
+                   ws / 1048576.0, p.dh_parts, route(&p), 1e3 * flce_plan_cost(&cfg, &p, 1, 1));
             if (check) {
                 flce_plan q;
                 flce_make_plan(&cfg, ws, 1, 1, sms, 0, &q);

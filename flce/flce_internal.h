@@ -201,7 +201,7 @@ static inline int flce_plan_dh_split(const flce_plan *p, int64_t rows, int64_t H
 FLCE_HIDDEN void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int backward, int sms,
                                 int call, flce_plan *p);
 // The planner's cost model's time for plan p, in seconds (what flce_make_plan compares; dev/flce_plans)
-FLCE_HIDDEN double flce_plan_model_seconds(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw);
+FLCE_HIDDEN double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw);
 
 // How many times a dev switch that changes plans (flce_dev_set_plan_sms, _lt_backward,
 // _wide_stats, _plan_chunk) was set: a plan kept from before (a context's, flce.cu) is made again.

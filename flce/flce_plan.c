@@ -592,7 +592,7 @@ launch.
 Only the comparison of two schedules matters, not the absolute value.
 */
 #define FLCE_DW_COVER_CHUNK 1024  // (the cost model below)
-static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
+double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
     const double bandwidth = 3.5e12, launch = 3e-6;
     const double N = (double)cfg->n_tokens, H = (double)cfg->hidden, Vp = (double)cfg->vocab_padded;
     const int tiled = p->n_vtiles > 1;
@@ -655,10 +655,6 @@ static double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int bac
     t += bytes / bandwidth;
     t += (double)(p->n_chunks * p->n_vtiles) * (backward ? (tiled ? 7.0 : 5.0) : 2.0) * launch;
     return t;
-}
-
-double flce_plan_model_seconds(const flce_config *cfg, const flce_plan *p, int backward, int needs_dw) {
-    return flce_plan_cost(cfg, p, backward, needs_dw);
 }
 
 // The tile schedule's chunks between powers of two: tried from this many tokens (measured at
