@@ -239,11 +239,12 @@ CPU_SUITES := $(BUILD)/test_cpu test/fixtures; $(BUILD)/test_bpe; $(BUILD)/test_
               $(BUILD)/test_llama_cpu; $(BUILD)/test_llmc; $(BUILD)/test_train_host ./train_gpt; \
               FLCE_LIBRARY=$(BUILD)/libflce.so python3 flce/python/tests/test_cpu.py; \
               $(BUILD)/test_hf; python3 test/test_hf_reference.py $(BUILD)/hf_roundtrip; python3 test/test_plot_log.py; \
-              python3 test/test_bench_peers.py; python3 test/test_ktrace_report.py $(KTRACE)
-N_CPU_SUITES := 13
+              python3 test/test_bench_peers.py; python3 test/test_ktrace_report.py $(KTRACE); \
+              python3 test/test_flce_plans.py $(BUILD)/flce_plans
+N_CPU_SUITES := 14
 test: $(BUILD)/test_cpu $(BUILD)/test_bpe $(BUILD)/test_hf_tokenizer $(BUILD)/bpe_encode $(BUILD)/test_gpt2_cpu $(BUILD)/test_llama_cpu \
       $(BUILD)/test_llmc $(BUILD)/test_train_host train_gpt $(BUILD)/libflce.so $(BUILD)/test_hf $(BUILD)/hf_roundtrip \
-      $(KTRACE)
+      $(BUILD)/flce_plans $(KTRACE)
 	@{ $(CPU_SUITES); } 2>&1 | tee $(BUILD)/test.log; $(call sum_suites,$(N_CPU_SUITES),$(BUILD)/test.log)
 
 # --- on a GPU machine ----------------------------------------------------------------------

@@ -54,8 +54,13 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             snprintf(budgets, sizeof(budgets), "%s", argv[++i]);
         } else if (strcmp(argv[i], "--sms") == 0 && i + 1 < argc) {
-            sms = atoi(argv[++i]);
-            if (sms < 0 || sms > 1024) usage(argv[0]);
+            char *end;
+            const long v = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || end == argv[i] || v < 0 || v > 1024) {
+                fprintf(stderr, "bad --sms '%s' (0..1024)\n", argv[i]);
+                return 2;
+            }
+            sms = (int)v;
         } else if (strcmp(argv[i], "--check") == 0) {
             check = 1;
         } else {
