@@ -522,12 +522,18 @@ static int64_t flce_fit_chunk(const flce_config *cfg, size_t budget, int64_t hi,
                               int dw_accumulator, int sms, int call) {
     flce_plan p;
     if (hi > 0 && flce_fits(flce_layout(cfg, hi, vtile, dw_accumulator, sms, call, &p), budget)) return hi;
+    const int64_t top = hi;
     int64_t lo = 0;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
         if (flce_fits(flce_layout(cfg, mid, vtile, dw_accumulator, sms, call, &p), budget)) lo = mid;
         else hi = mid - 1;
     }
+    // (the next multiples of FLCE_CHUNK_MULTIPLE above it, past a dip of more d_h parts)
+    const int64_t base = lo / FLCE_CHUNK_MULTIPLE * FLCE_CHUNK_MULTIPLE;
+    for (int64_t k = 1; k <= 8 && base + k * FLCE_CHUNK_MULTIPLE <= top; k++)
+        if (flce_fits(flce_layout(cfg, base + k * FLCE_CHUNK_MULTIPLE, vtile, dw_accumulator, sms, call, &p), budget))
+            lo = base + k * FLCE_CHUNK_MULTIPLE;
     return lo;
 }
 

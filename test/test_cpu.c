@@ -1602,6 +1602,23 @@ static void test_hopper_plan_choices(void) {
                    (long long)p.chunk, (long long)p.n_vtiles, ws / 1048576.0, (long long)q.chunk,
                    (long long)q.n_vtiles, (long long)r.chunk);
     }
+    {
+        // the largest chunk that fits lies past a dip (a chunk between needs more d_h parts and
+        // does not fit): Qwen2.5-7B's head in 1 GiB chunks of 3328 tokens, not 2816; 65536 x 2560
+        // x 50304 in 160 MiB 1152, not 896
+        struct { int64_t N, H, V; size_t mib; int64_t chunk; } cases[] = {
+            {16384, 3584, 152064, 1024, 3328}, {32768, 3584, 152064, 1024, 3328}, {65536, 2560, 50304, 160, 1152}};
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            flce_config c;
+            flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
+            flce_plan p;
+            flce_make_plan(&c, cases[i].mib << 20, 1, 1, 132, 0, &p);
+            test_check(p.chunk == cases[i].chunk && p.total <= (cases[i].mib << 20),
+                       "lib: Hopper plan at %lld x %lld x %lld in %zu MiB: chunks of %lld (want %lld)",
+                       (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, cases[i].mib,
+                       (long long)p.chunk, (long long)cases[i].chunk);
+        }
+    }
     // the options whose dz needs the general transform take cuBLASLt's gradients at any H (a
     // softcap, smoothing with class weights, a call's entropy gradient: within the workspace
     // sized without it); class weights or smoothing alone keep the rule by H
