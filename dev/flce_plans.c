@@ -7,9 +7,13 @@ What a planner change does to every plan is the diff of this program's output be
 it; dev/flce_bench then measures the plans that moved.
 
   build/flce_plans [-s NxHxV,...|llama|default|all] [-b MiB,...] [--sms N] [--check]
+                   [--chunk C] [--vtile T] [--side S]
 
 --check adds whether a call given that workspace plans what the budget planned (the plan a
-call runs is the one made from the workspace it is given).
+call runs is the one made from the workspace it is given). --chunk, --vtile and --side bound
+or force the plan as dev/flce_bench's options of those names do (the Hopper path's chunk cap,
+the config's max_vocab_tile, d_h's SMs side by side: 0 never), so that a forced plan's
+workspace and modelled time are known before it is timed.
 
 It links flce_plan.o alone: the planner is plain C, and the GPU query it would make is answered
 by --sms (flce_dev_set_plan_sms); with --sms 0 flce_device_hopper_sms below answers it: no
@@ -29,10 +33,13 @@ int flce_device_hopper_sms(void) { return 0; }  // (--sms 0)
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [-s NxHxV,...|llama|default|all] [-b MiB,...] [--sms N] [--check]\n"
+            "          [--chunk C] [--vtile T] [--side S]\n"
             "  -s  shapes (default: llama and default, as dev/flce_bench names them)\n"
             "  -b  workspace budgets in MiB (default 160,300,512,1024)\n"
             "  --sms   the Hopper GPU's multiprocessors the plans are for (default 132; 0: the cuBLASLt path)\n"
-            "  --check also plan from the workspace flce_workspace_size gives, and say where that differs\n",
+            "  --check also plan from the workspace flce_workspace_size gives, and say where that differs\n"
+            "  --chunk the Hopper path's largest chunk (tokens), --vtile the largest vocabulary tile,\n"
+            "          --side d_h's SMs where d_h and d_W run side by side (0: never), as flce_bench's\n",
             prog);
     exit(2);
 }
@@ -46,7 +53,8 @@ static const char *route(const flce_plan *p) {
 
 int main(int argc, char **argv) {
     char shapes[4096], budgets[256] = "160,300,512,1024";
-    int sms = 132, check = 0;
+    int sms = 132, check = 0, side = -1;
+    long long chunk = 0, vtile = 0;
     expand_shapes("llama,default", shapes, sizeof(shapes));
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
@@ -61,6 +69,19 @@ int main(int argc, char **argv) {
                 return 2;
             }
             sms = (int)v;
+        } else if ((strcmp(argv[i], "--chunk") == 0 || strcmp(argv[i], "--vtile") == 0 ||
+                    strcmp(argv[i], "--side") == 0) && i + 1 < argc) {
+            const char *opt = argv[i];
+            char *end;
+            const long long v = strtoll(argv[++i], &end, 10);
+            const long long most = strcmp(opt, "--side") == 0 ? 1024 : 1LL << 40;
+            if (*end != '\0' || end == argv[i] || v < 0 || v > most) {
+                fprintf(stderr, "bad %s '%s' (0..%lld)\n", opt, argv[i], most);
+                return 2;
+            }
+            if (strcmp(opt, "--chunk") == 0) chunk = v;
+            else if (strcmp(opt, "--vtile") == 0) vtile = v;
+            else side = (int)v;
         } else if (strcmp(argv[i], "--check") == 0) {
             check = 1;
         } else {
@@ -100,6 +121,8 @@ int main(int argc, char **argv) {
         mib[n_budgets++] = m;
     }
     flce_dev_set_plan_sms(sms);
+    if (chunk > 0) flce_dev_set_plan_chunk(chunk, 0);
+    if (side >= 0) flce_dev_set_side(side);
     printf("| N x H x V | budget MiB | chunk | chunks | vocab tile | tiles | workspace MiB | d_h parts | route | model ms |%s\n",
            check ? " from the workspace |" : "");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|%s\n", check ? "---|" : "");
@@ -110,6 +133,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < n_budgets; k++) {
             flce_config cfg;
             flce_config_init(&cfg, shape[i][0], shape[i][1], shape[i][2]);
+            cfg.max_vocab_tile = vtile;
             size_t ws = 0;
             const size_t budget = (size_t)mib[k] << 20;
             const flce_status st = flce_workspace_size(&cfg, budget, &ws);

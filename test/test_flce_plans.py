@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU test of dev/flce_plans (the planner's choices without a GPU): its table at a Llama / Qwen
 head (the lean plan of Qwen2.5-1.5B: chunks of 1280 tokens in 3 vocabulary tiles), --check's
-count, the cuBLASLt path's plan (--sms 0), and every refused argument (a bad shape, budget or
+count, the cuBLASLt path's plan (--sms 0), a forced plan (--chunk, --vtile, --side), and every
+refused argument (a bad shape, budget or
 config, an unknown option): a message naming it on stderr, exit 2, nothing on stdout. The last
 line is "N passed, M failed".
 
@@ -47,10 +48,17 @@ def main():
     c = row(r.stdout, "8192x768x50304", 1024)
     check(r.returncode == 0 and c is not None and c[3:5] == ["4096", "2"] and c[9] == "the cuBLASLt path",
           "--sms 0: the cuBLASLt path's plan (chunks of 4096 at 8192x768x50304 in 1 GiB) (%s)" % c)
+    # a forced plan: the chunk cap, the vocabulary tile and no side by side, as flce_bench's options
+    r = run(tool, "-s", "16384x2048x128256", "-b", "160", "--chunk", "1024", "--vtile", "64128", "--side", "0")
+    c = row(r.stdout, "16384x2048x128256", 160)
+    check(r.returncode == 0 and c is not None and c[3:7] == ["1024", "16", "64128", "2"] and c[9] == "direct",
+          "--chunk 1024 --vtile 64128 --side 0: chunks of 1024 in 2 tiles, one after the other (%s)" % c)
     refused = [(["-s", "foo"], "bad shape 'foo'"), (["-s", "100x64x1001x3"], "bad shape"),
                (["-b", "0"], "bad budget '0'"), (["-b", "12x"], "bad budget '12x'"),
                (["-s", "1000x100x5003"], "hidden = 100"), (["--sms"], "unknown option or a missing value: --sms"),
-               (["--sms", "-1"], "bad --sms '-1'"), (["--sms", "abc"], "bad --sms 'abc'"), (["-x"], "unknown option or a missing value: -x")]
+               (["--sms", "-1"], "bad --sms '-1'"), (["--sms", "abc"], "bad --sms 'abc'"), (["-x"], "unknown option or a missing value: -x"),
+               (["--chunk", "-5"], "bad --chunk '-5'"), (["--vtile", "1k"], "bad --vtile '1k'"),
+               (["--side", "2000"], "bad --side '2000'")]
     for args, says in refused:
         r = run(tool, *args)
         check(r.returncode == 2 and r.stdout == "" and says in r.stderr,
