@@ -245,13 +245,16 @@ chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks
 */
 static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
     const int64_t N = cfg->n_tokens, C = p->chunk;
-    const double wave = 2.0 * FLCE_SM90_BM * (double)p->grad_cols * ((double)p->vocab_tile / p->dh_parts) /
+    // (side by side, which the model does not count, its parts fill half the multiprocessors:
+    // the GEMM's time on all of them is that of the parts that fill all)
+    const int parts = p->side_sms ? flce_sm90_dh_parts(C, cfg->hidden, p->grad_cols, p->sm90) : p->dh_parts;
+    const double wave = 2.0 * FLCE_SM90_BM * (double)p->grad_cols * ((double)p->vocab_tile / parts) /
                         (rate / p->sm90);
     const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
     double t = 0.0;
     for (int k = 0; k < 2; k++) {
         const int64_t rows = k == 0 ? C : last, count = k == 0 ? p->n_chunks - 1 : 1;
-        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden, p->grad_cols) * p->dh_parts;
+        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden, p->grad_cols) * parts;
         t += (double)count * (double)((work + p->sm90 - 1) / p->sm90) * wave;
     }
     return t * (double)p->n_vtiles;
@@ -429,6 +432,14 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->dh_parts = chunk <= 0 || p->lt_backward ? 1
                       : g_dh_parts > 0             ? g_dh_parts
                                                    : flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms);
+        // where the direct gradients run side by side, fewer parts where they fill the d_h
+        // GEMM's share of the multiprocessors as well (never more: each part is the chunk's
+        // fp32 d_h, which the side by side keeps beside v' h and cuBLASLt's workspace)
+        const int side = !p->lt_backward && scaled && g_dh_parts == 0 ? flce_side_sms(cfg, chunk, p->sm90) : 0;
+        if (side && chunk > 0) {
+            const int fewer = flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, side);
+            if (fewer < p->dh_parts) p->dh_parts = fewer;
+        }
         // (not over vocabulary tiles, whose d_h the GEMM may add to the accumulator itself, nor
         // where a sweep sets the parts)
         p->dh_split = chunk > 0 && !p->lt_backward && !tiled && !p->dh_accumulator && g_dh_parts == 0;
