@@ -637,9 +637,13 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
         if (pl.chunk > 0 && flce_plan_dh_split(&pl, pl.chunk, P->H, pl.dh_parts, &fc, &pb))
             snprintf(split, sizeof(split), " (%lld columns at full K, the rest in %d)", (long long)fc, pb);
         if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
-        else snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", pl.dh_parts, pl.dh_parts > 1 ? "s" : "",
-                      split, pl.dw_direct ? (pl.side_sms ? ", d_W by cuBLASLt on E beside d_h" : ", d_W by cuBLASLt on E") : "",
-                      pl.stats_shared ? ", statistics in the d_h region" : "");
+        else {
+            const int side = pl.dw_direct && pl.side_sms;  // (the parts it then takes)
+            const int parts = side ? pl.side_dh_parts : pl.dh_parts;
+            snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", parts, parts > 1 ? "s" : "", split,
+                     pl.dw_direct ? (side ? ", d_W by cuBLASLt on E beside d_h" : ", d_W by cuBLASLt on E") : "",
+                     pl.stats_shared ? ", statistics in the d_h region" : "");
+        }
     }
     const char *path = flce_hopper_default() ? "Hopper GEMMs" : "cuBLASLt";
     char tiles[96] = "";

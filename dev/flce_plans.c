@@ -144,9 +144,12 @@ int main(int argc, char **argv) {
                        ws / 1048576.0, check ? " |" : "");
                 continue;
             }
-            printf("| %s | %lld | %lld | %lld | %lld | %lld | %.1f | %d | %s | %.2f |", name, mib[k],
+            char parts[48];  // (and those it takes side by side, where fewer)
+            if (p.side_sms && p.side_dh_parts < p.dh_parts) snprintf(parts, sizeof(parts), "%d (%d side by side)", p.dh_parts, p.side_dh_parts);
+            else snprintf(parts, sizeof(parts), "%d", p.dh_parts);
+            printf("| %s | %lld | %lld | %lld | %lld | %lld | %.1f | %s | %s | %.2f |", name, mib[k],
                    (long long)p.chunk, (long long)p.n_chunks, (long long)p.vocab_tile, (long long)p.n_vtiles,
-                   ws / 1048576.0, p.dh_parts, route(&p), 1e3 * flce_plan_cost(&cfg, &p, 1, 1));
+                   ws / 1048576.0, parts, route(&p), 1e3 * flce_plan_cost(&cfg, &p, 1, 1));
             if (check) {
                 flce_plan q;
                 flce_make_plan(&cfg, ws, 1, 1, sms, 0, &q);

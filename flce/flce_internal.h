@@ -162,6 +162,8 @@ typedef struct {
                          // d_W what that region leaves, up to it)
     int side_sms;        // 0, or the direct gradients side by side (flce_dev_set_side): the d_h
                          // GEMM on this many SMs, cuBLASLt's d_W on the others, on a second stream
+    int side_dh_parts;   // the d_h GEMM's K parts when it runs side by side (<= dh_parts: those
+                         // that fill its share of the SMs)
     size_t off_xs;       // the direct d_W's B operand v' h (in the d_h parts' region, after the
                          // parts where the two GEMMs run side by side)
     size_t off_dh_ws, dh_ws_bytes;  // the direct d_h's (cuBLASLt's GEMM on E, a dev switch):

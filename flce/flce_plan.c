@@ -245,16 +245,13 @@ chunk's tiles rarely fill the multiprocessors in whole waves (at H = 896, chunks
 */
 static double flce_sm90_dh_time(const flce_config *cfg, const flce_plan *p, double rate) {
     const int64_t N = cfg->n_tokens, C = p->chunk;
-    // (side by side, which the model does not count, its parts fill half the multiprocessors:
-    // the GEMM's time on all of them is that of the parts that fill all)
-    const int parts = p->side_sms ? flce_sm90_dh_parts(C, cfg->hidden, p->grad_cols, p->sm90) : p->dh_parts;
-    const double wave = 2.0 * FLCE_SM90_BM * (double)p->grad_cols * ((double)p->vocab_tile / parts) /
+    const double wave = 2.0 * FLCE_SM90_BM * (double)p->grad_cols * ((double)p->vocab_tile / p->dh_parts) /
                         (rate / p->sm90);
     const int64_t last = N - (p->n_chunks - 1) * C;  // the last chunk's rows
     double t = 0.0;
     for (int k = 0; k < 2; k++) {
         const int64_t rows = k == 0 ? C : last, count = k == 0 ? p->n_chunks - 1 : 1;
-        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden, p->grad_cols) * parts;
+        const int64_t work = flce_sm90_dh_tiles(rows, cfg->hidden, p->grad_cols) * p->dh_parts;
         t += (double)count * (double)((work + p->sm90 - 1) / p->sm90) * wave;
     }
     return t * (double)p->n_vtiles;
@@ -432,13 +429,15 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->dh_parts = chunk <= 0 || p->lt_backward ? 1
                       : g_dh_parts > 0             ? g_dh_parts
                                                    : flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms);
-        // where the direct gradients run side by side, fewer parts where they fill the d_h
-        // GEMM's share of the multiprocessors as well (never more: each part is the chunk's
-        // fp32 d_h, which the side by side keeps beside v' h and cuBLASLt's workspace)
+        // side by side, fewer parts where they fill the d_h GEMM's share of the multiprocessors
+        // as well (never more: each part is the chunk's fp32 d_h, which the side by side keeps
+        // beside v' h and cuBLASLt's workspace); a call that does not run them side by side (no
+        // d_W, an entropy output) takes dh_parts
+        p->side_dh_parts = p->dh_parts;
         const int side = !p->lt_backward && scaled && g_dh_parts == 0 ? flce_side_sms(cfg, chunk, p->sm90) : 0;
         if (side && chunk > 0) {
             const int fewer = flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, side);
-            if (fewer < p->dh_parts) p->dh_parts = fewer;
+            if (fewer < p->dh_parts) p->side_dh_parts = fewer;
         }
         // (not over vocabulary tiles, whose d_h the GEMM may add to the accumulator itself, nor
         // where a sweep sets the parts)
@@ -500,8 +499,11 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
             p->side_sms = flce_side_sms(cfg, chunk, p->sm90);
             if (p->side_sms) {
                 // side by side: the d_h parts, v' h and cuBLASLt's workspace (as much as one
-                // after the other has) all live at once
-                const size_t pa = flce_append(0, parts);
+                // after the other has with those parts) all live at once
+                const size_t pa = flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
+                const size_t base = pa > qs ? pa : qs;
+                if (pa < parts && base != SIZE_MAX && base > xs)
+                    p->lt_bytes = base - xs < FLCE_LT_WORKSPACE ? base - xs : FLCE_LT_WORKSPACE;
                 p->off_xs = o + pa;
                 p->off_lt = o + pa + xs;
                 const size_t side = flce_append(flce_append(pa, xs), p->lt_bytes);

@@ -275,7 +275,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         q.b = {w_tile, w, H, H};
         q.d = {part, rows, H, H};
         q.trans_a = 0; q.trans_b = 1;
-        q.M = rows; q.N = H; q.K = w; q.splits = p->dh_parts;
+        q.M = rows; q.N = H; q.K = w; q.splits = side ? p->side_dh_parts : p->dh_parts;
         q.ctas = side ? p->side_sms : 0;
         flce_sm90_grad_args a;
         a.r = *r;

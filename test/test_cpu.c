@@ -1587,7 +1587,8 @@ static void test_hopper_plan_choices(void) {
         // side by side, the d_h GEMM's K parts fill its half of the multiprocessors: at H = 2048
         // chunks of 1024 in one part (64 tiles on 66 SMs, not two parts for 132), which leaves room
         // in 160 MiB for 2 vocabulary tiles; at 65536 x 1024 x 176256 two parts, not four; at H =
-        // 1536 (48 tiles: four parts on 66 SMs) the two of the whole GPU, never more
+        // 1536 (48 tiles: four parts on 66 SMs) the two of the whole GPU, never more. A call that
+        // runs them one after the other keeps the whole GPU's parts.
         struct { int64_t N, H, V; size_t mib; int64_t chunk, tiles; int parts; } cases[] = {
             {16384, 2048, 128256, 160, 1024, 2, 1}, {32768, 2048, 128256, 160, 1024, 2, 1},
             {65536, 1024, 176256, 160, 1024, 3, 2}, {32768, 1536, 151936, 100, 1024, 6, 2}};
@@ -1596,12 +1597,13 @@ static void test_hopper_plan_choices(void) {
             flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
             flce_plan p;
             flce_make_plan(&c, cases[i].mib << 20, 1, 1, 132, 0, &p);
-            test_check(p.chunk == cases[i].chunk && p.n_vtiles == cases[i].tiles && p.dh_parts == cases[i].parts &&
-                           p.side_sms == 66 && p.total <= (cases[i].mib << 20),
+            test_check(p.chunk == cases[i].chunk && p.n_vtiles == cases[i].tiles &&
+                           p.side_dh_parts == cases[i].parts && p.dh_parts >= p.side_dh_parts && p.side_sms == 66 &&
+                           p.total <= (cases[i].mib << 20),
                        "lib: Hopper plan at %lld x %lld x %lld in %zu MiB: side by side (d_h on %d SMs) in chunks "
-                       "of %lld, %lld tile(s), d_h in %d K part(s)",
+                       "of %lld, %lld tile(s), d_h in %d K part(s) (%d when not side by side)",
                        (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, cases[i].mib, p.side_sms,
-                       (long long)p.chunk, (long long)p.n_vtiles, p.dh_parts);
+                       (long long)p.chunk, (long long)p.n_vtiles, p.side_dh_parts, p.dh_parts);
         }
     }
     {
