@@ -1956,8 +1956,9 @@ static void test_hopper_stats_shared(void) {
 
 // The Hopper path's layout over random configs, budgets and calls: what each buffer holds lies
 // before the next one, the statistics where the plan says (apart, or in the d_h parts' region
-// after q, not on it), the region holds the d_h parts and the direct d_W's and d_h's
-// workspaces, E ends within the total; and every call fits the workspace sized for the config.
+// after q, not on it), the region holds the d_h parts (one after the other's, and side by side
+// its own beside v' h) and the direct d_W's and d_h's workspaces, E ends within the total; and
+// every call fits the workspace sized for the config.
 static void test_hopper_layout_sweep(void) {
     flce_dev_set_plan_sms(132);
     const int64_t Hs[] = {64, 768, 896, 1024, 1536, 2048, 3072, 4096};
@@ -2001,10 +2002,12 @@ static void test_hopper_layout_sweep(void) {
                 ok &= p.off_stat + stats <= p.off_stat16;
             if (!p.lt_backward) ok &= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 <= region_end;
             // side by side (flce_plan.c's rule: half the SMs, chunks of up to 1024 tokens): the d_h
-            // parts, v' h and cuBLASLt's workspace apart; else v' h at the region's start
+            // parts it takes (no more than one after the other's), v' h and cuBLASLt's workspace
+            // apart; else v' h at the region's start
             if (p.side_sms)
                 ok &= p.dw_direct && p.side_sms == 66 && C <= 1024 && !c.vocab_parallel &&
-                      p.off_xs >= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 && p.off_xs + C * H * 2 <= p.off_lt;
+                      p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts &&
+                      p.off_xs >= p.off_dh_part + (size_t)p.side_dh_parts * C * H * 4 && p.off_xs + C * H * 2 <= p.off_lt;
             else
                 ok &= p.off_xs == p.off_dh_part && (!p.dw_direct || C > 1024);
             side += p.side_sms > 0;
