@@ -638,10 +638,9 @@ static int flce_setup_budget(const Problem *P, Work *w, size_t budget, int bf16_
             snprintf(split, sizeof(split), " (%lld columns at full K, the rest in %d)", (long long)fc, pb);
         if (pl.lt_backward) snprintf(route, sizeof(route), ", gradients by cuBLASLt on dlogits");
         else {
-            const int side = pl.dw_direct && pl.side_sms;  // (the parts it then takes)
-            const int parts = side ? pl.side_dh_parts : pl.dh_parts;
+            const int parts = pl.side_sms ? pl.side_dh_parts : pl.dh_parts;  // (side by side: its own)
             snprintf(route, sizeof(route), ", d_h in %d K part%s%s%s%s", parts, parts > 1 ? "s" : "", split,
-                     pl.dw_direct ? (side ? ", d_W by cuBLASLt on E beside d_h" : ", d_W by cuBLASLt on E") : "",
+                     pl.dw_direct ? (pl.side_sms ? ", d_W by cuBLASLt on E beside d_h" : ", d_W by cuBLASLt on E") : "",
                      pl.stats_shared ? ", statistics in the d_h region" : "");
         }
     }

@@ -61,25 +61,20 @@ int main(int argc, char **argv) {
             if (!expand_shapes(argv[++i], shapes, sizeof(shapes))) usage(argv[0]);
         } else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             snprintf(budgets, sizeof(budgets), "%s", argv[++i]);
-        } else if (strcmp(argv[i], "--sms") == 0 && i + 1 < argc) {
-            char *end;
-            const long v = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || end == argv[i] || v < 0 || v > 1024) {
-                fprintf(stderr, "bad --sms '%s' (0..1024)\n", argv[i]);
-                return 2;
-            }
-            sms = (int)v;
-        } else if ((strcmp(argv[i], "--chunk") == 0 || strcmp(argv[i], "--vtile") == 0 ||
-                    strcmp(argv[i], "--side") == 0) && i + 1 < argc) {
+        } else if ((strcmp(argv[i], "--sms") == 0 || strcmp(argv[i], "--chunk") == 0 ||
+                    strcmp(argv[i], "--vtile") == 0 || strcmp(argv[i], "--side") == 0) && i + 1 < argc) {
+            // the numeric options: an integer from 0 to its bound
             const char *opt = argv[i];
+            const int small = strcmp(opt, "--sms") == 0 || strcmp(opt, "--side") == 0;
+            const long long most = small ? 1024 : 1LL << 40;
             char *end;
             const long long v = strtoll(argv[++i], &end, 10);
-            const long long most = strcmp(opt, "--side") == 0 ? 1024 : 1LL << 40;
             if (*end != '\0' || end == argv[i] || v < 0 || v > most) {
                 fprintf(stderr, "bad %s '%s' (0..%lld)\n", opt, argv[i], most);
                 return 2;
             }
-            if (strcmp(opt, "--chunk") == 0) chunk = v;
+            if (strcmp(opt, "--sms") == 0) sms = (int)v;
+            else if (strcmp(opt, "--chunk") == 0) chunk = v;
             else if (strcmp(opt, "--vtile") == 0) vtile = v;
             else side = (int)v;
         } else if (strcmp(argv[i], "--check") == 0) {

@@ -429,16 +429,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         p->dh_parts = chunk <= 0 || p->lt_backward ? 1
                       : g_dh_parts > 0             ? g_dh_parts
                                                    : flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, sms);
-        // side by side, fewer parts where they fill the d_h GEMM's share of the multiprocessors
-        // as well (never more: each part is the chunk's fp32 d_h, which the side by side keeps
-        // beside v' h and cuBLASLt's workspace); a call that does not run them side by side (no
-        // d_W, an entropy output) takes dh_parts
-        p->side_dh_parts = p->dh_parts;
-        const int side = !p->lt_backward && scaled && g_dh_parts == 0 ? flce_side_sms(cfg, chunk, p->sm90) : 0;
-        if (side && chunk > 0) {
-            const int fewer = flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, side);
-            if (fewer < p->dh_parts) p->side_dh_parts = fewer;
-        }
+        p->side_dh_parts = p->dh_parts;  // (fewer where the side by side is planned, below)
         // (not over vocabulary tiles, whose d_h the GEMM may add to the accumulator itself, nor
         // where a sweep sets the parts)
         p->dh_split = chunk > 0 && !p->lt_backward && !tiled && !p->dh_accumulator && g_dh_parts == 0;
@@ -498,8 +489,15 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
             p->lt_bytes = region - xs < FLCE_LT_WORKSPACE ? region - xs : FLCE_LT_WORKSPACE;
             p->side_sms = flce_side_sms(cfg, chunk, p->sm90);
             if (p->side_sms) {
-                // side by side: the d_h parts, v' h and cuBLASLt's workspace (as much as one
-                // after the other has with those parts) all live at once
+                // side by side, fewer parts where they fill the d_h GEMM's share of the
+                // multiprocessors as well (never more: each part is the chunk's fp32 d_h); a call
+                // that does not run them side by side (no d_W, an entropy output) takes dh_parts
+                if (g_dh_parts == 0 && chunk > 0) {
+                    const int fewer = flce_sm90_dh_parts(chunk, cfg->hidden, p->grad_cols, p->side_sms);
+                    if (fewer < p->dh_parts) p->side_dh_parts = fewer;
+                }
+                // the d_h parts, v' h and cuBLASLt's workspace (as much as one after the other
+                // has with those parts) all live at once
                 const size_t pa = flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
                 const size_t base = pa > qs ? pa : qs;
                 if (pa < parts && base != SIZE_MAX && base > xs)
