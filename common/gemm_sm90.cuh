@@ -813,7 +813,9 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                       (!TRANS_B && P::PINGPONG && P::WG_M == 128 && !P::B_HALVES && P::BN == 192),
                   "clusters: cooperative tiles on a (K, N) B, or wide ones on an (N, K) B");
     const uint32_t rank = MC ? sm90_cluster_rank() : 0u;
-    const int wg = threadIdx.x / 128;
+    // (broadcast from lane 0, so that the compiler sees it warp-uniform: what is computed from
+    // it, down to the stages and the wgmma descriptors, stays in uniform registers)
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
 
     if (threadIdx.x == 0) {
