@@ -100,6 +100,12 @@ __device__ __forceinline__ uint32_t sm90_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// The thread's warpgroup, broadcast from lane 0 so that the compiler sees it warp-uniform: what
+// a kernel computes from it, down to its stages and wgmma descriptors, stays in uniform registers
+__device__ __forceinline__ int sm90_warpgroup() {
+    return __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+}
+
 // Loads by shared address. Through a C pointer into the kernel's aligned dynamic buffer (its
 // address passed through an integer) the compiler emits generic loads, which wait on the long
 // scoreboard like global ones; volatile keeps them after the stage's mbarrier wait.
@@ -816,9 +822,7 @@ sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constan
                       (!TRANS_B && P::PINGPONG && P::WG_M == 128 && !P::B_HALVES && P::BN == 192),
                   "clusters: cooperative tiles on a (K, N) B, or wide ones on an (N, K) B");
     const uint32_t rank = MC ? sm90_cluster_rank() : 0u;
-    // (broadcast from lane 0, so that the compiler sees it warp-uniform: what is computed from
-    // it, down to the stages and the wgmma descriptors, stays in uniform registers)
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int wg = sm90_warpgroup();
     const int n_tiles = shape.tiles_m * shape.tiles_n * shape.splits;
 
     if (threadIdx.x == 0) {

@@ -355,7 +355,7 @@ att90_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constan
     uint8_t *sq = smem, *sk = sq + 2 * C::Q_BYTES, *sv = sk + C::STAGES * C::KV_BYTES;
     const att90_bars bars = att90_bars_init(sv + C::STAGES * C::KV_BYTES, C::STAGES);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *kv_full = bars.st_full, *kv_empty = bars.st_empty;
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform to the compiler
+    const int wg = sm90_warpgroup();
     const int n_tiles = n_qt * BH;
 
     if (wg == 0) {
@@ -833,7 +833,7 @@ att90_bwd_dkv_kernel(const __grid_constant__ CUtensorMap map_k128, const __grid_
     const att90_bars bars = att90_bars_init(sst + 2 * C::STAGES * C::T64_BYTES, C::STAGES, 1, 33);
     float *rows = (float *)(sst + 2 * C::STAGES * C::T64_BYTES + 256);
     uint64_t *kv_full = bars.tile_full, *kv_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform to the compiler
+    const int wg = sm90_warpgroup();
     const int n_tiles = n_kt * BKV, n_q64 = (T + 63) / 64;
     const int grp = GQA ? group : 1, NH = NKV * grp;  // query heads per K/V head, query heads
 
@@ -978,7 +978,7 @@ att90_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q128, const __grid_c
     const att90_bars bars = att90_bars_init(sst + 2 * C::STAGES * C::T64_BYTES, C::STAGES, 33, 1);
     float *rows = (float *)(sst + 2 * C::STAGES * C::T64_BYTES + 256);
     uint64_t *q_full = bars.tile_full, *q_empty = bars.tile_empty, *st_full = bars.st_full, *st_empty = bars.st_empty;
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform to the compiler
+    const int wg = sm90_warpgroup();
     const int n_tiles = n_qt * BH, n_k64 = (T + 63) / 64;
 
     if (wg == 0) {
