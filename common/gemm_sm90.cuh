@@ -313,6 +313,18 @@ __device__ __forceinline__ uint64_t sm90_desc_at(uint64_t desc, uint32_t bytes) 
     return (desc & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
 }
 
+// A stage's operand tile (TRANS: MN-major, TMA boxes of 64 MN x 64 K 8 KiB apart; else K-major
+// rows of 64) as a descriptor at addr, and the bytes to its K step kk of 16 from there: 16 rows
+// (2 KiB) down an MN-major box, 32 bytes along a K-major row
+template <int TRANS>
+__device__ __forceinline__ uint64_t sm90_operand_desc(uint32_t addr) {
+    return TRANS ? sm90_desc(addr, 8192, 1024) : sm90_desc(addr, 16, 1024);
+}
+template <int TRANS>
+__device__ __forceinline__ uint32_t sm90_kstep_bytes(int kk) {
+    return TRANS ? kk * 2048 : kk * 32;
+}
+
 #define SM90_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define SM90_D16(i) SM90_D4(i), SM90_D4((i) + 4), SM90_D4((i) + 8), SM90_D4((i) + 12)
 #define SM90_D96 SM90_D16(0), SM90_D16(16), SM90_D16(32), SM90_D16(48), SM90_D16(64), SM90_D16(80)
@@ -759,18 +771,16 @@ __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &args,
     // this warpgroup's 64 rows of A: one 8 KiB half of a K-major tile, or one of the two
     // 64-row boxes of an MN-major one: 8 KiB further either way
     const uint32_t a_addr = sm90_smem(sa) + th.wg * 8192;
-    const uint64_t db0 = TRANS_B ? sm90_desc(b_addr, 8192, 1024) : sm90_desc(b_addr, 16, 1024);
-    const uint64_t da0 = TRANS_A ? sm90_desc(a_addr, 8192, 1024) : sm90_desc(a_addr, 16, 1024);
+    const uint64_t db0 = sm90_operand_desc<TRANS_B>(b_addr), da0 = sm90_operand_desc<TRANS_A>(a_addr);
 #pragma unroll
     for (int kk = 0; kk < SM90_BK / 16; kk++) {
         const int scale_d = (acc0 || kb > tile.kb0 || kk > 0) ? 1 : 0;  // acc0: d starts from tile_start's values
-        // a K step of 16: 32 bytes along a K-major row, 16 rows (2 KiB) down an MN-major box
-        const uint64_t db = sm90_desc_at(db0, TRANS_B ? kk * 2048 : kk * 32);
+        const uint64_t db = sm90_desc_at(db0, sm90_kstep_bytes<TRANS_B>(kk));
         if constexpr (P::A_REGS) {
             const uint32_t a4[4] = {af[BUF][4 * kk], af[BUF][4 * kk + 1], af[BUF][4 * kk + 2], af[BUF][4 * kk + 3]};
             sm90_mma_rs<TRANS_B>(d, a4, db, scale_d);
         } else {
-            sm90_mma_ss<TRANS_A, TRANS_B>(d, sm90_desc_at(da0, TRANS_A ? kk * 2048 : kk * 32), db, scale_d);
+            sm90_mma_ss<TRANS_A, TRANS_B>(d, sm90_desc_at(da0, sm90_kstep_bytes<TRANS_A>(kk)), db, scale_d);
         }
     }
     sm90_wgmma_commit();
@@ -784,16 +794,14 @@ __device__ __forceinline__ void sm90_consumer_step(const typename P::Args &, typ
                                                    const uint8_t *sb, const uint8_t *, const sm90_tile &tile,
                                                    int kb, int acc0, const sm90_thread &) {
     sm90_wgmma_fence();
-    const uint64_t db0 = TRANS_B ? sm90_desc(sm90_smem(sb), 8192, 1024) : sm90_desc(sm90_smem(sb), 16, 1024);
-    const uint64_t da0 = TRANS_A ? sm90_desc(sm90_smem(sa), 8192, 1024) : sm90_desc(sm90_smem(sa), 16, 1024);
+    const uint64_t db0 = sm90_operand_desc<TRANS_B>(sm90_smem(sb)), da0 = sm90_operand_desc<TRANS_A>(sm90_smem(sa));
 #pragma unroll
     for (int kk = 0; kk < SM90_BK / 16; kk++) {
         const int scale_d = (acc0 || kb > tile.kb0 || kk > 0) ? 1 : 0;  // acc0: d starts from tile_start's values
-        const uint64_t db = sm90_desc_at(db0, TRANS_B ? kk * 2048 : kk * 32);
+        const uint64_t db = sm90_desc_at(db0, sm90_kstep_bytes<TRANS_B>(kk));
 #pragma unroll
         for (int b = 0; b < 2; b++)
-            sm90_mma_ss<TRANS_A, TRANS_B>(d[b], sm90_desc_at(da0, b * 8192 + (TRANS_A ? kk * 2048 : kk * 32)), db,
-                                          scale_d);
+            sm90_mma_ss<TRANS_A, TRANS_B>(d[b], sm90_desc_at(da0, b * 8192 + sm90_kstep_bytes<TRANS_A>(kk)), db, scale_d);
     }
     sm90_wgmma_commit();
 }

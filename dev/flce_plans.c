@@ -140,8 +140,10 @@ int main(int argc, char **argv) {
                 continue;
             }
             char parts[48];  // (and those it takes side by side, where fewer)
-            if (p.side_sms && p.side_dh_parts < p.dh_parts) snprintf(parts, sizeof(parts), "%d (%d side by side)", p.dh_parts, p.side_dh_parts);
-            else snprintf(parts, sizeof(parts), "%d", p.dh_parts);
+            if (p.side_sms && p.side_dh_parts < p.dh_parts)
+                snprintf(parts, sizeof(parts), "%d (%d side by side)", p.dh_parts, p.side_dh_parts);
+            else
+                snprintf(parts, sizeof(parts), "%d", p.dh_parts);
             printf("| %s | %lld | %lld | %lld | %lld | %lld | %.1f | %s | %s | %.2f |", name, mib[k],
                    (long long)p.chunk, (long long)p.n_chunks, (long long)p.vocab_tile, (long long)p.n_vtiles,
                    ws / 1048576.0, parts, route(&p), 1e3 * flce_plan_cost(&cfg, &p, 1, 1));
