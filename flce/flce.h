@@ -213,7 +213,9 @@ flce_status flce_config_check(const flce_config *cfg, char *msg, size_t msg_len)
 // new context takes on the current device (see flce_set_hopper), for a call with d_weight. The
 // other path, and a call without d_weight, run in it too, in chunks planned within it.
 // *bytes <= budget_bytes unless even one token with one tile of the narrowest width does not
-// fit, in which case *bytes is that minimum and FLCE_ERR_WORKSPACE is returned.
+// fit (a bf16 d_weight over several chunks: beside its fp32 accumulator, V x H x 4 bytes; where
+// every token fits one chunk in such tiles, none), in which case *bytes is that minimum and
+// FLCE_ERR_WORKSPACE is returned.
 flce_status flce_workspace_size(const flce_config *cfg, size_t budget_bytes, size_t *bytes);
 
 // The number of tokens per chunk a call with d_weight and this workspace will use (0 if too

@@ -834,8 +834,9 @@ static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
 // The planned workspace for budget on the path of sms (flce_make_plan, for a call with every
 // gradient), or the minimum with FLCE_ERR_WORKSPACE when nothing fits: one token and one tile of
 // the narrowest width (or the whole vocabulary when it is no wider), with the accumulator a bf16
-// d_weight then needs, and the statistics apart (what the plain gradients need: then every call
-// fits, in chunks of its own).
+// d_weight then needs (or, where less, one chunk of every token in that tile, which needs none),
+// and the statistics apart (what the plain gradients need: then every call fits, in chunks of
+// its own).
 // The plan's own layout where a plan made from that size is the same one: the planner keeps
 // the largest chunk's (or widest tile's) size where it took a shorter chunk (or narrower tile)
 // for whole waves, which at 16384 x 4096 x 151936 in 1 GiB is 869 MiB for a chunk that needs
@@ -843,8 +844,16 @@ static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
     const int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
-    const size_t least = flce_layout(cfg, 1, sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN, bf16_dw, sms,
-                                     FLCE_CALL_PLAIN, &p);
+    const int64_t narrowest = sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN;
+    size_t least = flce_layout(cfg, 1, narrowest, bf16_dw, sms, FLCE_CALL_PLAIN, &p);
+    if (bf16_dw && !cfg->accumulate_d_weight && !cfg->vocab_parallel &&
+        (cfg->max_chunk_tokens <= 0 || cfg->max_chunk_tokens >= cfg->n_tokens)) {
+        // one chunk of every token writes a bf16 d_weight whole, with no accumulator: in the
+        // narrowest tiles that may be far less than one token beside V x H x 4 bytes (4096 x
+        // 4096 x 128256: ~0.1 against 2.1 GB), and every call plans that chunk where it fits
+        const size_t whole = flce_layout(cfg, cfg->n_tokens, narrowest, 0, sms, FLCE_CALL_PLAIN, &p);
+        if (whole < least) least = whole;
+    }
     flce_make_plan(cfg, budget, 1, 1, sms, 0, &p);
     if (p.chunk == 0 || least > budget) {
         *bytes = least;

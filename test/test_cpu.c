@@ -1466,6 +1466,21 @@ static void test_hopper_plans(void) {
                    (long long)c32, b16, (long long)c16,
                    big ? "several chunks: an fp32 accumulator of V H 4 bytes" : "one chunk: no accumulator");
     }
+    // one chunk's bf16 d_W where the accumulator alone would not fit the budget (the binding's
+    // call at the Llama 3 8B head: 1 GiB + V H 2 bytes, against V H 4 = 2.1 GB): a workspace
+    // within the budget, not FLCE_ERR_WORKSPACE with the accumulator's minimum
+    {
+        flce_config c;
+        flce_config_init(&c, 4096, 4096, 128256);
+        c.d_weight_dtype = FLCE_BF16;
+        const size_t budget = ((size_t)1 << 30) + (size_t)c.vocab_padded * (size_t)c.hidden * 2;
+        size_t bytes = 0;
+        const flce_status st = flce_workspace_size(&c, budget, &bytes);
+        const int64_t chunk = st == FLCE_OK ? flce_chunk_tokens(&c, bytes) : 0;
+        test_check(st == FLCE_OK && bytes <= budget && chunk == c.n_tokens,
+                   "lib: Hopper plan at 4096 x 4096 x 128256, bf16 d_W, budget %zu: %s, %zu bytes, one chunk (%lld)",
+                   budget, flce_status_string(st), bytes, (long long)chunk);
+    }
     // every plan within its budget: the Hopper path's layout is not monotonic in the chunk
     // (its d_h partials), and the balanced chunk of 65536 x 768 x 50304 in 1 GiB (GPT-2 at
     // B = 64, the trainer's default -f) once came to 1,107,589,888 bytes

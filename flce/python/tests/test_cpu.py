@@ -433,6 +433,24 @@ def test_d_weight_plan():
     check(tiled < 151936 and (dt, budget) == (Dtype.FP32, 1 << 30),
           "d_weight_plan: one chunk over vocabulary tiles (%d of 151936) is not taken: fp32 and 1 GiB (%s, %d)"
           % (tiled, Dtype(dt).name, budget))
+    # a bf16 d_weight that flce writes whole is then sized within that budget: at the Llama 3 8B
+    # and Qwen2.5 7B heads (4096 tokens), whose fp32 accumulator alone (V x H x 4 bytes) is more
+    # than the budget, the binding's default call must not fail for want of one it never uses
+    for N, H, V in ((4096, 4096, 128256), (4096, 3584, 152064)):
+        head = _lib.config(N, H, V)
+        head.dtype = Dtype.BF16
+        head.d_hidden_dtype = Dtype.BF16
+        plan_sms(132)
+        try:
+            dt, budget = _lib.d_weight_plan(head, 0)
+            head.d_weight_dtype = dt
+            st, ws = _lib.workspace_size(head, budget)
+            chunk = _lib.chunk_tokens(head, ws) if st == Status.OK else 0
+        finally:
+            plan_sms(0)
+        check(dt == Dtype.BF16 and st == Status.OK and ws <= budget and chunk == N,
+              "d_weight_plan then workspace_size at %dx%dx%d: %s d_weight, %s, %d bytes of a %d budget, one "
+              "chunk (%d tokens)" % (N, H, V, Dtype(dt).name, Status(st).name, ws, budget, chunk))
     cfg.dtype = Dtype.FP32
     cfg.d_hidden_dtype = Dtype.FP32
     dt, budget = _lib.d_weight_plan(cfg, 0)

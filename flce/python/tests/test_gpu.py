@@ -197,6 +197,37 @@ def test_many_chunks_small_budget(path, dtype):
             "small budget %s, grad_output -0.75" % dtype)
 
 
+def test_bf16_d_weight_whole_past_accumulator(path):
+    """A bf16 d_weight that one chunk writes whole, where the fp32 accumulator a call of several
+    chunks would need does not fit the budget (V x H x 4 bytes against the base plus V x H x 2:
+    the Llama 3 8B head at 4096 tokens in the default 1 GiB, here at 40 MiB): the call runs, and so
+    does one with an entropy gradient in the same workspace (its own plan's chunk), against fp64."""
+    N, H, V = 256, 2048, 32000
+    h, W, y, _ = make(N, H, V, torch.bfloat16, seed=41)
+    g = torch.Generator().manual_seed(42)
+    up_ent = torch.randn(N, generator=g).to(DEV)
+    h64, W64 = (t.detach().double().requires_grad_() for t in (h, W))
+    z = h64 @ W64.T
+    logp = torch.log_softmax(z, dim=1)
+    rl = F.cross_entropy(z, y)
+    rent = -(logp.exp() * logp).sum(1)
+    rl.backward(retain_graph=True)
+    ref_plain = (h64.grad.clone(), W64.grad.clone())
+    h64.grad, W64.grad = None, None
+    (rl + (rent * up_ent.double()).sum()).backward()
+    old = flce.set_workspace_budget(40 << 20)
+    try:
+        got = run_flce(h, W, y)
+        hh, WW = (t.clone().requires_grad_() for t in (h, W))
+        loss, _, ent = flce.linear_cross_entropy(hh, WW, y, return_entropy=True)
+        (loss + (ent * up_ent).sum()).backward()
+    finally:
+        flce.set_workspace_budget(old)
+    compare(got, (rl.detach(), ref_plain[0], ref_plain[1], None), torch.bfloat16, "bf16 d_W whole in 40 MiB")
+    errs = [rel(loss, rl), rel(ent, rent), rel(hh.grad, h64.grad), rel(WW.grad, W64.grad)]
+    assert errs[0] < TOL_LOSS and errs[1] < TOL_LOSS and max(errs[2:]) < TOL_BF16_GRAD, errs
+
+
 def test_plans_kept(path):
     """The binding keeps a call's config and workspace size by shapes, options and budget, the
     library a context's last plan: a call made again gives bitwise the same results as its
