@@ -308,7 +308,10 @@ def d_weight_plan(cfg, base_budget=0):
         # the chunk schedule only: one chunk of every token over vocabulary tiles writes
         # d_weight whole too, but pays the tile schedule's second logits GEMM, which costs more
         # than chunks of fewer tokens with an fp32 d_weight (dev/RESULTS.md, "What was tried")
-        if chunk_tokens(cfg, budget) == cfg.n_tokens and vocab_tile(cfg, budget) >= cfg.vocab_padded:
+        # (and only where flce_workspace_size sizes that call within the budget: a budget below
+        # what the plain gradients' minimum takes, the cuBLASLt workspace, keeps fp32)
+        if (chunk_tokens(cfg, budget) == cfg.n_tokens and vocab_tile(cfg, budget) >= cfg.vocab_padded
+                and workspace_size(cfg, budget)[0] == Status.OK):
             return Dtype.BF16, budget
     finally:
         cfg.d_weight_dtype = saved

@@ -451,6 +451,35 @@ def test_d_weight_plan():
         check(dt == Dtype.BF16 and st == Status.OK and ws <= budget and chunk == N,
               "d_weight_plan then workspace_size at %dx%dx%d: %s d_weight, %s, %d bytes of a %d budget, one "
               "chunk (%d tokens)" % (N, H, V, Dtype(dt).name, Status(st).name, ws, budget, chunk))
+    # the binding's sizing over a grid of shapes and budgets, on both planners (132 SMs, and the
+    # cuBLASLt path's): a workspace within the budget that plans a chunk (every token for a bf16
+    # d_weight), or FLCE_ERR_WORKSPACE for an fp32 one with a true minimum above the budget
+    bad, first = 0, None
+    for sms in (132, 0):
+        plan_sms(sms)
+        try:
+            for N in (1, 7, 512, 4096, 16384):
+                for H in (64, 2048, 3584, 8192):
+                    for V in (1003, 50304, 128256, 176245):
+                        for base in (8 << 20, 40 << 20, 1 << 30):
+                            c = _lib.config(N, H, V)
+                            c.dtype = Dtype.BF16
+                            c.d_hidden_dtype = Dtype.BF16
+                            dt, budget = _lib.d_weight_plan(c, base)
+                            c.d_weight_dtype = dt
+                            st, ws = _lib.workspace_size(c, budget)
+                            if st == Status.OK:
+                                chunk = _lib.chunk_tokens(c, ws)
+                                ok = ws <= budget and chunk >= 1 and (dt != Dtype.BF16 or chunk == N)
+                            else:
+                                ok = st == Status.ERR_WORKSPACE and dt == Dtype.FP32 and ws > budget
+                            if not ok:
+                                bad += 1
+                                first = first or (sms, N, H, V, base, Dtype(dt).name, Status(st).name, ws, budget)
+        finally:
+            plan_sms(0)
+    check(bad == 0, "the binding's workspace over 480 shapes and budgets: %d inconsistent%s"
+          % (bad, ", first (sms, N, H, V, base, d_weight, status, bytes, budget) %s" % (first,) if first else ""))
     cfg.dtype = Dtype.FP32
     cfg.d_hidden_dtype = Dtype.FP32
     dt, budget = _lib.d_weight_plan(cfg, 0)
