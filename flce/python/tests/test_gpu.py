@@ -98,6 +98,17 @@ def reference(h, W, y, b=None, ignore_index=-100, reduction="mean", label_smooth
     return loss.detach(), h64.grad, W64.grad, (b64.grad if b64 is not None else None)
 
 
+def entropy_reference(h, W, y, seed):
+    """A random per-token upstream gradient for the entropy, and the fp64 loss and entropy with
+    their graph: (upstream, h64, W64, loss, entropy), for the caller's backward."""
+    g = torch.Generator().manual_seed(seed)
+    up_ent = torch.randn(h.shape[0], generator=g).to(DEV)
+    h64, W64 = (t.detach().double().requires_grad_() for t in (h, W))
+    z = h64 @ W64.T
+    logp = torch.log_softmax(z, dim=1)
+    return up_ent, h64, W64, F.cross_entropy(z, y), -(logp.exp() * logp).sum(1)
+
+
 def run_flce(h, W, y, b=None, grad_output=None, **kw):
     hh = h.detach().clone().requires_grad_()
     WW = W.detach().clone().requires_grad_()
@@ -202,15 +213,8 @@ def test_bf16_d_weight_whole_past_accumulator(path):
     chunks would need does not fit the budget (V x H x 4 bytes against the base plus V x H x 2:
     the Llama 3 8B head at 4096 tokens in the default 1 GiB, here at 40 MiB): the call runs, and so
     does one with an entropy gradient in the same workspace (its own plan's chunk), against fp64."""
-    N, H, V = 256, 2048, 32000
-    h, W, y, _ = make(N, H, V, torch.bfloat16, seed=41)
-    g = torch.Generator().manual_seed(42)
-    up_ent = torch.randn(N, generator=g).to(DEV)
-    h64, W64 = (t.detach().double().requires_grad_() for t in (h, W))
-    z = h64 @ W64.T
-    logp = torch.log_softmax(z, dim=1)
-    rl = F.cross_entropy(z, y)
-    rent = -(logp.exp() * logp).sum(1)
+    h, W, y, _ = make(256, 2048, 32000, torch.bfloat16, seed=41)
+    up_ent, h64, W64, rl, rent = entropy_reference(h, W, y, seed=42)
     rl.backward(retain_graph=True)
     ref_plain = (h64.grad.clone(), W64.grad.clone())
     h64.grad, W64.grad = None, None
@@ -545,15 +549,8 @@ def test_entropy_gradient_alone(path, dtype):
     """An entropy gradient with no other option (on the Hopper path it takes the dlogits pass by
     the call's plan, not the config's; in a workspace of 8 MiB, too small for that plan, the
     fused route) against fp64 PyTorch."""
-    N, H, V = 600, 64, 1003
-    h, W, y, _ = make(N, H, V, dtype, seed=31)
-    g = torch.Generator().manual_seed(32)
-    up_ent = torch.randn(N, generator=g).to(DEV)
-    h64, W64 = (t.detach().double().requires_grad_() for t in (h, W))
-    z = h64 @ W64.T
-    logp = torch.log_softmax(z, dim=1)
-    rl = F.cross_entropy(z, y)
-    rent = -(logp.exp() * logp).sum(1)
+    h, W, y, _ = make(600, 64, 1003, dtype, seed=31)
+    up_ent, h64, W64, rl, rent = entropy_reference(h, W, y, seed=32)
     (rl + (rent * up_ent.double()).sum()).backward()
     tol = TOL_FP32 if dtype == torch.float32 else TOL_BF16_GRAD
     for budget in [0] + ([8 << 20] if path == "hopper" and dtype == torch.bfloat16 else []):
