@@ -679,6 +679,12 @@ double flce_plan_cost(const flce_config *cfg, const flce_plan *p, int backward, 
 // chunks of 896 in fewer tiles 8-13% slower than 1024 at H = 2048 to 4096, dev/RESULTS.md)
 #define FLCE_TILE_CHUNK_QUARTERS_FROM 1024
 
+// Whether a bf16 d_weight in chunks of `chunk` tokens is summed in an fp32 accumulator: over
+// several chunks, or added onto an existing one; one chunk of every token writes it whole.
+static int flce_dw_accumulated(const flce_config *cfg, int64_t chunk) {
+    return cfg->d_weight_dtype == FLCE_BF16 && (chunk < cfg->n_tokens || cfg->accumulate_d_weight);
+}
+
 // needs_dw: this call produces d_weight (the accumulator is only for a bf16 one); backward:
 // it produces gradients at all; sms: 0 for the cuBLASLt path, else the Hopper path's GPU
 // (flce_layout); call: FLCE_CALL_* (a call with gradients and no d_weight takes the plain
@@ -709,7 +715,6 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     int64_t max_chunk = N;
     if (cfg->max_chunk_tokens > 0 && max_chunk > cfg->max_chunk_tokens) max_chunk = cfg->max_chunk_tokens;
     if (sms > 0 && g_plan_chunk > 0 && max_chunk > g_plan_chunk) max_chunk = g_plan_chunk;
-    const int bf16_dw = needs_dw && cfg->d_weight_dtype == FLCE_BF16;
     double best_cost = 0.0;
     flce_plan cand;
     flce_layout(cfg, 0, span, 0, sms, call, p);  // chunk 0: nothing fits (yet)
@@ -717,7 +722,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
     if (cfg->max_vocab_tile == 0 || cfg->max_vocab_tile >= span) {
         int64_t c = flce_fit_chunk(cfg, budget, max_chunk, span, 0, sms, call);
         int dw_acc = 0;
-        if (bf16_dw && (c < N || cfg->accumulate_d_weight)) {
+        if (needs_dw && flce_dw_accumulated(cfg, c)) {
             // several chunks (or adding into an existing bf16 d_W) need fp32 accumulation
             dw_acc = 1;
             c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms, call);
@@ -765,7 +770,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
         // (a chunk between as balanced over the tokens first, so that its widest tile is the one
         // a plan made again from its workspace finds)
         const int64_t c = between ? flce_balance(N, step, FLCE_CHUNK_MULTIPLE) : step;
-        const int dw_acc = bf16_dw && (c < N || cfg->accumulate_d_weight);
+        const int dw_acc = needs_dw && flce_dw_accumulated(cfg, c);
         const int64_t v = flce_fit_vtile(cfg, budget, c, max_vtile, dw_acc, sms, call, unit);
         const int64_t vb = v > 0 ? flce_balance(span, v, unit) : 0;
         const int64_t cb = v > 0 ? flce_fit_balanced(cfg, budget, c, vb, dw_acc, sms, call) : 0;
@@ -843,10 +848,10 @@ static int flce_same_plan(const flce_plan *a, const flce_plan *b) {
 // 632. (Not under vocab_parallel, whose ranks must plan the same chunks from their own sizes.)
 flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, size_t *bytes) {
     flce_plan p;
-    const int bf16_dw = cfg->d_weight_dtype == FLCE_BF16 && (cfg->n_tokens > 1 || cfg->accumulate_d_weight);
+    const int acc_one = flce_dw_accumulated(cfg, 1);  // chunks of one token need the accumulator
     const int64_t narrowest = sms ? flce_sm90_stat_tile(cfg) : FLCE_VOCAB_ALIGN;
-    size_t least = flce_layout(cfg, 1, narrowest, bf16_dw, sms, FLCE_CALL_PLAIN, &p);
-    if (bf16_dw && !cfg->accumulate_d_weight && !cfg->vocab_parallel &&
+    size_t least = flce_layout(cfg, 1, narrowest, acc_one, sms, FLCE_CALL_PLAIN, &p);
+    if (acc_one && !flce_dw_accumulated(cfg, cfg->n_tokens) && !cfg->vocab_parallel &&
         (cfg->max_chunk_tokens <= 0 || cfg->max_chunk_tokens >= cfg->n_tokens)) {
         // one chunk of every token writes a bf16 d_weight whole, with no accumulator: in the
         // narrowest tiles that may be far less than one token beside V x H x 4 bytes (4096 x
