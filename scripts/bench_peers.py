@@ -64,11 +64,12 @@ Method
              row writes an fp32 d_W) against the binding's fwd+bwd (flce.linear_cross_entropy
              + backward: argument checks, autograd, allocation from torch's caching allocator,
              the upstream gradient's scale, skipped on the device when it is 1), alternated
-             run by run in ABBA order, each timed with CUDA events; overhead = binding / direct - 1; both
-             twice: on a cold queue (the host's work before the first kernel counts) and with a
-             GPU sleep queued ahead (the host's work hidden, as in a training loop). With
-             --c-bench PATH it also runs `PATH -v flce -s <all shapes>` (dev/flce_bench, its
-             own process and int32 targets) once at the end and sets its "flce" row beside them.
+             run by run in ABBA order, each timed with CUDA events; overhead = binding /
+             direct - 1; both twice: on a cold queue (the host's work before the first kernel
+             counts) and with a GPU sleep queued ahead (the host's work hidden, as in a
+             training loop). With --c-bench PATH it also runs `PATH -v flce -s <all shapes>`
+             (dev/flce_bench, its own process and int32 targets) once at the end and sets its
+             "flce" row beside them.
   power      (--power) nvidia-smi samples the GPU's power draw (power.draw.instant; power.draw,
              a 1 s average on Ampere and later, where the driver lacks it) and SM clock every
              20 ms through each row's timed runs; the row's note gets their medians and the
@@ -1498,8 +1499,9 @@ def overhead(torch, h, W, t, args):
     reps = int(2.0 * args.budget * 1000.0 / max(2.0 * last, 1e-3))
     reps = max(max(args.min_reps, 5), min(max(args.max_reps, 10), reps))
     td, tb, tda, tba = [], [], [], []
-    # in ABBA order: under the power cap the run that comes second finds a hotter GPU (direct
-    # always first put up to 4% on the binding at 16384x4096x151936, rotated 0.2-1.0%)
+    # in ABBA order: under the power cap the run that comes second finds a hotter GPU (with the
+    # C call always first the binding measured +4.3% at 16384x4096x151936; rotated +1.0-2.0%,
+    # its d_W cast)
     for i in range(reps):
         if i % 2 == 0:
             td.append(direct())
