@@ -1310,7 +1310,9 @@ def make_peer(key, torch, F, args, h, W, t):
                 return call(h, W, t)
             finally:
                 flce.set_workspace_budget(old)
-        return with_budget, "workspace budget %d MiB (the default 1024): more memory, fewer chunks" % args.flce_mem
+        trade = ("more memory, fewer chunks" if args.flce_mem > 1024 else
+                 "less memory, more chunks" if args.flce_mem < 1024 else "the default")
+        return with_budget, "workspace budget %d MiB (the default 1024): %s" % (args.flce_mem, trade)
 
     if key == "torch-naive":
         return (lambda h, W, t: F.cross_entropy((h @ W.t()).float(), t, ignore_index=IGNORE_INDEX)), \
