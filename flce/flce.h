@@ -251,8 +251,9 @@ void flce_set_autotune(flce_context *ctx, int on);
 // the logits GEMM takes the wide schedule (128 x 192 tiles a warpgroup, ping-pong) where there
 // is no bias, softcap or weighted smoothing, else the ping-pong one for H <= 2048 and the
 // cooperative one above; its gradients come from GEMMs that form dlogits from the stored bf16
-// exponentials as they load them for H < 3072 (H < 2048 with vocabulary tiles), and from
-// cuBLASLt's GEMMs on dlogits a pass writes over them above that, for H >= 512 whose last
+// exponentials as they load them for H < 3072 (H < 2048 with vocabulary tiles) and, where the
+// direct gradients run (below), in most plans above that (flce_plan.c's rule by H and chunk),
+// and else from cuBLASLt's GEMMs on dlogits a pass writes over them, for H >= 512 whose last
 // tile is mostly empty (the scaled gradient GEMMs take 224-column tiles where those cover H
 // better, 256-column ones elsewhere: H = 896 fits the first), and for a softcap, smoothing with
 // class weights or an entropy gradient (the pass forms their dz once, 35% faster at 16384 x 2048

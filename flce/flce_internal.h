@@ -193,8 +193,11 @@ static inline int flce_plan_dh_split(const flce_plan *p, int64_t rows, int64_t H
 //     flce_sm90_lt_backward)
 //   FLCE_CALL_PLAIN: not the scaled gradients where the plan has them (flce_dev_set_dw_scaled
 //     off); a call with gradients and no d_weight is planned so whatever it passes
+//   FLCE_CALL_PASS: cuBLASLt's gradients on dlogits (the planner's own: the alternative it
+//     weighs against the direct route, flce_make_plan)
 #define FLCE_CALL_ENTROPY_GRAD 1
 #define FLCE_CALL_PLAIN 2
+#define FLCE_CALL_PASS 4
 
 // The schedule for cfg within budget bytes (flce_plan.c says how it chooses). needs_dw: the
 // call produces d_weight; backward: it produces gradients at all; sms: 0 for the cuBLASLt

@@ -283,11 +283,20 @@ transform left, and in the chunk schedule it is 2-6% faster than the pass at H =
 2048): there the H rule yields to it (`direct`: the config's scaled gradients; a call without d_W
 then runs the fused d_h, which at H = 4096 was level with the pass and cuBLASLt's d_h). Not in short
 chunks: at 16384 x 3072 x 128256 in 300 MiB the direct route's chunks of 896 tokens (its d_h parts
-take room) ran 4.5% slower than the pass's chunks of 1024, so the rule yields from
-FLCE_DIRECT_MIN_CHUNK tokens on. In the tile schedule the direct route beat the pass at H = 2048
-(on an H100, 16384 x 2048 x 128256 in chunks of 2048 tokens and 5 tiles: 51.1 against 52.3 ms;
-level in chunks of 4096 and 17 tiles), so there the rule yields to it below H = 3072. The pass
-also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
+take room) ran 4.5% slower than the pass's chunks of 1024, so at H = 3072 the rule yields from
+FLCE_DIRECT_MIN_CHUNK tokens on. From H = 4096 it yields at every chunk: there, with d_h and the
+direct d_W side by side in short chunks, the direct route took 4-8% off a call on an H100
+(16384 x 4096 x 151936 in 300 MiB, 896 tokens against the pass's 768; 4096 x 4096 x 128256 in
+300 MiB, 1024) and 3-8% in chunks of 1536 (16384 x 4096 x 151936 and 16384 x 8192 x 128256 in 512
+MiB); but its d_h parts can leave a shorter chunk than the pass's (16384 x 8192 x 128256 in 300
+MiB: 768 tokens against 1024, 3% slower), so flce_make_plan weighs the pass's own chunks against
+it by the cost model there (FLCE_CALL_PASS). In the tile schedule the direct route beat the pass
+at H = 2048 (on an H100, 16384 x 2048 x 128256 in chunks of 2048 tokens and 5 tiles: 51.1
+against 52.3 ms; level in chunks of 4096 and 17 tiles), so there the rule yields to it below H =
+3072; from H = 3072 it yields where the chunk runs side by side (flce_side_chunk): in 160 MiB,
+chunks of 1024, 5% faster at 16384 x 3072 x 128256, 8% at 16384 x 4096 x 151936, 4% at 4096 x
+4096 x 128256, 1-4% at 16384 x 8192 x 128256; in chunks of 2048 the two routes were level (0-2%
+either way). The pass also wins where the fused GEMMs' tiles fit H badly: at H = 896 on 256-column
 tiles (3.5 tiles, 12.5% of their products on zero columns) cuBLASLt's gradients made the call 3-8%
 faster; on the 224-column tiles that the scaled GEMMs take there (flce_sm90_grad_cols: four whole
 tiles) the fused route is 2.5-3% faster than cuBLASLt's at 1 GiB and 7% at 1.5 GiB. The rule takes
@@ -305,6 +314,12 @@ and the tests (read when a plan is made: the layouts differ).
 #define FLCE_LT_BACKWARD_MIN_H 3072        // the chunk schedule
 #define FLCE_LT_BACKWARD_MIN_H_TILED 2048  // the tile schedule
 #define FLCE_DIRECT_MIN_CHUNK 2048         // the chunk schedule's rule yields to the direct d_W from here
+#define FLCE_DIRECT_ALL_H 4096             // and at every chunk from this H
+// d_h and the direct d_W run side by side in chunks of up to this many tokens (flce_side_sms)
+#define FLCE_SIDE_MAX_CHUNK 1024
+static int flce_side_chunk(const flce_config *cfg, int64_t chunk) {
+    return !cfg->vocab_parallel && chunk <= FLCE_SIDE_MAX_CHUNK;
+}
 static int g_lt_backward = -1;  // flce_dev_set_lt_backward: -1 by H, else 0 or 1
 static unsigned g_plan_switches;  // counts the dev switches' changes: a kept plan is stale after one
 
@@ -321,13 +336,15 @@ static int flce_general_dz(const flce_config *cfg) {
     return cfg->softcap > 0.0f || (cfg->has_class_weights && cfg->label_smoothing > 0.0f);
 }
 
-static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int entropy_grad, int64_t cols, int direct,
+static int flce_sm90_lt_backward(const flce_config *cfg, int tiled, int forced, int64_t cols, int direct,
                                  int64_t chunk) {
     if (g_lt_backward >= 0) return g_lt_backward;
     const int64_t H = cfg->hidden, covered = (H + cols - 1) / cols * cols;
-    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED && !(direct && H < FLCE_LT_BACKWARD_MIN_H)
-                           : H >= FLCE_LT_BACKWARD_MIN_H && !(direct && chunk >= FLCE_DIRECT_MIN_CHUNK);
-    return entropy_grad || flce_general_dz(cfg) || by_h || (H >= 512 && (covered - H) * 10 > H);
+    const int by_h = tiled ? H >= FLCE_LT_BACKWARD_MIN_H_TILED &&
+                                 !(direct && (H < FLCE_LT_BACKWARD_MIN_H || flce_side_chunk(cfg, chunk)))
+                           : H >= FLCE_LT_BACKWARD_MIN_H &&
+                                 !(direct && (chunk >= FLCE_DIRECT_MIN_CHUNK || H >= FLCE_DIRECT_ALL_H));
+    return forced || flce_general_dz(cfg) || by_h || (H >= 512 && (covered - H) * 10 > H);
 }
 
 /*
@@ -369,7 +386,6 @@ has products enough to hide its traffic and half the SMs are too few for them; h
 was the best split (48 to 88 for d_h tried). So up to FLCE_SIDE_MAX_CHUNK. Not under
 vocab_parallel (its d_h is summed over the ranks beside the d_W: not measured).
 */
-#define FLCE_SIDE_MAX_CHUNK 1024
 static int g_side_sms = -1;  // flce_dev_set_side: -1 the rule above, 0 never, else d_h's SMs
 
 void flce_dev_set_side(int dh_sms) {
@@ -379,7 +395,7 @@ void flce_dev_set_side(int dh_sms) {
 
 static int flce_side_sms(const flce_config *cfg, int64_t chunk, int sms) {
     if (g_side_sms >= 0) return g_side_sms < sms ? g_side_sms : 0;
-    return !cfg->vocab_parallel && chunk <= FLCE_SIDE_MAX_CHUNK ? sms / 2 : 0;
+    return flce_side_chunk(cfg, chunk) ? sms / 2 : 0;
 }
 
 static int64_t flce_sm90_stat_tile(const flce_config *cfg) {
@@ -408,7 +424,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     const int scaled = flce_sm90_scaled_plan(cfg, dw_accumulator);  // the scaled gradients may run
     p->grad_cols = p->sm90 ? flce_sm90_grad_cols(cfg, dw_accumulator) : FLCE_SM90_BN;
     p->lt_backward = p->sm90 && flce_sm90_lt_backward(cfg, vtile < (cfg->vocab_parallel ? Vp : span),
-                                                      call & FLCE_CALL_ENTROPY_GRAD, p->grad_cols, scaled, chunk);
+                                                      call & (FLCE_CALL_ENTROPY_GRAD | FLCE_CALL_PASS), p->grad_cols,
+                                                      scaled, chunk);
     p->ldl = flce_round_up(p->vocab_tile, FLCE_LDL_MULTIPLE);
     p->logits_size = (p->sm90 || (cfg->dtype == FLCE_BF16 && cfg->bf16_logits)) ? 2 : 4;
     p->ldd = p->ldl * (int64_t)(p->logits_size / es);
@@ -750,6 +767,24 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             }
             if (p->total < total) p->total = total;
         }
+        if (c > 0 && backward && p->dw_direct && cfg->hidden >= FLCE_DIRECT_ALL_H &&
+            p->chunk < FLCE_DIRECT_MIN_CHUNK && g_lt_backward < 0) {
+            // from FLCE_DIRECT_ALL_H the rule takes the direct route in short chunks too, whose d_h
+            // parts can make the chunk shorter than the pass's (16384 x 8192 x 128256 in 300 MiB:
+            // 768 tokens against 1024, 3% slower): the pass in its own chunks where the model
+            // finds it faster (it ranked the two routes as measured at all six chunk schedules
+            // measured from H = 4096, dev/RESULTS.md)
+            int64_t cp = flce_fit_chunk(cfg, budget, max_chunk, span, dw_acc, sms, call | FLCE_CALL_PASS);
+            cp = cp > 0 ? flce_fit_balanced(cfg, budget, cp, span, dw_acc, sms, call | FLCE_CALL_PASS) : 0;
+            if (cp > 0) {
+                flce_layout(cfg, cp, span, dw_acc, sms, call | FLCE_CALL_PASS, &cand);
+                const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
+                if (cost < best_cost) {
+                    *p = cand;
+                    best_cost = cost;
+                }
+            }
+        }
     }
     // the tile schedule: chunks of 1, 2, 4, .. tokens (and the largest allowed), each with the
     // widest vocabulary tile that fits beside it; on the Hopper path from
@@ -867,7 +902,8 @@ flce_status flce_workspace_for(const flce_config *cfg, size_t budget, int sms, s
     *bytes = p.total;
     if (!cfg->vocab_parallel) {
         flce_plan own, again;
-        const size_t exact = flce_layout(cfg, p.chunk, p.vocab_tile, p.dw_accumulator, sms, 0, &own);
+        const size_t exact = flce_layout(cfg, p.chunk, p.vocab_tile, p.dw_accumulator, sms,
+                                         p.lt_backward ? FLCE_CALL_PASS : 0, &own);
         if (exact < p.total) {
             flce_make_plan(cfg, exact, 1, 1, sms, 0, &again);
             if (flce_same_plan(&again, &p) && again.total <= exact) *bytes = exact;

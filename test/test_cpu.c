@@ -1562,15 +1562,18 @@ static void test_hopper_plan_choices(void) {
     }
     // (1 GiB: the chunk schedule, the direct d_W's fused route at every H; 160 MiB at H = 2048:
     // vocabulary tiles on the direct route, whose d_W's accumulation a chunk of 512 tokens would
-    // not cover with its products; at H = 3072 vocabulary tiles, whose rule takes cuBLASLt's
-    // gradients from 3072 on where the direct route runs, else from 2048; 300 MiB at H = 3072:
-    // chunks too short for the direct route from H = 3072 on)
+    // not cover with its products; at H = 3072 and 4096 vocabulary tiles in chunks of 1024 on the
+    // direct route side by side; 300 and 512 MiB at H = 3072: chunks too short for the direct
+    // route there; from H = 4096 the direct route in short chunks too, unless the cost model finds
+    // the pass's longer chunks faster, as at H = 8192 in 300 MiB: 1024 tokens against 768)
     struct { int64_t N, H, V, mib; int lt; } cases[] = {
         {32768, 896, 151936, 1024, 0},  {32768, 1536, 151936, 1024, 0}, {16384, 2048, 128256, 1024, 0},
         {32768, 2048, 128256, 1024, 0}, {16384, 3072, 128256, 1024, 0}, {16384, 4096, 151936, 1024, 0},
         {65536, 768, 50304, 1024, 0},   {65536, 1024, 176256, 1024, 0}, {16384, 1152, 128256, 1024, 1},
-        {16384, 2048, 128256, 160, 0},  {65536, 1024, 176256, 160, 0},  {16384, 3072, 128256, 160, 1},
-        {16384, 3072, 128256, 300, 1}};
+        {16384, 2048, 128256, 160, 0},  {65536, 1024, 176256, 160, 0},  {16384, 3072, 128256, 160, 0},
+        {16384, 3072, 128256, 300, 1},  {16384, 3072, 128256, 512, 1},  {16384, 4096, 151936, 160, 0},
+        {16384, 4096, 151936, 512, 0},  {16384, 8192, 128256, 300, 1},
+        {16384, 8192, 128256, 512, 0},  {4096, 4096, 128256, 512, 0}};
     for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         flce_config c;
         flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
@@ -1779,12 +1782,15 @@ static void test_hopper_plan_choices(void) {
                    "d_h parts' region after v' h", (double)p.lt_bytes / (1 << 20));
         // and where the direct d_W runs besides: the tile schedule, vocab_parallel, H = 4096 (the
         // chunk schedule's rule by H yields to it); where it does not: cuBLASLt's gradients (H =
-        // 4096 in vocabulary tiles), label smoothing (no scaled gradients)
+        // 4096 in vocabulary tiles of chunks longer than the side by side's), label smoothing (no
+        // scaled gradients)
         flce_plan t, l, sm, vp, h4;
         flce_make_plan(&c, (size_t)160 << 20, 1, 1, 132, 0, &t);
         flce_config c2 = c;
         c2.hidden = 4096;
-        flce_make_plan(&c2, (size_t)160 << 20, 1, 1, 132, 0, &l);
+        c2.max_vocab_tile = 32768;
+        flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &l);
+        c2.max_vocab_tile = 0;
         flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &h4);
         c2 = c;
         c2.label_smoothing = 0.1f;
@@ -1794,7 +1800,8 @@ static void test_hopper_plan_choices(void) {
         c2.vocab_total = 2 * c.vocab;
         flce_make_plan(&c2, (size_t)1 << 30, 1, 1, 132, 0, &vp);
         test_check(t.n_vtiles > 1 && t.dw_direct && t.off_lt + t.lt_bytes <= t.off_vp && t.lt_bytes > 0 &&
-                       l.n_vtiles > 1 && l.lt_backward && !l.dw_direct && l.lt_bytes == FLCE_LT_WORKSPACE &&
+                       l.n_vtiles > 1 && l.chunk > 1024 && l.lt_backward && !l.dw_direct &&
+                       l.lt_bytes == FLCE_LT_WORKSPACE &&
                        sm.chunk > 0 && !sm.dw_direct && vp.chunk > 0 && vp.dw_direct && h4.n_vtiles == 1 &&
                        !h4.lt_backward && h4.dw_direct,
                    "lib: the direct d_W in the tile schedule, under vocab_parallel and at H = 4096 in 1 GiB, not on "
@@ -1818,17 +1825,17 @@ static void test_hopper_plan_choices(void) {
                    "(%lld d_W tiles, %lld waves)", (long long)p.chunk, (long long)p.vocab_tile, (long long)dw_tiles,
                    (long long)waves);
     }
-    // with cuBLASLt's gradients (H = 4096, chunks too short for the direct route's) d_W's
-    // accumulation hides behind its GEMM: 300 MiB at 16384 x 4096 x 151936 takes chunks of the
-    // whole vocabulary (768 tokens), which ran 5% faster than the tile schedule there
-    // (dev/RESULTS.md)
+    // at H = 4096 the direct route in short chunks too, d_h and d_W side by side: 300 MiB at
+    // 16384 x 4096 x 151936 takes chunks of the whole vocabulary (896 tokens), which ran 7% faster
+    // than cuBLASLt's gradients in chunks of 768 there (dev/RESULTS.md)
     {
         flce_config c;
         flce_config_init(&c, 16384, 4096, 151936);
         flce_plan p;
         flce_make_plan(&c, (size_t)300 << 20, 1, 1, 132, 0, &p);
-        test_check(p.lt_backward && p.n_vtiles == 1 && p.chunk >= 512,
-                   "lib: Hopper plan at 16384 x 4096 x 151936 (300 MiB): chunks of %lld, %lld vocabulary tile(s)",
+        test_check(!p.lt_backward && p.dw_direct && p.side_sms == 66 && p.n_vtiles == 1 && p.chunk >= 768,
+                   "lib: Hopper plan at 16384 x 4096 x 151936 (300 MiB): chunks of %lld, %lld vocabulary tile(s), "
+                   "side by side",
                    (long long)p.chunk, (long long)p.n_vtiles);
     }
     flce_dev_set_plan_sms(0);

@@ -628,6 +628,10 @@ static void test_random_shapes(void) {
         {300, 128, 193, 256, 0},
         {500, 64, 5761, 5824, 2},
         {8192, 64, 6000, 6016, 4},    // shifted logits, three chunks of 2816 under the budget
+        // H = 4096 in a short chunk, and in vocabulary tiles below: the planner weighs the direct
+        // route, d_h and d_W side by side, against cuBLASLt's gradients there (each pass below
+        // forces one)
+        {257, 4096, 1999, 2048, 0},
     };
     for (int k = 0; k < (int)(sizeof(shapes) / sizeof(shapes[0])); k++) {
         RandomCase rc;
