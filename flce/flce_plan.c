@@ -607,6 +607,16 @@ static int64_t flce_fit_balanced(const flce_config *cfg, size_t budget, int64_t 
     return 0;
 }
 
+// The chunk schedule's plan in p: the largest chunk (<= hi) of the whole vocabulary that fits,
+// in its balanced form; 0 (p untouched) where none does.
+static int64_t flce_fit_whole_vocab(const flce_config *cfg, size_t budget, int64_t hi, int64_t span,
+                                    int dw_accumulator, int sms, int call, flce_plan *p) {
+    int64_t c = flce_fit_chunk(cfg, budget, hi, span, dw_accumulator, sms, call);
+    c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_accumulator, sms, call) : 0;
+    if (c > 0) flce_layout(cfg, c, span, dw_accumulator, sms, call, p);
+    return c;
+}
+
 /*
 The modelled time of a schedule (seconds), to choose between the chunk schedule (3 GEMMs, the
 whole vocabulary per chunk) and the tile schedule (4 GEMMs: the logits of a tile are computed
@@ -744,11 +754,8 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             dw_acc = 1;
             c = flce_fit_chunk(cfg, budget, max_chunk, span, 1, sms, call);
         }
-        c = c > 0 ? flce_fit_balanced(cfg, budget, c, span, dw_acc, sms, call) : 0;
-        if (c > 0) {
-            flce_layout(cfg, c, span, dw_acc, sms, call, p);
-            best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
-        }
+        c = c > 0 ? flce_fit_whole_vocab(cfg, budget, c, span, dw_acc, sms, call, p) : 0;
+        if (c > 0) best_cost = flce_plan_cost(cfg, p, backward, needs_dw);
         if (c > 0 && sms > 0 && backward && !p->lt_backward && g_plan_chunk == 0) {
             // a shorter chunk (down to 3/4) whose d_h tiles fill whole waves can be faster:
             // taken when the model finds it 1% faster. The plan's total stays the largest chunk's,
@@ -774,10 +781,7 @@ void flce_make_plan(const flce_config *cfg, size_t budget, int needs_dw, int bac
             // 768 tokens against 1024, 3% slower): the pass in its own chunks where the model
             // finds it faster (it ranked the two routes as measured at all six chunk schedules
             // measured from H = 4096, dev/RESULTS.md)
-            int64_t cp = flce_fit_chunk(cfg, budget, max_chunk, span, dw_acc, sms, call | FLCE_CALL_PASS);
-            cp = cp > 0 ? flce_fit_balanced(cfg, budget, cp, span, dw_acc, sms, call | FLCE_CALL_PASS) : 0;
-            if (cp > 0) {
-                flce_layout(cfg, cp, span, dw_acc, sms, call | FLCE_CALL_PASS, &cand);
+            if (flce_fit_whole_vocab(cfg, budget, max_chunk, span, dw_acc, sms, call | FLCE_CALL_PASS, &cand) > 0) {
                 const double cost = flce_plan_cost(cfg, &cand, backward, needs_dw);
                 if (cost < best_cost) {
                     *p = cand;
