@@ -514,11 +514,14 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
                     if (fewer < p->dh_parts) p->side_dh_parts = fewer;
                 }
                 // the d_h parts, v' h and cuBLASLt's workspace (as much as one after the other
-                // has with those parts) all live at once
+                // has with those parts, at most FLCE_SIDE_LT_WORKSPACE: the kernels cuBLASLt
+                // ranks for this d_W on its share of the SMs need 4 bytes of it, and the rest of
+                // the region is E's) all live at once
                 const size_t pa = flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
                 const size_t base = pa > qs ? pa : qs;
                 if (pa < parts && base != SIZE_MAX && base > xs)
                     p->lt_bytes = base - xs < FLCE_LT_WORKSPACE ? base - xs : FLCE_LT_WORKSPACE;
+                if (p->lt_bytes > FLCE_SIDE_LT_WORKSPACE) p->lt_bytes = FLCE_SIDE_LT_WORKSPACE;
                 p->off_xs = o + pa;
                 p->off_lt = o + pa + xs;
                 const size_t side = flce_append(flce_append(pa, xs), p->lt_bytes);

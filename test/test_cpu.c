@@ -1606,10 +1606,12 @@ static void test_hopper_plan_choices(void) {
         // chunks of 1024 in one part (64 tiles on 66 SMs, not two parts for 132), which leaves room
         // in 160 MiB for 2 vocabulary tiles; at 65536 x 1024 x 176256 two parts, not four; at H =
         // 1536 (48 tiles: four parts on 66 SMs) the two of the whole GPU, never more. A call that
-        // runs them one after the other keeps the whole GPU's parts.
+        // runs them one after the other keeps the whole GPU's parts. cuBLASLt's d_W beside them
+        // keeps FLCE_SIDE_LT_WORKSPACE: 8191 x 2560 x 151669 in 3 tiles, not 4 beside 25 MiB.
         struct { int64_t N, H, V; size_t mib; int64_t chunk, tiles; int parts; } cases[] = {
             {16384, 2048, 128256, 160, 1024, 2, 1}, {32768, 2048, 128256, 160, 1024, 2, 1},
-            {65536, 1024, 176256, 160, 1024, 3, 2}, {32768, 1536, 151936, 100, 1024, 6, 2}};
+            {65536, 1024, 176256, 160, 1024, 3, 2}, {32768, 1536, 151936, 100, 1024, 6, 2},
+            {8191, 2560, 151669, 160, 1024, 3, 3}};
         for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             flce_config c;
             flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
@@ -1617,7 +1619,7 @@ static void test_hopper_plan_choices(void) {
             flce_make_plan(&c, cases[i].mib << 20, 1, 1, 132, 0, &p);
             test_check(p.chunk == cases[i].chunk && p.n_vtiles == cases[i].tiles &&
                            p.side_dh_parts == cases[i].parts && p.dh_parts >= p.side_dh_parts && p.side_sms == 66 &&
-                           p.total <= (cases[i].mib << 20),
+                           p.lt_bytes <= FLCE_SIDE_LT_WORKSPACE && p.total <= (cases[i].mib << 20),
                        "lib: Hopper plan at %lld x %lld x %lld in %zu MiB: side by side (d_h on %d SMs) in chunks "
                        "of %lld, %lld tile(s), d_h in %d K part(s) (%d when not side by side)",
                        (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, cases[i].mib, p.side_sms,
@@ -2028,7 +2030,7 @@ static void test_hopper_layout_sweep(void) {
             // apart; else v' h at the region's start
             if (p.side_sms)
                 ok &= p.dw_direct && p.side_sms == 66 && C <= 1024 && !c.vocab_parallel &&
-                      p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts &&
+                      p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts && p.lt_bytes <= FLCE_SIDE_LT_WORKSPACE &&
                       p.off_xs >= p.off_dh_part + (size_t)p.side_dh_parts * C * H * 4 && p.off_xs + C * H * 2 <= p.off_lt;
             else
                 ok &= p.off_xs == p.off_dh_part && (!p.dw_direct || C > 1024);
