@@ -487,7 +487,12 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // stream orders them): on the fused route they share it, which at 65536 x 1024 x 176256 in
     // 1 GiB is the 10 MB between chunks of 2688 and 2816 tokens. The shared statistics follow q.
     {
-        const size_t parts = p->sm90 && !p->lt_backward ? flce_bytes((size_t)p->dh_parts * C, H, 4) : 0;
+        // (one K part over an fp32 accumulator: the d_h GEMM adds to it itself, flce_sm90.cu,
+        // and the region need only hold v' h and a little of cuBLASLt's workspace for the d_W)
+        const size_t own = flce_append(flce_append(0, flce_bytes(C, H, 2)), FLCE_SIDE_LT_WORKSPACE);
+        const size_t parts = !p->sm90 || p->lt_backward            ? 0
+                             : p->dh_accumulator && p->dh_parts == 1 ? own
+                                                                     : flce_bytes((size_t)p->dh_parts * C, H, 4);
         const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
         const size_t qs = p->stats_shared ? flce_append(flce_append(0, q), stats) : q;
         size_t region = parts > qs ? parts : qs;
@@ -517,7 +522,8 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
                 // has with those parts, at most FLCE_SIDE_LT_WORKSPACE: the kernels cuBLASLt
                 // ranks for this d_W on its share of the SMs need 4 bytes of it, and the rest of
                 // the region is E's) all live at once
-                const size_t pa = flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
+                const size_t pa = p->dh_accumulator && p->side_dh_parts == 1
+                                      ? 0 : flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
                 const size_t base = pa > qs ? pa : qs;
                 if (pa < parts && base != SIZE_MAX && base > xs)
                     p->lt_bytes = base - xs < FLCE_LT_WORKSPACE ? base - xs : FLCE_LT_WORKSPACE;

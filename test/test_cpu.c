@@ -1608,10 +1608,13 @@ static void test_hopper_plan_choices(void) {
         // 1536 (48 tiles: four parts on 66 SMs) the two of the whole GPU, never more. A call that
         // runs them one after the other keeps the whole GPU's parts. cuBLASLt's d_W beside them
         // keeps FLCE_SIDE_LT_WORKSPACE: 8191 x 2560 x 151669 in 3 tiles, not 4 beside 25 MiB.
+        // One part over the bf16 d_h's accumulator needs no room of its own: 4096 x 4096 x 128256
+        // in 2 tiles (not 3), 16384 x 8192 x 128256 in 3 (not 4).
         struct { int64_t N, H, V; size_t mib; int64_t chunk, tiles; int parts; } cases[] = {
             {16384, 2048, 128256, 160, 1024, 2, 1}, {32768, 2048, 128256, 160, 1024, 2, 1},
             {65536, 1024, 176256, 160, 1024, 3, 2}, {32768, 1536, 151936, 100, 1024, 6, 2},
-            {8191, 2560, 151669, 160, 1024, 3, 3}};
+            {8191, 2560, 151669, 160, 1024, 3, 3},  {4096, 4096, 128256, 160, 1024, 2, 1},
+            {16384, 8192, 128256, 160, 1024, 3, 1}};
         for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             flce_config c;
             flce_config_init(&c, cases[i].N, cases[i].H, cases[i].V);
@@ -2024,14 +2027,20 @@ static void test_hopper_layout_sweep(void) {
                       !c.has_bias && c.softcap == 0.0f && c.label_smoothing == 0.0f && !p.lt_backward;
             else
                 ok &= p.off_stat + stats <= p.off_stat16;
-            if (!p.lt_backward) ok &= p.off_dh_part + (size_t)p.dh_parts * C * H * 4 <= region_end;
+            // (one part over an accumulator: the d_h GEMM adds to it, and the region holds v' h
+            // and cuBLASLt's workspace)
+            const int own = p.dh_accumulator && p.dh_parts == 1, side_own = p.dh_accumulator && p.side_dh_parts == 1;
+            if (!p.lt_backward)
+                ok &= p.off_dh_part + (own ? C * H * 2 + FLCE_SIDE_LT_WORKSPACE : (size_t)p.dh_parts * C * H * 4) <=
+                      region_end;
             // side by side (flce_plan.c's rule: half the SMs, chunks of up to 1024 tokens): the d_h
             // parts it takes (no more than one after the other's), v' h and cuBLASLt's workspace
             // apart; else v' h at the region's start
             if (p.side_sms)
                 ok &= p.dw_direct && p.side_sms == 66 && C <= 1024 && !c.vocab_parallel &&
                       p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts && p.lt_bytes <= FLCE_SIDE_LT_WORKSPACE &&
-                      p.off_xs >= p.off_dh_part + (size_t)p.side_dh_parts * C * H * 4 && p.off_xs + C * H * 2 <= p.off_lt;
+                      p.off_xs >= p.off_dh_part + (side_own ? 0 : (size_t)p.side_dh_parts * C * H * 4) &&
+                      p.off_xs + C * H * 2 <= p.off_lt;
             else
                 ok &= p.off_xs == p.off_dh_part && (!p.dw_direct || C > 1024);
             side += p.side_sms > 0;
