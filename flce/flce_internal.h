@@ -36,7 +36,7 @@ extern "C" {
 
 #define FLCE_DEFAULT_BUDGET ((size_t)1 << 30)
 #define FLCE_LT_WORKSPACE ((size_t)32 << 20)  // cuBLASLt's recommendation for Hopper
-#define FLCE_SIDE_LT_WORKSPACE ((size_t)4 << 20)  // its d_W beside our d_h GEMM (flce_plan.c)
+#define FLCE_DW_LT_WORKSPACE ((size_t)4 << 20)  // its d_W on E where E would have the room (flce_plan.c)
 #define FLCE_ALIGN 256
 #define FLCE_LDL_MULTIPLE 64
 #define FLCE_CHUNK_MULTIPLE 128

@@ -489,7 +489,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     {
         // (one K part over an fp32 accumulator: the d_h GEMM adds to it itself, flce_sm90.cu,
         // and the region need only hold v' h and a little of cuBLASLt's workspace for the d_W)
-        const size_t own = flce_append(flce_append(0, flce_bytes(C, H, 2)), FLCE_SIDE_LT_WORKSPACE);
+        const size_t own = flce_append(flce_append(0, flce_bytes(C, H, 2)), FLCE_DW_LT_WORKSPACE);
         const size_t parts = !p->sm90 || p->lt_backward            ? 0
                              : p->dh_accumulator && p->dh_parts == 1 ? own
                                                                      : flce_bytes((size_t)p->dh_parts * C, H, 4);
@@ -519,7 +519,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
                     if (fewer < p->dh_parts) p->side_dh_parts = fewer;
                 }
                 // the d_h parts, v' h and cuBLASLt's workspace (as much as one after the other
-                // has with those parts, at most FLCE_SIDE_LT_WORKSPACE: the kernels cuBLASLt
+                // has with those parts, at most FLCE_DW_LT_WORKSPACE: the kernels cuBLASLt
                 // ranks for this d_W on its share of the SMs need 4 bytes of it, and the rest of
                 // the region is E's) all live at once
                 const size_t pa = p->dh_accumulator && p->side_dh_parts == 1
@@ -527,7 +527,7 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
                 const size_t base = pa > qs ? pa : qs;
                 if (pa < parts && base != SIZE_MAX && base > xs)
                     p->lt_bytes = base - xs < FLCE_LT_WORKSPACE ? base - xs : FLCE_LT_WORKSPACE;
-                if (p->lt_bytes > FLCE_SIDE_LT_WORKSPACE) p->lt_bytes = FLCE_SIDE_LT_WORKSPACE;
+                if (p->lt_bytes > FLCE_DW_LT_WORKSPACE) p->lt_bytes = FLCE_DW_LT_WORKSPACE;
                 p->off_xs = o + pa;
                 p->off_lt = o + pa + xs;
                 const size_t side = flce_append(flce_append(pa, xs), p->lt_bytes);

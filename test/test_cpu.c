@@ -1607,7 +1607,7 @@ static void test_hopper_plan_choices(void) {
         // in 160 MiB for 2 vocabulary tiles; at 65536 x 1024 x 176256 two parts, not four; at H =
         // 1536 (48 tiles: four parts on 66 SMs) the two of the whole GPU, never more. A call that
         // runs them one after the other keeps the whole GPU's parts. cuBLASLt's d_W beside them
-        // keeps FLCE_SIDE_LT_WORKSPACE: 8191 x 2560 x 151669 in 3 tiles, not 4 beside 25 MiB.
+        // keeps FLCE_DW_LT_WORKSPACE: 8191 x 2560 x 151669 in 3 tiles, not 4 beside 25 MiB.
         // One part over the bf16 d_h's accumulator needs no room of its own: 4096 x 4096 x 128256
         // in 2 tiles (not 3), 16384 x 8192 x 128256 in 3 (not 4).
         struct { int64_t N, H, V; size_t mib; int64_t chunk, tiles; int parts; } cases[] = {
@@ -1622,7 +1622,7 @@ static void test_hopper_plan_choices(void) {
             flce_make_plan(&c, cases[i].mib << 20, 1, 1, 132, 0, &p);
             test_check(p.chunk == cases[i].chunk && p.n_vtiles == cases[i].tiles &&
                            p.side_dh_parts == cases[i].parts && p.dh_parts >= p.side_dh_parts && p.side_sms == 66 &&
-                           p.lt_bytes <= FLCE_SIDE_LT_WORKSPACE && p.total <= (cases[i].mib << 20),
+                           p.lt_bytes <= FLCE_DW_LT_WORKSPACE && p.total <= (cases[i].mib << 20),
                        "lib: Hopper plan at %lld x %lld x %lld in %zu MiB: side by side (d_h on %d SMs) in chunks "
                        "of %lld, %lld tile(s), d_h in %d K part(s) (%d when not side by side)",
                        (long long)c.n_tokens, (long long)c.hidden, (long long)c.vocab, cases[i].mib, p.side_sms,
@@ -2031,14 +2031,14 @@ static void test_hopper_layout_sweep(void) {
             // and cuBLASLt's workspace)
             const int own = p.dh_accumulator && p.dh_parts == 1, side_own = p.dh_accumulator && p.side_dh_parts == 1;
             if (!p.lt_backward)
-                ok &= p.off_dh_part + (own ? C * H * 2 + FLCE_SIDE_LT_WORKSPACE : (size_t)p.dh_parts * C * H * 4) <=
+                ok &= p.off_dh_part + (own ? C * H * 2 + FLCE_DW_LT_WORKSPACE : (size_t)p.dh_parts * C * H * 4) <=
                       region_end;
             // side by side (flce_plan.c's rule: half the SMs, chunks of up to 1024 tokens): the d_h
             // parts it takes (no more than one after the other's), v' h and cuBLASLt's workspace
             // apart; else v' h at the region's start
             if (p.side_sms)
                 ok &= p.dw_direct && p.side_sms == 66 && C <= 1024 && !c.vocab_parallel &&
-                      p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts && p.lt_bytes <= FLCE_SIDE_LT_WORKSPACE &&
+                      p.side_dh_parts >= 1 && p.side_dh_parts <= p.dh_parts && p.lt_bytes <= FLCE_DW_LT_WORKSPACE &&
                       p.off_xs >= p.off_dh_part + (side_own ? 0 : (size_t)p.side_dh_parts * C * H * 4) &&
                       p.off_xs + C * H * 2 <= p.off_lt;
             else
