@@ -487,12 +487,12 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
     // stream orders them): on the fused route they share it, which at 65536 x 1024 x 176256 in
     // 1 GiB is the 10 MB between chunks of 2688 and 2816 tokens. The shared statistics follow q.
     {
-        // (one K part over an fp32 accumulator: the d_h GEMM adds to it itself, flce_sm90.cu,
-        // and the region need only hold v' h and a little of cuBLASLt's workspace for the d_W)
-        const size_t own = flce_append(flce_append(0, flce_bytes(C, H, 2)), FLCE_DW_LT_WORKSPACE);
-        const size_t parts = !p->sm90 || p->lt_backward            ? 0
-                             : p->dh_accumulator && p->dh_parts == 1 ? own
-                                                                     : flce_bytes((size_t)p->dh_parts * C, H, 4);
+        // (one K part over an fp32 accumulator: the d_h GEMM adds to it itself, and the region
+        // need only hold v' h, the d_W's B operand, and a little of cuBLASLt's workspace)
+        const size_t xs = flce_append(0, flce_bytes(C, H, 2));
+        const size_t parts = !p->sm90 || p->lt_backward                     ? 0
+                             : flce_plan_dh_into_accumulator(p, p->dh_parts) ? flce_append(xs, FLCE_DW_LT_WORKSPACE)
+                                                                              : flce_bytes((size_t)p->dh_parts * C, H, 4);
         const size_t q = p->sm90 ? flce_bytes((size_t)p->n_stat, ldc, 4) : 0;
         const size_t qs = p->stats_shared ? flce_append(flce_append(0, q), stats) : q;
         size_t region = parts > qs ? parts : qs;
@@ -505,7 +505,6 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
         // the parts are fp32 (28 MB at 65536 x 1024 x 176256 in 1 GiB, where 5 MB more would
         // shorten the chunk)
         p->dw_direct = p->sm90 && !p->lt_backward && scaled;
-        const size_t xs = flce_append(0, flce_bytes(C, H, 2));
         if (p->dw_direct && o != SIZE_MAX && region != SIZE_MAX && xs < region) {
             p->off_lt = o + xs;
             p->lt_bytes = region - xs < FLCE_LT_WORKSPACE ? region - xs : FLCE_LT_WORKSPACE;
@@ -522,12 +521,11 @@ static size_t flce_layout(const flce_config *cfg, int64_t chunk, int64_t vtile, 
                 // has with those parts, at most FLCE_DW_LT_WORKSPACE: the kernels cuBLASLt
                 // ranks for this d_W on its share of the SMs need 4 bytes of it, and the rest of
                 // the region is E's) all live at once
-                const size_t pa = p->dh_accumulator && p->side_dh_parts == 1
+                const size_t pa = flce_plan_dh_into_accumulator(p, p->side_dh_parts)
                                       ? 0 : flce_append(0, flce_bytes((size_t)p->side_dh_parts * C, H, 4));
                 const size_t base = pa > qs ? pa : qs;
-                if (pa < parts && base != SIZE_MAX && base > xs)
-                    p->lt_bytes = base - xs < FLCE_LT_WORKSPACE ? base - xs : FLCE_LT_WORKSPACE;
-                if (p->lt_bytes > FLCE_DW_LT_WORKSPACE) p->lt_bytes = FLCE_DW_LT_WORKSPACE;
+                const size_t room = pa < parts && base != SIZE_MAX && base > xs ? base - xs : p->lt_bytes;
+                p->lt_bytes = room < FLCE_DW_LT_WORKSPACE ? room : FLCE_DW_LT_WORKSPACE;
                 p->off_xs = o + pa;
                 p->off_lt = o + pa + xs;
                 const size_t side = flce_append(flce_append(pa, xs), p->lt_bytes);

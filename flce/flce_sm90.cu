@@ -281,7 +281,7 @@ static flce_status flce_hopper_backward(flce_call_state<T, TL, Tgt> *s, const fl
         a.r = *r;
         void *dh = (char *)t->d_hidden + (size_t)c0 * H * flce_dtype_size(cfg->d_hidden_dtype);
         const int parts = sm90_make_shape(q).splits;
-        const int direct = p->dh_accumulator && parts == 1, add = direct && v0 > 0;
+        const int direct = flce_plan_dh_into_accumulator(p, parts), add = direct && v0 > 0;
         if (direct) q.d.ptr = dh32;
         float *out = direct ? dh32 : part;  // where the GEMM's product lands
         const int64_t n = rows * H;
