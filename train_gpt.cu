@@ -605,10 +605,18 @@ static void download_moments(const Trainer *m, float *dst, const void *src, size
     free(bf);
 }
 
+// -hf 1: what each Hugging Face directory is written with: the largest shard's bytes (-hs; 0:
+// the default) and the files copied beside the model (its tokenizer, llmc/models.h)
+typedef struct {
+    uint64_t shard_bytes;
+    const HFSideFiles *side;
+} HFExport;
+
 // -hf 1: the checkpoint's Hugging Face directory, written by rank 0 before the DONE_ marker
-// (extra_ctx: the largest shard's bytes, -hs)
+// (extra_ctx: the HFExport)
 static int write_hf_of_checkpoint(const CheckpointWrite *w, char *err, size_t err_len) {
-    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, *(const uint64_t *)w->extra_ctx,
+    const HFExport *hf = (const HFExport *)w->extra_ctx;
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, hf->shard_bytes, hf->side,
                                        w->sync, err, err_len);
 }
 
@@ -621,11 +629,11 @@ static uint16_t *trainer_download_params(const Trainer *m) {
 }
 
 // -hf 1 at the end of a run without checkpoints: the Hugging Face directory alone (rank 0)
-static void write_hf_export(Trainer *m, const char *dir, int step, Comm *comm, uint64_t shard_bytes) {
+static void write_hf_export(Trainer *m, const char *dir, int step, Comm *comm, const HFExport *hf) {
     if (comm->rank != 0) return;
     char err[1024];
     uint16_t *params = trainer_download_params(m);
-    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, shard_bytes, 1, err, sizeof(err)) != 0) {
+    if (hf_checkpoint_write_checked(dir, step, &m->spec, params, hf->shard_bytes, hf->side, 1, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
     }
@@ -635,10 +643,10 @@ static void write_hf_export(Trainer *m, const char *dir, int step, Comm *comm, u
 
 // This rank's part of the checkpoint of step: the model (rank 0) and its optimizer and data state
 // (its share of master, m and v: all of them under ZeRO-0, its slice's under ZeRO-1; bf16
-// moments widened to fp32 and marked so, llmc/checkpoint.h); hf: with the Hugging Face
-// directory (-hf 1) in shards of at most hf_shard_bytes (0: the default).
-static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, Comm *comm, int hf,
-                             uint64_t hf_shard_bytes = 0) {
+// moments widened to fp32 and marked so, llmc/checkpoint.h); with the Hugging Face directory
+// (-hf 1) where hf is not NULL.
+static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *dir, int step, Comm *comm,
+                             const HFExport *hf) {
     char err[1024];
     const size_t share = m->zero.opt_count;
     uint16_t *params = comm->rank == 0 ? trainer_download_params(m) : NULL;
@@ -670,8 +678,8 @@ static void write_checkpoint(Trainer *m, const DataLoader *loader, const char *d
     w.sync = 1;
     w.barrier = comm_barrier_cb;
     w.barrier_ctx = comm;
-    w.extra = hf ? write_hf_of_checkpoint : NULL;
-    w.extra_ctx = &hf_shard_bytes;
+    w.extra = hf != NULL ? write_hf_of_checkpoint : NULL;
+    w.extra_ctx = hf;
     if (checkpoint_write_checked(&w, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
         exit(EXIT_FAILURE);
@@ -746,10 +754,26 @@ int main(int argc, char **argv) {
     require_ok(dataloader_init_checked(&val_loader, cfg.val_glob, (size_t)B, (size_t)T, mg.rank, mg.nproc, 0, 1, err,
                                        sizeof(err)) == 0 &&
                dataloader_set_vocab_checked(&val_loader, spec.vocab_size, err, sizeof(err)) == 0, err);
-    Tokenizer tok;  // the family's, to decode samples (missing: a warning and ids; malformed: an error)
+    // the tokenizer that decodes samples: -tk's (missing or malformed: an error), else the -e
+    // directory's tokenizer.json, else the family's (either missing or malformed: a note, and ids)
+    Tokenizer tok;
     memset(&tok, 0, sizeof(tok));
-    if (cfg.tokenizer != NULL) require_ok(tokenizer_init_any_checked(&tok, cfg.tokenizer, err, sizeof(err)) == 0, err);
-    else if (spec.tokenizer != NULL) tokenizer_init(&tok, spec.tokenizer);
+    char dir_tokenizer[HF_PATH_MAX];
+    const char *tok_path = cfg.tokenizer;  // the one that decodes them, for the run's table
+    if (cfg.tokenizer != NULL) {
+        require_ok(tokenizer_init_any_checked(&tok, cfg.tokenizer, err, sizeof(err)) == 0, err);
+    } else {
+        if (model_dir_tokenizer(cfg.model, dir_tokenizer, sizeof(dir_tokenizer))) {
+            tok_path = dir_tokenizer;
+            if (tokenizer_init_json_checked(&tok, dir_tokenizer, err, sizeof(err)) != 0 && main_rank)
+                printf("note: %s; samples are decoded by the family's tokenizer or print as token ids (-tk names "
+                       "another)\n", err);
+        }
+        if (!tok.init_ok && spec.tokenizer != NULL) {
+            tok_path = spec.tokenizer;
+            tokenizer_init(&tok, spec.tokenizer);
+        }
+    }
     const int eot = spec.sample_start >= 0 ? spec.sample_start : tok.init_ok ? (int)tok.eot_token : TOKENIZER_V1_EOT;
     const int start_token = sampler_start_token(eot, spec.vocab_size);
     const int sample_every = start_token >= 0 ? cfg.sample_every : 0;
@@ -757,8 +781,14 @@ int main(int argc, char **argv) {
         printf("note: no samples: the start token %d is outside the model's vocabulary of %d tokens\n", eot,
                spec.vocab_size);
     const char *out_dir = cfg.out_dir;
-    const uint64_t hf_shard_bytes = (uint64_t)cfg.hf_shard_mb * 1000000u;  // -hs, as transformers counts "5GB"
-    if (cfg.hf_export) require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0, err);
+    // -hf 1: the names fit, and the tokenizer's files to copy are read now (what a later write copies)
+    HFSideFiles hf_side;
+    memset(&hf_side, 0, sizeof(hf_side));
+    const char *tk_json = cfg.tokenizer != NULL && tokenizer_is_json_path(cfg.tokenizer) ? cfg.tokenizer : NULL;
+    if (cfg.hf_export)
+        require_ok(hf_checkpoint_dir_check(out_dir, err, sizeof(err)) == 0 &&
+                   model_side_files_checked(cfg.model, tk_json, &hf_side, err, sizeof(err)) == 0, err);
+    const HFExport hf_export = {(uint64_t)cfg.hf_shard_mb * 1000000u, &hf_side};  // -hs, as transformers counts "5GB"
     if (out_dir != NULL) require_ok(checkpoint_dir_prepare(out_dir, mg.nproc, err, sizeof(err)) == 0, err);
     Checkpoint ck;
     memset(&ck, 0, sizeof(ck));
@@ -843,6 +873,7 @@ int main(int argc, char **argv) {
         printf("| %-21s | %-50d |\n", "max steps", max_steps);
         printf("| %-21s | %-50d |\n", "val every / batches", cfg.val_every);
         printf("| %-21s | %-50s |\n", "model family", c->family->name);
+        printf("| %-21s | %-50s |\n", "sample tokenizer", tok.init_ok ? tok_path : "(none: samples print token ids)");
         char row_name[32], row_value[64];
         for (int line = 0; c->family->describe(c, line, row_name, sizeof(row_name), row_value, sizeof(row_value)) == 0;
              line++)
@@ -930,9 +961,9 @@ int main(int argc, char **argv) {
         if (main_rank && sample_every > 0 && step > 0 && (step % sample_every == 0 || last))
             trainer_sample(&model, &tok, cfg.gen_tokens, start_token, gen_buf, &sample_rng, s);
         if (out_dir != NULL && cfg.ckpt_every > 0 && step > start_step && (step % cfg.ckpt_every == 0 || last))
-            write_checkpoint(&model, &train_loader, out_dir, step, &mg.comm, cfg.hf_export, hf_shard_bytes);
+            write_checkpoint(&model, &train_loader, out_dir, step, &mg.comm, cfg.hf_export ? &hf_export : NULL);
         else if (out_dir != NULL && cfg.hf_export && last)
-            write_hf_export(&model, out_dir, step, &mg.comm, hf_shard_bytes);
+            write_hf_export(&model, out_dir, step, &mg.comm, &hf_export);
         if (last) break;
         if (multi_gpu_fault(&mg, step + 1) == FAULT_CUDA) cudaCheck(cudaSetDevice(-1));  // TRAIN_FAULT: a testing aid
 
@@ -1021,6 +1052,7 @@ int main(int argc, char **argv) {
     if (main_rank) step_profile_print();
     step_profile_free();
     tokenizer_free(&tok);
+    hf_side_files_free(&hf_side);
     dataloader_free(&train_loader);
     dataloader_free(&val_loader);
     trainer_free(&model);

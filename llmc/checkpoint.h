@@ -639,7 +639,7 @@ struct CheckpointWrite {
     // rank 0: more files of the step, written after the model file and before the marker (the
     // trainer's Hugging Face directory); 0, or -1 with a message. NULL: none
     int (*extra)(const CheckpointWrite *w, char *err, size_t err_len);
-    void *extra_ctx;              // the hook's own (NULL if it needs none)
+    const void *extra_ctx;        // the hook's own (NULL if it needs none)
 };
 
 // the stages of a write, in order

@@ -28,7 +28,9 @@ checkpoints' h.N.attn.bias / h.N.attn.masked_bias (the causal mask).
 
 Writing (hf_write_dir_checked): config.json (hf_config_json, read back and compared with the
 spec before anything is written) and model.safetensors (or shards and an index above
-max_shard_bytes), BF16, transformers' names and shapes, no lm_head when tied. Atomic as a whole:
+max_shard_bytes), BF16, transformers' names and shapes, no lm_head when tied; and the side files
+(HFSideFiles: the tokenizer's files and generation_config.json, read whole from the directory the
+model came from, hf_side_files_read_checked) copied byte for byte. Atomic as a whole:
 everything goes into DIR.tmp-<pid>, each file fsynced (sync), then the directory is renamed to
 DIR; an existing DIR (a step written again) is first renamed to DIR.old-<pid> and removed after.
 The rename is the commit: a DIR that exists is complete; a crash leaves at most the .tmp-/.old-
@@ -387,6 +389,85 @@ static inline int hf_load_dir_checked(const char *dir, ModelSpec *spec, float **
 }
 
 // ----------------------------------------------------------------------------
+// the files beside the model: its tokenizer and generation defaults
+
+// What a written directory copies, byte for byte, from the directory its model came from (or
+// from the trainer's -tk tokenizer.json): the tokenizer files AutoTokenizer reads (the fast
+// tokenizer's tokenizer.json and its config; the slow tokenizers' vocab.json, merges.txt or
+// tokenizer.model) and generation_config.json (the eos / bos ids generate() stops on).
+#define HF_SIDE_MAX 8
+#define HF_SIDE_MAX_BYTES ((int64_t)256 << 20)  // a tokenizer.json of the largest vocabularies is ~35 MB
+static const char *const hf_side_names_[HF_SIDE_MAX] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json",     "merges.txt",            "tokenizer.model",         "generation_config.json"};
+
+typedef struct {
+    const char *name[HF_SIDE_MAX];  // one of hf_side_names_
+    char *data[HF_SIDE_MAX];
+    size_t len[HF_SIDE_MAX];
+    int n;
+} HFSideFiles;
+
+static inline void hf_side_files_free(HFSideFiles *s) {
+    for (int i = 0; i < s->n; i++) free(s->data[i]);
+    memset(s, 0, sizeof(*s));
+}
+
+// The file at path, read whole, as the side file name (one of hf_side_names_, each at most
+// once). 0, or -1 with a message naming the file.
+static inline int hf_side_files_add_checked(HFSideFiles *s, const char *name, const char *path, char *err,
+                                            size_t err_len) {
+    int known = 0;
+    for (int i = 0; i < HF_SIDE_MAX; i++) known |= strcmp(hf_side_names_[i], name) == 0;
+    for (int i = 0; i < s->n; i++) known &= strcmp(s->name[i], name) != 0;
+    if (!known || s->n >= HF_SIDE_MAX) {
+        llmc_set_error(err, err_len, "'%s': not a file a Hugging Face directory carries as '%s' (or given twice)", path,
+                       name);
+        return -1;
+    }
+    FILE *fp = llmc_fopen_read_checked(path, name, err, err_len);
+    if (fp == NULL) return -1;
+    int64_t size = 0;
+    char *data = NULL;
+    int rc = llmc_file_size(fp, &size) == 0 && size <= HF_SIDE_MAX_BYTES ? 0 : -1;
+    if (rc == 0) data = (char *)malloc((size_t)size + 1);
+    if (rc == 0 && (data == NULL || llmc_read_exact(fp, data, (size_t)size) != 0)) rc = -1;
+    fclose(fp);
+    if (rc != 0) {
+        llmc_set_error(err, err_len, "%s '%s': %s", name, path,
+                       size > HF_SIDE_MAX_BYTES ? "larger than 256 MiB" : "cannot read it");
+        free(data);
+        return -1;
+    }
+    s->name[s->n] = name;
+    s->data[s->n] = data;
+    s->len[s->n] = (size_t)size;
+    s->n++;
+    return 0;
+}
+
+// Those of the side files that the model directory dir holds (none is an empty set). 0, or -1
+// with a message (one that is there but cannot be read: not a regular file, unreadable).
+static inline int hf_side_files_read_checked(HFSideFiles *s, const char *dir, char *err, size_t err_len) {
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < HF_SIDE_MAX; i++) {
+        char path[HF_PATH_MAX];
+        struct stat sb;
+        if (hf_join_(path, sizeof(path), dir, hf_side_names_[i]) != 0) {
+            llmc_set_error(err, err_len, "model directory '%.200s...': path too long", dir);
+            hf_side_files_free(s);
+            return -1;
+        }
+        if (lstat(path, &sb) != 0 && errno == ENOENT) continue;
+        if (hf_side_files_add_checked(s, hf_side_names_[i], path, err, err_len) != 0) {
+            hf_side_files_free(s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
 // writing
 
 // Removes a directory holding only regular files (what this writer makes); a missing one is
@@ -432,9 +513,11 @@ static inline void hf_parent_(const char *path, char *buf, size_t len) {
     else snprintf(buf, len, "%.*s", (int)(slash - path), path);
 }
 
-// The tensors and config.json into the (new, empty) directory tmp.
+// The tensors, config.json and the side files (side: NULL for none) into the (new, empty)
+// directory tmp.
 static inline int hf_write_files_(const char *tmp, const ModelSpec *spec, const uint16_t *params,
-                                  uint64_t max_shard_bytes, int sync, char *err, size_t err_len) {
+                                  uint64_t max_shard_bytes, const HFSideFiles *side, int sync, char *err,
+                                  size_t err_len) {
     char path[HF_PATH_MAX];
     char *json = hf_config_json(spec);
     if (json == NULL) {
@@ -471,6 +554,10 @@ static inline int hf_write_files_(const char *tmp, const ModelSpec *spec, const 
     }
     if (rc == 0) rc = safetensors_write_model_checked(tmp, t, n, max_shard_bytes, sync, err, err_len);
     if (rc == 0) rc = atomic_write_file(path, json, strlen(json), sync, err, err_len);
+    for (int i = 0; rc == 0 && side != NULL && i < side->n; i++) {
+        hf_join_(path, sizeof(path), tmp, side->name[i]);
+        rc = atomic_write_file(path, side->data[i], side->len[i], sync, err, err_len);
+    }
     free(t);
     hf_tensor_list_free(&list);
     free(json);
@@ -478,11 +565,13 @@ static inline int hf_write_files_(const char *tmp, const ModelSpec *spec, const 
 }
 
 // Writes the model (spec, its bf16 parameters) as a Hugging Face directory dir, atomically (see
-// the top of this file). max_shard_bytes 0: SAFETENSORS_DEFAULT_MAX_SHARD_BYTES; sync: fsync
-// every file and directory. 0, or -1 with a message (no dir and no temporary left behind, except
-// when removing the replaced directory fails: the message says where it is).
+// the top of this file), with the side files (NULL: none). max_shard_bytes 0:
+// SAFETENSORS_DEFAULT_MAX_SHARD_BYTES; sync: fsync every file and directory. 0, or -1 with a
+// message (no dir and no temporary left behind, except when removing the replaced directory
+// fails: the message says where it is).
 static inline int hf_write_dir_checked(const char *dir, const ModelSpec *spec, const uint16_t *params,
-                                       uint64_t max_shard_bytes, int sync, char *err, size_t err_len) {
+                                       uint64_t max_shard_bytes, const HFSideFiles *side, int sync, char *err,
+                                       size_t err_len) {
     char tmp[HF_PATH_MAX], old[HF_PATH_MAX], parent[HF_PATH_MAX];
     const size_t len = strlen(dir);
     if (len == 0 || len + HF_PATH_SUFFIX_MAX >= HF_PATH_MAX) {
@@ -493,7 +582,7 @@ static inline int hf_write_dir_checked(const char *dir, const ModelSpec *spec, c
     if (len > 1 && dir[len - 1] == '/') {  // "out/hf/" is "out/hf"
         char trimmed[HF_PATH_MAX];
         snprintf(trimmed, sizeof(trimmed), "%.*s", (int)(len - 1), dir);
-        return hf_write_dir_checked(trimmed, spec, params, max_shard_bytes, sync, err, err_len);
+        return hf_write_dir_checked(trimmed, spec, params, max_shard_bytes, side, sync, err, err_len);
     }
     snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", dir, (long)getpid());
     snprintf(old, sizeof(old), "%s.old-%ld", dir, (long)getpid());
@@ -509,7 +598,7 @@ static inline int hf_write_dir_checked(const char *dir, const ModelSpec *spec, c
         llmc_set_error(err, err_len, "cannot create the directory '%s': %s", tmp, strerror(errno));
         return -1;
     }
-    if (hf_write_files_(tmp, spec, params, max_shard_bytes, sync, err, err_len) != 0) {
+    if (hf_write_files_(tmp, spec, params, max_shard_bytes, side, sync, err, err_len) != 0) {
         hf_remove_flat_dir(tmp);
         return -1;
     }
@@ -564,17 +653,18 @@ static inline int hf_checkpoint_dir_check(const char *out_dir, char *err, size_t
 }
 
 // Writes <out_dir>/hf_<step> from a checkpoint's bf16 parameters (rank 0), in shards of at most
-// max_shard_bytes (0: SAFETENSORS_DEFAULT_MAX_SHARD_BYTES). 0, or -1 with a message.
+// max_shard_bytes (0: SAFETENSORS_DEFAULT_MAX_SHARD_BYTES), with the side files (NULL: none).
+// 0, or -1 with a message.
 static inline int hf_checkpoint_write_checked(const char *out_dir, int step, const ModelSpec *spec,
-                                              const uint16_t *params, uint64_t max_shard_bytes, int sync, char *err,
-                                              size_t err_len) {
+                                              const uint16_t *params, uint64_t max_shard_bytes,
+                                              const HFSideFiles *side, int sync, char *err, size_t err_len) {
     char path[HF_PATH_MAX];
     if (step < 0 || hf_checkpoint_path(path, sizeof(path), out_dir, step) != 0) {
         llmc_set_error(err, err_len, "Hugging Face checkpoint of step %d in '%.64s...': bad step or path too long", step,
                        out_dir);
         return -1;
     }
-    return hf_write_dir_checked(path, spec, params, max_shard_bytes, sync, err, err_len);
+    return hf_write_dir_checked(path, spec, params, max_shard_bytes, side, sync, err, err_len);
 }
 
 #endif // LLMC_HF_MODEL_H

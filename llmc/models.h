@@ -47,4 +47,30 @@ static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec
     return 0;
 }
 
+// The tokenizer.json of -e's Hugging Face directory into buf: 1 where arg is one and holds it
+// (what decodes the trainer's samples when -tk is not given), else 0.
+static inline int model_dir_tokenizer(const char *arg, char *buf, size_t len) {
+    struct stat sb;
+    return !model_is_descriptor(arg) && hf_is_dir(arg) && hf_join_(buf, len, arg, "tokenizer.json") == 0 &&
+           stat(buf, &sb) == 0;
+}
+
+// The files a Hugging Face directory written from this model carries beside it (-hf 1): those of
+// -e's directory (its tokenizer's and generation_config.json, llmc/hf_model.h), and where that
+// gives no tokenizer.json, tokenizer_json (-tk's, when it is one; NULL: none). Read whole now,
+// so that a later write copies what was there at the start. 0, or -1 with a message.
+static inline int model_side_files_checked(const char *arg, const char *tokenizer_json, HFSideFiles *s, char *err,
+                                           size_t err_len) {
+    memset(s, 0, sizeof(*s));
+    if (!model_is_descriptor(arg) && hf_is_dir(arg) && hf_side_files_read_checked(s, arg, err, err_len) != 0)
+        return -1;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->name[i], "tokenizer.json") == 0) return 0;
+    if (tokenizer_json != NULL && hf_side_files_add_checked(s, "tokenizer.json", tokenizer_json, err, err_len) != 0) {
+        hf_side_files_free(s);
+        return -1;
+    }
+    return 0;
+}
+
 #endif // LLMC_MODELS_H

@@ -71,7 +71,8 @@ static const TrainFlag train_flags[] = {
      "              padded to a multiple of 128)"},
     {"-o", 's', TRAIN_FIELD_(out_dir), 0, 0, "output dir for main.log, main.jsonl (a JSON line a step: scripts/plot_log.py) and checkpoints (default none)"},
     {"-tk", 's', TRAIN_FIELD_(tokenizer), 0, 0, "tokenizer that decodes samples: llm.c's .bin or a Hugging Face tokenizer.json\n"
-     "              (default: GPT-2's data/gpt2_tokenizer.bin for GPT-2; token ids for Llama / Qwen)"},
+     "              (default: -e DIR's tokenizer.json; else GPT-2's data/gpt2_tokenizer.bin for GPT-2, token ids\n"
+     "              for Llama / Qwen)"},
     {"-b", 'i', TRAIN_FIELD_(B), 1, 1 << 20, "micro-batch size B (default 4)"},
     {"-t", 'i', TRAIN_FIELD_(T), 1, 1 << 24, "sequence length T (default 1024)"},
     {"-d", 'i', TRAIN_FIELD_(total_batch), -1, INT_MAX, "total batch size in tokens (default -1: B*T*processes)"},

@@ -9,7 +9,8 @@ Qwen2ForCausalLM or GPT2LMHeadModel, as transformers' save_pretrained writes it 
 says what is checked). The tensors become our table's fp32 parameters (model_load_checked, as
 -e reads them), then bf16 (round to nearest even: exact for a bf16 checkpoint), and OUT is
 written as the trainer writes its hf_<step> directories (atomically; shards above
-MAX_SHARD_BYTES, default 5 * 10^9). For a bf16 IN the tensors of OUT are bitwise IN's;
+MAX_SHARD_BYTES, default 5 * 10^9), with IN's tokenizer files and generation_config.json copied
+(llmc/hf_model.h's side files). For a bf16 IN the tensors of OUT are bitwise IN's;
 scripts/check_hf_roundtrip.py checks with transformers that both give the same logits, and
 test/test_hf_reference.py checks the files with the reference safetensors implementation.
 Prints what it did; exits 1 with the reader's or writer's message on any error.
@@ -54,8 +55,11 @@ int main(int argc, char **argv) {
         rounded += float_from_bf16(bf[i]) != params[i];  // (a NaN counts too)
     }
     free(params);
-    if (hf_write_dir_checked(argv[2], &spec, bf, max_shard, 1, err, sizeof(err)) != 0) {
+    HFSideFiles side;
+    if (hf_side_files_read_checked(&side, argv[1], err, sizeof(err)) != 0 ||
+        hf_write_dir_checked(argv[2], &spec, bf, max_shard, &side, 1, err, sizeof(err)) != 0) {
         fprintf(stderr, "Error: %s\n", err);
+        hf_side_files_free(&side);
         free(bf);
         return 1;
     }
@@ -65,6 +69,8 @@ int main(int argc, char **argv) {
     printf("%s -> %s: %s model, %zu parameters in %zu Hugging Face tensors (bf16)", argv[1], argv[2], type, n,
            hf_num_tensors(&spec));
     if (rounded > 0) printf("; %zu values were not bf16 and are rounded", rounded);
+    for (int i = 0; i < side.n; i++) printf("%s %s", i == 0 ? "; copied" : ",", side.name[i]);
     printf("\n");
+    hf_side_files_free(&side);
     return 0;
 }

@@ -844,7 +844,7 @@ static void roundtrip(const char *label, const ModelSpec *spec, uint64_t max_sha
     snprintf(dir, sizeof(dir), "%s/%s", tmp_dir, label);
     snprintf(dir2, sizeof(dir2), "%s/%s_again", tmp_dir, label);
     uint16_t *p = random_params(spec, 1234);
-    int rc = hf_write_dir_checked(dir, spec, p, max_shard, 0, err, sizeof(err));
+    int rc = hf_write_dir_checked(dir, spec, p, max_shard, NULL, 0, err, sizeof(err));
     ModelSpec back;
     float *q = NULL;
     if (rc == 0) rc = model_load_checked(dir, 0, &back, &q, err, sizeof(err));
@@ -860,7 +860,7 @@ static void roundtrip(const char *label, const ModelSpec *spec, uint64_t max_sha
     if (rc == 0 && same) {
         uint16_t *p2 = (uint16_t *)malloc(spec->num_parameters * 2);
         floats_to_bf16(q, p2, spec->num_parameters);
-        rc = hf_write_dir_checked(dir2, &back, p2, max_shard, 0, err, sizeof(err));
+        rc = hf_write_dir_checked(dir2, &back, p2, max_shard, NULL, 0, err, sizeof(err));
         snprintf(a, sizeof(a), "%s/config.json", dir);
         snprintf(b, sizeof(b), "%s/config.json", dir2);
         int files_same = rc == 0 && same_file(a, b);
@@ -906,7 +906,7 @@ static void test_tensors(void) {
     llama_spec(&c, &s);
     snprintf(dir, sizeof(dir), "%s/names_qwen", tmp_dir);
     uint16_t *p = random_params(&s, 7);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     const size_t C = 32, Q = 32, KV = 16, I = 64, QKV = Q + 2 * KV;
     const ParameterTensor *qkvw = model_tensor(&s, "qkvw"), *qkvb = model_tensor(&s, "qkvb");
     const ParameterTensor *gu = model_tensor(&s, "gateupw"), *head = model_tensor(&s, "lm_head");
@@ -958,7 +958,7 @@ static void test_tensors(void) {
     llama_spec(&c, &s);
     snprintf(dir, sizeof(dir), "%s/names_llama", tmp_dir);
     p = random_params(&s, 8);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     t = read_hf_tensor(dir, "lm_head.weight", &d0, &d1);
     test_check(t == NULL, "tied: no lm_head.weight");
     free(t);
@@ -985,7 +985,7 @@ static void test_tensors(void) {
     gpt2_spec(&g, &s);
     snprintf(dir, sizeof(dir), "%s/names_gpt2", tmp_dir);
     p = random_params(&s, 9);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     const ParameterTensor *q = model_tensor(&s, "qkvw"), *fp = model_tensor(&s, "fcprojw");
     t = read_hf_tensor(dir, "transformer.h.1.attn.c_attn.weight", &d0, &d1);
     int ok = t != NULL && d0 == C && d1 == 3 * C;
@@ -1078,7 +1078,7 @@ static void test_bad_dirs(void) {
     llama_spec(&c, &s);
     snprintf(dir, sizeof(dir), "%s/bad_llama", tmp_dir);
     uint16_t *p = random_params(&s, 11);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     snprintf(path, sizeof(path), "%s/%s", dir, SAFETENSORS_SINGLE_NAME);
 
     rewrite(dir, &s, p, NULL, "model.layers.0.mlp.down_proj.weight", NULL, 0, 0);
@@ -1143,7 +1143,7 @@ static void test_bad_dirs(void) {
     llama_spec(&c, &s);
     snprintf(dir, sizeof(dir), "%s/bad_tied", tmp_dir);
     p = random_params(&s, 12);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     x[0].name = "lm_head.weight";
     x[0].dtype = ST_BF16;
     x[0].ndim = 2;
@@ -1163,7 +1163,7 @@ static void test_bad_dirs(void) {
     gpt2_spec(&g, &s);
     snprintf(dir, sizeof(dir), "%s/bad_gpt2", tmp_dir);
     p = random_params(&s, 13);
-    hf_write_dir_checked(dir, &s, p, 0, 0, err, sizeof(err));
+    hf_write_dir_checked(dir, &s, p, 0, NULL, 0, err, sizeof(err));
     static float mask[64 * 64];
     x[0].name = "h.0.attn.bias";
     x[0].dtype = ST_F32;
@@ -1206,7 +1206,7 @@ static int test_hook(const CheckpointWrite *w, char *err, size_t err_len) {
     checkpoint_done_path(path, sizeof(path), w->dir, w->state->step);
     snprintf(hook_seen, sizeof(hook_seen), "%s", checkpoint_file_exists_(path) ? "marker" : "no marker");
     hook_calls++;
-    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, 0, w->sync, err, err_len);
+    return hf_checkpoint_write_checked(w->dir, w->state->step, w->model, w->params, 0, NULL, w->sync, err, err_len);
 }
 
 static int failing_hook(const CheckpointWrite *w, char *err, size_t err_len) {
@@ -1223,24 +1223,24 @@ static void test_dir_write(void) {
     llama_spec(&c, &s);
     uint16_t *p1 = random_params(&s, 21), *p2 = random_params(&s, 22);
     snprintf(dir, sizeof(dir), "%s/atomic/", tmp_dir);  // (a trailing slash is the same directory)
-    int rc = hf_write_dir_checked(dir, &s, p1, 0, 1, err, sizeof(err));
+    int rc = hf_write_dir_checked(dir, &s, p1, 0, NULL, 1, err, sizeof(err));
     snprintf(dir, sizeof(dir), "%s/atomic", tmp_dir);
-    rc = rc == 0 ? hf_write_dir_checked(dir, &s, p2, 0, 1, err, sizeof(err)) : rc;
+    rc = rc == 0 ? hf_write_dir_checked(dir, &s, p2, 0, NULL, 1, err, sizeof(err)) : rc;
     test_check(rc == 0 && count_prefixed(tmp_dir, "atomic.") == 0, "a directory written twice (fsync on): replaced, no "
                ".tmp-/.old- left%s", err);
     expect_load_ok(dir, "  and it holds the second write", p2, s.num_parameters);
     snprintf(path, sizeof(path), "%s/a_file", tmp_dir);
     write_bytes(path, "x", 1);
-    rc = hf_write_dir_checked(path, &s, p1, 0, 0, err, sizeof(err));
+    rc = hf_write_dir_checked(path, &s, p1, 0, NULL, 0, err, sizeof(err));
     test_check(rc < 0 && contains(err, "exists and is not a directory of files"),
                "a file where the directory goes: refused, left alone: %s", err);
     snprintf(path, sizeof(path), "%s/a_file/hf", tmp_dir);
-    rc = hf_write_dir_checked(path, &s, p1, 0, 0, err, sizeof(err));
+    rc = hf_write_dir_checked(path, &s, p1, 0, NULL, 0, err, sizeof(err));
     test_check(rc < 0 && contains(err, "cannot create the directory") && count_prefixed(tmp_dir, "a_file.") == 0,
                "a directory under a file: refused, nothing left: %s", err);
     snprintf(path, sizeof(path), "%s/atomic/sub", tmp_dir);
     mkdir(path, 0777);
-    rc = hf_write_dir_checked(dir, &s, p1, 0, 0, err, sizeof(err));
+    rc = hf_write_dir_checked(dir, &s, p1, 0, NULL, 0, err, sizeof(err));
     test_check(rc < 0 && contains(err, "not a directory of files") && hf_is_dir(path),
                "an existing directory holding a subdirectory: not replaced: %s", err);
     rmdir(path);
@@ -1248,7 +1248,7 @@ static void test_dir_write(void) {
     ModelSpec gs;
     gpt2_spec(&g, &gs);
     uint16_t *pg = random_params(&gs, 23);
-    rc = hf_write_dir_checked(dir, &gs, pg, 0, 0, err, sizeof(err));
+    rc = hf_write_dir_checked(dir, &gs, pg, 0, NULL, 0, err, sizeof(err));
     free(pg);
     ModelSpec back;
     float *q = NULL;
@@ -1258,6 +1258,87 @@ static void test_dir_write(void) {
     free(q);
     free(p1);
     free(p2);
+}
+
+// the side files: read from a model directory, copied byte for byte into a written one; -e's
+// tokenizer.json for samples; -tk's tokenizer.json where -e gives none
+static void test_side_files(void) {
+    printf("-- hf_model.h, models.h: the tokenizer's files beside the model\n");
+    char src[256], out[256], a[600], b[600], tk[600], buf[600], err[1024] = "";
+    ModelSpec s;
+    LlamaConfig c = small_llama(0, 0);
+    llama_spec(&c, &s);
+    uint16_t *p = random_params(&s, 41);
+    snprintf(src, sizeof(src), "%s/side_src", tmp_dir);
+    snprintf(out, sizeof(out), "%s/side_out", tmp_dir);
+    int rc = hf_write_dir_checked(src, &s, p, 0, NULL, 0, err, sizeof(err));
+    HFSideFiles side;
+    rc = rc == 0 ? hf_side_files_read_checked(&side, src, err, sizeof(err)) : rc;
+    test_check(rc == 0 && side.n == 0, "a directory without tokenizer files: no side files%s", err);
+    hf_side_files_free(&side);
+    // a tokenizer.json, its config and generation_config.json, and a random binary tokenizer.model
+    const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "tokenizer.model"};
+    unsigned char bin[3001];
+    uint64_t x = 77;
+    for (size_t i = 0; i < sizeof(bin); i++) bin[i] = (unsigned char)((x = x * 6364136223846793005ULL + 1) >> 56);
+    for (int k = 0; k < 4; k++) {
+        snprintf(a, sizeof(a), "%s/%s", src, names[k]);
+        if (k < 3) write_bytes(a, names[k], strlen(names[k]) + 1);
+        else write_bytes(a, bin, sizeof(bin));
+    }
+    snprintf(a, sizeof(a), "%s/README.md", src);  // not a side file: left behind
+    write_bytes(a, "# x\n", 4);
+    rc = hf_side_files_read_checked(&side, src, err, sizeof(err));
+    test_check(rc == 0 && side.n == 4, "the four there are read (%d)%s", side.n, err);
+    rc = rc == 0 ? hf_write_dir_checked(out, &s, p, 0, &side, 0, err, sizeof(err)) : rc;
+    int same = rc == 0;
+    for (int k = 0; same && k < 4; k++) {
+        snprintf(a, sizeof(a), "%s/%s", src, names[k]);
+        snprintf(b, sizeof(b), "%s/%s", out, names[k]);
+        same = same_file(a, b);
+    }
+    snprintf(b, sizeof(b), "%s/README.md", out);
+    struct stat sb;
+    test_check(same && stat(b, &sb) != 0, "written with them: each copied byte for byte, nothing else%s", err);
+    expect_load_ok(out, "  and the model beside them loads", p, s.num_parameters);
+    hf_side_files_free(&side);
+    // what the trainer takes from -e and -tk
+    test_check(model_dir_tokenizer(src, buf, sizeof(buf)) && strcmp(buf + strlen(src), "/tokenizer.json") == 0,
+               "model_dir_tokenizer: -e DIR with a tokenizer.json names it");
+    test_check(!model_dir_tokenizer("qwen-test", buf, sizeof(buf)) && !model_dir_tokenizer(tmp_dir, buf, sizeof(buf)),
+               "  a descriptor, or a directory without one: none");
+    snprintf(tk, sizeof(tk), "%s/other_tokenizer.json", tmp_dir);
+    write_bytes(tk, "{\"other\": 1}", 12);
+    rc = model_side_files_checked(src, tk, &side, err, sizeof(err));
+    snprintf(a, sizeof(a), "%s/tokenizer.json", src);
+    same = rc == 0 && side.n == 4 && strcmp(side.name[0], "tokenizer.json") == 0 && side.len[0] == strlen(names[0]) + 1;
+    test_check(same, "model_side_files_checked: -e DIR's files, its own tokenizer.json before -tk's%s", err);
+    hf_side_files_free(&side);
+    rc = model_side_files_checked("qwen-test", tk, &side, err, sizeof(err));
+    test_check(rc == 0 && side.n == 1 && strcmp(side.name[0], "tokenizer.json") == 0 && side.len[0] == 12 &&
+                   memcmp(side.data[0], "{\"other\": 1}", 12) == 0,
+               "  a descriptor with -tk's tokenizer.json: that one, as tokenizer.json%s", err);
+    hf_side_files_free(&side);
+    rc = model_side_files_checked("qwen-test", NULL, &side, err, sizeof(err));
+    test_check(rc == 0 && side.n == 0, "  a descriptor without one: none%s", err);
+    // what cannot be read is an error naming it
+    snprintf(a, sizeof(a), "%s/no_such.json", tmp_dir);
+    rc = model_side_files_checked("qwen-test", a, &side, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "no_such.json") && side.n == 0, "  -tk's missing: refused, naming it: %s", err);
+    snprintf(a, sizeof(a), "%s/merges.txt", src);  // a directory where a side file goes
+    mkdir(a, 0777);
+    rc = hf_side_files_read_checked(&side, src, err, sizeof(err));
+    test_check(rc < 0 && contains(err, "merges.txt") && contains(err, "directory") && side.n == 0,
+               "a side file that is a directory: refused, naming it: %s", err);
+    rmdir(a);
+    snprintf(a, sizeof(a), "%s/vocab.json", src);  // a link to nothing
+    rc = symlink("/nonexistent/vocab.json", a);
+    rc = rc == 0 ? hf_side_files_read_checked(&side, src, err, sizeof(err)) : 0;
+    test_check(rc < 0 && contains(err, "vocab.json") && side.n == 0, "a dangling link: refused, naming it: %s", err);
+    unlink(a);
+    rc = hf_side_files_add_checked(&side, "config.json", tk, err, sizeof(err));
+    test_check(rc < 0 && side.n == 0, "hf_side_files_add_checked: a name that is not a side file is refused: %s", err);
+    free(p);
 }
 
 static void test_checkpoint(void) {
@@ -1341,6 +1422,7 @@ int main(void) {
     test_tensors();
     test_bad_dirs();
     test_dir_write();
+    test_side_files();
     test_checkpoint();
     remove_tree(tmp_dir);
     return test_summary();

@@ -1717,8 +1717,8 @@ static void test_trainer_binary(const char *bin) {
     ModelSpec hs;
     gpt2_spec(&c, &hs);
     uint16_t *bf = (uint16_t *)calloc(hs.num_parameters, sizeof(uint16_t));
-    ok = hf_write_dir_checked(hf, &hs, bf, 0, 0, err, sizeof(err)) == 0 &&
-         hf_write_dir_checked(hf_bad, &hs, bf, 0, 0, err, sizeof(err)) == 0;
+    ok = hf_write_dir_checked(hf, &hs, bf, 0, NULL, 0, err, sizeof(err)) == 0 &&
+         hf_write_dir_checked(hf_bad, &hs, bf, 0, NULL, 0, err, sizeof(err)) == 0;
     free(bf);
     snprintf(hf_cfg, sizeof(hf_cfg), "%s/config.json", hf_bad);
     FILE *fc = fopen(hf_cfg, "wb");
@@ -1731,6 +1731,21 @@ static void test_trainer_binary(const char *bin) {
     expect_trainer_error(bin, args, "-t 16 exceeds the model's max_seq_len 8");
     snprintf(args, sizeof(args), "-e %s -i %s -j %s -t 8", hf_bad, shard, shard);
     expect_trainer_error(bin, args, "field 'n_embd' is missing");
+    // the directory's tokenizer.json decodes samples (a malformed one: a note, not an error);
+    // -hf 1 copies its tokenizer files, read up front: one that cannot be read stops the run
+    char side[300], out_hf[256], hf_out[8192];
+    snprintf(side, sizeof(side), "%s/tokenizer.json", hf);
+    write_bytes(side, "{\"model\": 1", 11);
+    snprintf(side, sizeof(side), "%s/merges.txt", hf);
+    mkdir(side, 0777);
+    make_dir(out_hf, sizeof(out_hf), "out_hf");
+    snprintf(args, sizeof(args), "-e %s -i %s -j %s -b 2 -t 8 -hf 1 -o %s", hf, shard, shard, out_hf);
+    run_trainer(bin, args, hf_out, sizeof(hf_out));
+    test_check(contains(hf_out, "note: ") && contains(hf_out, "tokenizer.json") &&
+                   contains(hf_out, "samples are decoded by the family's tokenizer"),
+               "-e DIR with a malformed tokenizer.json: a note, the run goes on: %.300s", hf_out);
+    expect_trainer_error(bin, args, "cannot open merges.txt");
+    rmdir(side);
     hf_remove_flat_dir(hf);
     hf_remove_flat_dir(hf_bad);
     const char *common = "-b 2 -t 8 -v 0 -s 0 -y 1";
