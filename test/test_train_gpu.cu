@@ -180,6 +180,7 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
     Comm single;
     memset(&single, 0, sizeof(single));
     single.nproc = 1;
+    const HFExport hf = {0, NULL};  // with its Hugging Face directory (-hf 1), nothing beside it
     {
         Trainer m;
         build_model(&m, model, &single, zero, 1, bf16_moments);
@@ -187,7 +188,7 @@ static void test_resume_bitwise(int zero, float *out = NULL, const char *model =
         DataLoader loader;
         dataloader_init(&loader, "data/tiny_shakespeare_train.bin", B, T, 0, 1, 1);
         for (int k = 0; k < steps; k++) {
-            if (k == at) write_checkpoint(&m, &loader, dir, k, &single, 1);
+            if (k == at) write_checkpoint(&m, &loader, dir, k, &single, &hf);
             straight[k] = train_step(&m, &loader, B, T, k, s);
         }
         dataloader_free(&loader);
