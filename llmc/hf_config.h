@@ -443,22 +443,10 @@ static inline int hf_config_parse_checked(const char *path, const char *text, si
 // Reads and checks the config.json at path. 0, or -1 with a message naming the file and field.
 static inline int hf_config_read_checked(const char *path, HFConfig *c, char *err, size_t err_len) {
     memset(c, 0, sizeof(*c));
-    FILE *fp = llmc_fopen_read_checked(path, "config.json", err, err_len);
-    if (fp == NULL) return -1;
-    int64_t size = 0;
-    char *text = NULL;
-    int rc = llmc_file_size(fp, &size) == 0 && size <= HF_MAX_CONFIG_BYTES ? 0 : -1;
-    if (rc == 0) text = (char *)malloc((size_t)size + 1);
-    if (rc == 0 && (text == NULL || llmc_read_exact(fp, text, (size_t)size) != 0)) rc = -1;
-    fclose(fp);
-    if (rc != 0) {
-        llmc_set_error(err, err_len, "config.json '%s': %s", path,
-                       size > HF_MAX_CONFIG_BYTES ? "larger than 16 MiB" : "cannot read it");
-        free(text);
-        return -1;
-    }
-    text[size] = 0;
-    rc = hf_config_parse_checked(path, text, (size_t)size, c, err, err_len);
+    size_t size = 0;
+    char *text = llmc_read_whole_checked(path, "config.json", HF_MAX_CONFIG_BYTES, &size, err, err_len);
+    if (text == NULL) return -1;
+    const int rc = hf_config_parse_checked(path, text, size, c, err, err_len);
     free(text);
     return rc;
 }

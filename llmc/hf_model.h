@@ -425,23 +425,12 @@ static inline int hf_side_files_add_checked(HFSideFiles *s, const char *name, co
                        name);
         return -1;
     }
-    FILE *fp = llmc_fopen_read_checked(path, name, err, err_len);
-    if (fp == NULL) return -1;
-    int64_t size = 0;
-    char *data = NULL;
-    int rc = llmc_file_size(fp, &size) == 0 && size <= HF_SIDE_MAX_BYTES ? 0 : -1;
-    if (rc == 0) data = (char *)malloc((size_t)size + 1);
-    if (rc == 0 && (data == NULL || llmc_read_exact(fp, data, (size_t)size) != 0)) rc = -1;
-    fclose(fp);
-    if (rc != 0) {
-        llmc_set_error(err, err_len, "%s '%s': %s", name, path,
-                       size > HF_SIDE_MAX_BYTES ? "larger than 256 MiB" : "cannot read it");
-        free(data);
-        return -1;
-    }
+    size_t size = 0;
+    char *data = llmc_read_whole_checked(path, name, HF_SIDE_MAX_BYTES, &size, err, err_len);
+    if (data == NULL) return -1;
     s->name[s->n] = name;
     s->data[s->n] = data;
-    s->len[s->n] = (size_t)size;
+    s->len[s->n] = size;
     s->n++;
     return 0;
 }

@@ -230,6 +230,32 @@ static inline int llmc_read_exact(FILE *fp, void *dst, size_t n) {
     return fread(dst, 1, n, fp) == n ? 0 : -1;
 }
 
+// The whole regular file at path (what names it in messages) of at most max_bytes, malloc'd with
+// a NUL after its *len bytes (free it); NULL with "<what> '<path>': <why>" in err.
+static inline char *llmc_read_whole_checked(const char *path, const char *what, int64_t max_bytes, size_t *len,
+                                            char *err, size_t err_len) {
+    *len = 0;
+    FILE *fp = llmc_fopen_read_checked(path, what, err, err_len);
+    if (fp == NULL) return NULL;
+    int64_t size = 0;
+    char *data = NULL;
+    int rc = llmc_file_size(fp, &size) == 0 && size <= max_bytes ? 0 : -1;
+    if (rc == 0) data = (char *)malloc((size_t)size + 1);
+    if (rc == 0 && (data == NULL || llmc_read_exact(fp, data, (size_t)size) != 0)) rc = -1;
+    fclose(fp);
+    if (rc != 0) {
+        if (size > max_bytes)
+            llmc_set_error(err, err_len, "%s '%s': larger than %lld MiB", what, path, (long long)(max_bytes >> 20));
+        else
+            llmc_set_error(err, err_len, "%s '%s': cannot read it", what, path);
+        free(data);
+        return NULL;
+    }
+    data[size] = 0;
+    *len = (size_t)size;
+    return data;
+}
+
 // a * b without wrapping; 0 on success, -1 if the product does not fit 64 bits
 static inline int llmc_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
     if (a != 0 && b > UINT64_MAX / a) return -1;
