@@ -1336,6 +1336,21 @@ static void test_side_files(void) {
     rc = rc == 0 ? hf_side_files_read_checked(&side, src, err, sizeof(err)) : 0;
     test_check(rc < 0 && contains(err, "vocab.json") && side.n == 0, "a dangling link: refused, naming it: %s", err);
     unlink(a);
+    snprintf(a, sizeof(a), "%s/big_tokenizer.json", tmp_dir);  // sparse: no disk taken
+    FILE *fb = fopen(a, "wb");
+    const int sparse = fb != NULL && ftruncate(fileno(fb), (off_t)HF_SIDE_MAX_BYTES + 1) == 0;
+    if (fb != NULL) fclose(fb);
+    rc = sparse ? hf_side_files_add_checked(&side, "tokenizer.json", a, err, sizeof(err)) : 0;
+    test_check(rc < 0 && contains(err, "larger than 256 MiB") && side.n == 0,
+               "a side file over 256 MiB: refused before it is read: %s", err);
+    snprintf(b, sizeof(b), "%s/big/config.json", tmp_dir);  // config.json's limit, through the same read
+    snprintf(buf, sizeof(buf), "%s/big", tmp_dir);
+    mkdir(buf, 0777);
+    rc = rename(a, b) == 0 ? hf_load_dir_checked(buf, &s, NULL, err, sizeof(err)) : 0;
+    test_check(rc < 0 && contains(err, "config.json") && contains(err, "larger than 16 MiB"),
+               "  and a config.json over 16 MiB: %s", err);
+    unlink(b);
+    rmdir(buf);
     rc = hf_side_files_add_checked(&side, "config.json", tk, err, sizeof(err));
     test_check(rc < 0 && side.n == 0, "hf_side_files_add_checked: a name that is not a side file is refused: %s", err);
     free(p);
