@@ -907,7 +907,7 @@ static inline void llama_spec(const LlamaConfig *c, ModelSpec *s) {
     model_spec_init(s, llama_family(), c, sizeof(*c), c->vocab_size, c->padded_vocab_size, c->hidden_size,
                     c->num_hidden_layers, c->max_position_embeddings, t, n);
     s->head = c->tie_word_embeddings ? 0 : n - 1;  // embed is first, lm_head last
-    s->tokenizer = NULL;  // samples as token ids (no tokenizer.json reader yet)
+    s->tokenizer = NULL;  // no family default: -tk, or -e DIR's tokenizer.json, decodes samples
     s->sample_start = c->bos_token_id >= 0 ? c->bos_token_id : c->eos_token_id >= 0 ? c->eos_token_id : 0;
 }
 
