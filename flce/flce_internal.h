@@ -182,14 +182,14 @@ typedef struct {
         off_dh_part, off_stat_q, off_vp, off_logits, total;
 } flce_plan;
 
-// Whether a chunk of `rows` tokens runs its d_h GEMM split (flce_sm90_dh_split) under plan p, its
-// d_h in `parts` K parts: the plan allows it and the split fills the waves better.
 // The d_h GEMM in `parts` K parts adds to the plan's fp32 d_h accumulator itself (one part): no
 // part buffer of its own (flce_plan.c's layout, flce_sm90.cu's d_h)
 static inline int flce_plan_dh_into_accumulator(const flce_plan *p, int parts) {
     return p->dh_accumulator && parts == 1;
 }
 
+// Whether a chunk of `rows` tokens runs its d_h GEMM split (flce_sm90_dh_split) under plan p, its
+// d_h in `parts` K parts: the plan allows it and the split fills the waves better.
 static inline int flce_plan_dh_split(const flce_plan *p, int64_t rows, int64_t H, int parts, int64_t *full_cols,
                                      int *rest_parts) {
     return p->dh_split && flce_sm90_dh_split(rows, H, p->grad_cols, p->sm90, parts, full_cols, rest_parts);

@@ -24,6 +24,9 @@ the training loop sees only that.
 // 1 if arg names a fresh model (a descriptor) rather than a file.
 static inline int model_is_descriptor(const char *arg) { return gpt2_is_descriptor(arg) || llama_is_descriptor(arg); }
 
+// 1 if arg names a Hugging Face model directory (not a descriptor).
+static inline int model_is_hf_dir(const char *arg) { return !model_is_descriptor(arg) && hf_is_dir(arg); }
+
 // The model of -e: fills *spec; with params != NULL also *params, the spec's num_parameters
 // fp32 values (malloc'd; free it), from the file or the family's initialisation. vocab: the
 // vocabulary of a fresh model (0: the family's own). Without params it is cheap (a
@@ -33,8 +36,7 @@ static inline int model_is_descriptor(const char *arg) { return gpt2_is_descript
 // anything else). 0, or -1 with a message.
 static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec, float **params, char *err,
                                      size_t err_len) {
-    if (!llama_is_descriptor(arg) && !gpt2_is_descriptor(arg) && hf_is_dir(arg))
-        return hf_load_dir_checked(arg, spec, params, err, err_len);
+    if (model_is_hf_dir(arg)) return hf_load_dir_checked(arg, spec, params, err, err_len);
     if (llama_is_descriptor(arg) || (!gpt2_is_descriptor(arg) && llama_is_model_file(arg))) {
         LlamaConfig c;
         if (llama_load_checked(arg, vocab, &c, params, err, err_len) != 0) return -1;
@@ -51,7 +53,7 @@ static inline int model_load_checked(const char *arg, int vocab, ModelSpec *spec
 // (what decodes the trainer's samples when -tk is not given), else 0.
 static inline int model_dir_tokenizer(const char *arg, char *buf, size_t len) {
     struct stat sb;
-    return !model_is_descriptor(arg) && hf_is_dir(arg) && hf_join_(buf, len, arg, "tokenizer.json") == 0 &&
+    return model_is_hf_dir(arg) && hf_join_(buf, len, arg, "tokenizer.json") == 0 &&
            stat(buf, &sb) == 0;
 }
 
@@ -62,7 +64,7 @@ static inline int model_dir_tokenizer(const char *arg, char *buf, size_t len) {
 static inline int model_side_files_checked(const char *arg, const char *tokenizer_json, HFSideFiles *s, char *err,
                                            size_t err_len) {
     memset(s, 0, sizeof(*s));
-    if (!model_is_descriptor(arg) && hf_is_dir(arg) && hf_side_files_read_checked(s, arg, err, err_len) != 0)
+    if (model_is_hf_dir(arg) && hf_side_files_read_checked(s, arg, err, err_len) != 0)
         return -1;
     for (int i = 0; i < s->n; i++)
         if (strcmp(s->name[i], "tokenizer.json") == 0) return 0;
